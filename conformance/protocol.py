@@ -1,0 +1,66 @@
+"""The backend plug-in protocol: the only way the suite talks to a backend.
+
+A *backend* is any Python object (a module, an instance, a class) reachable as ``module:attr``. The suite
+selects it with ``--backend module:attr`` or the environment variable ``CONFORMANCE_BACKEND``; the default
+is ``reference_impl:BACKEND``. A backend implements any subset of the parts below; a chapter whose part is
+missing is skipped with that reason, never failed. Nothing here needs importing: the protocols are
+structural (``typing.Protocol``), so a backend never depends on the suite.
+
+Identity (every backend)
+    ``name: str`` and ``version: str`` — shown in the run header and stored in the result file.
+
+Errors (every part)
+    A contract violation raises an *invalid-argument* error: an instance of ``ValueError`` (a subclass is
+    welcome) whose message names the offending argument (``out``, ``self`` or ``mat2`` for ``mm_out``) and
+    the rule it broke. A failure of the underlying library (cuBLAS, CUDA) raises ``RuntimeError``. On any
+    error, outputs are left untouched. Calling with a missing positional argument is Python's own
+    ``TypeError``; passing ``None`` is an invalid-argument error.
+
+Part ``mm_out`` (chapter ``mm_out``; SPEC §1c)
+    ``mm_out(out, self, mat2) -> None`` computes ``out = self @ mat2`` for rank-2 CUDA tensors of one
+    dtype (bfloat16, float16 or float32) on one device, on the caller's current CUDA stream, and returns
+    once the work is enqueued on that stream (it must not make the caller synchronise to be correct).
+    ``self`` and ``mat2`` may be row-major, column-major (a transposed view) or arbitrarily strided;
+    ``out`` must be ``[M, N]`` and row-major contiguous, and its old contents are never read. Zero-size
+    M, N or K follow ``torch.mm``: an empty product fills ``out`` with zeros. float32 is computed in
+    float32 without TF32. The first argument of the Python method is the backend itself, so the
+    protocol calls the second operand ``self_``; error messages still call it ``self``.
+
+Later chapters add the lowering and runtime parts (see their issues); they follow the same rules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+#: The mm_out dtypes every backend must support.
+MM_OUT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Identity every backend carries."""
+
+    name: str
+    version: str
+
+
+@runtime_checkable
+class MmOutBackend(Backend, Protocol):
+    """A backend that provides the cuBLAS ``mm_out`` shim (``aoti_torch_cuda_mm_out``)."""
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None: ...
+
+
+#: Protocol part name → the attributes a backend needs for that part. Chapters skip on a missing part.
+PARTS: dict[str, tuple[str, ...]] = {
+    "mm_out": ("mm_out",),
+}
+
+
+def missing_attributes(backend: object, part: str) -> list[str]:
+    """The attributes of protocol part ``part`` that ``backend`` lacks (empty when it implements it)."""
+    return [attr for attr in PARTS[part] if not callable(getattr(backend, attr, None))]
