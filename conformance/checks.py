@@ -1,0 +1,113 @@
+"""Assertion helpers: every failed check reads ``[rule-id] call: what was expected, what happened``.
+
+Modelled on data-apis/array-api-tests: one message format for the whole suite, naming the function, the
+argument and the rule, so a failure in CI reads like the line of the spec it enforces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from conformance.tolerances import TOLERANCES
+
+
+class CheckFailure(AssertionError):
+    """A conformance rule was broken; the message names the rule."""
+
+
+def fail(rule: str, call: str, message: str) -> None:
+    raise CheckFailure(f"[{rule}] {call}: {message}")
+
+
+def snapshot(t: torch.Tensor) -> torch.Tensor:
+    """A bit-exact copy (NaN payloads included) to prove later that a tensor was left untouched."""
+    return t.detach().clone()
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    # Compare raw bits: NaN != NaN numerically, and -0.0 == 0.0 would hide a write.
+    int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.detach().contiguous().view(int_type)
+
+
+def assert_untouched(rule: str, call: str, name: str, before: torch.Tensor, after: torch.Tensor) -> None:
+    if before.shape != after.shape or not torch.equal(bits(before), bits(after)):
+        fail(rule, call, f"argument {name!r} must be left untouched on error, but its contents changed")
+
+
+def assert_raises_invalid_argument(
+    rule: str,
+    call: str,
+    fn: Callable[[], Any],
+    *,
+    argument: str,
+    keywords: tuple[str, ...],
+    exception: type[BaseException] | tuple[type[BaseException], ...] = ValueError,
+) -> BaseException:
+    """``fn()`` must raise an invalid-argument error whose message names ``argument`` and the rule.
+
+    ``keywords``: words of which the message must contain at least one (case-insensitive), so that the
+    rule is named in words, not only the argument.
+    """
+    try:
+        fn()
+    except exception as exc:
+        text = str(exc)
+        if argument not in text:
+            fail(rule, call, f"the error must name the argument {argument!r}; it said: {text!r}")
+        if not any(k.lower() in text.lower() for k in keywords):
+            fail(rule, call, f"the error must name the rule (one of {list(keywords)}); it said: {text!r}")
+        return exc
+    except Exception as exc:  # any other exception type is itself the rule break
+        expected = getattr(exception, "__name__", str(exception))
+        fail(rule, call, f"expected an invalid-argument error ({expected}), got {type(exc).__name__}: {exc}")
+    fail(rule, call, "expected an invalid-argument error naming the broken rule, but the call succeeded")
+    raise AssertionError("unreachable")
+
+
+def assert_exact(rule: str, call: str, got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Bitwise equality in value (not NaN-equal: NaN anywhere is a failure)."""
+    if got.shape != expected.shape:
+        fail(rule, call, f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}")
+    nan = torch.isnan(got.float())
+    if bool(nan.any()):
+        fail(rule, call, f"{int(nan.sum())} of {got.numel()} elements are NaN: output not written")
+    diff = got.double() != expected.double()
+    if bool(diff.any()):
+        idx = tuple(int(i) for i in diff.nonzero()[0])
+        fail(
+            rule,
+            call,
+            f"{int(diff.sum())} of {got.numel()} elements differ from the exact result; first at {idx}: "
+            f"got {got[idx].item()!r}, exact {expected[idx].item()!r}",
+        )
+
+
+def assert_matmul_close(rule: str, call: str, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``got`` ≈ a @ b against a float64 reference, with the dtype's tolerance from ``tolerances.py``."""
+    tol = TOLERANCES[got.dtype]
+    a64, b64 = a.double(), b.double()
+    ref = a64 @ b64
+    magnitude = a64.abs() @ b64.abs()
+    g = got.double()
+    if g.shape != ref.shape:
+        fail(rule, call, f"shape {tuple(g.shape)} != expected {tuple(ref.shape)}")
+    nan = torch.isnan(g)
+    if bool(nan.any()):
+        fail(rule, call, f"{int(nan.sum())} of {g.numel()} elements are NaN: output not (fully) written")
+    bound = tol.output_roundoff * ref.abs() + tol.accumulation(a.shape[1]) * magnitude + tol.atol
+    err = (g - ref).abs()
+    bad = err > bound
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        worst = float((err / bound).max())
+        fail(
+            rule,
+            call,
+            f"{int(bad.sum())} of {g.numel()} elements outside the {got.dtype} tolerance "
+            f"(worst at {worst:.3g}× the bound); first at {idx}: got {g[idx].item()!r}, "
+            f"float64 reference {ref[idx].item()!r}, bound {bound[idx].item():.3g}",
+        )

@@ -1,0 +1,131 @@
+"""All suite configuration in one place: backend selection, device gating, matrix cells, run header."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter, defaultdict
+
+import pytest
+import torch
+
+from conformance.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
+from conformance.protocol import Backend, missing_attributes
+
+BACKEND_KEY = pytest.StashKey[Backend]()
+SPEC_KEY = pytest.StashKey[str]()
+DTYPE_PARAM = "dtype"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance")
+    group.addoption(
+        "--backend",
+        default=None,
+        help=f"backend under test as module:attr (default: $CONFORMANCE_BACKEND or {DEFAULT_BACKEND})",
+    )
+    group.addoption(
+        "--dtype",
+        default=None,
+        help="run one matrix cell: only cases of this dtype (float32, float16, bfloat16), or "
+        "'independent' for the cases that have no dtype parameter",
+    )
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    spec = backend_spec(config.getoption("--backend"))
+    try:
+        backend = load_backend(spec)
+    except BackendLoadError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    config.stash[BACKEND_KEY] = backend
+    config.stash[SPEC_KEY] = spec
+    if config.pluginmanager.hasplugin("harness.pytest_plugin"):
+        from harness.pytest_plugin import add_run_metadata
+
+        add_run_metadata(config, "backend", {"spec": spec, "name": backend.name, "version": backend.version})
+        add_run_metadata(config, "repro_args", [] if spec == DEFAULT_BACKEND else ["--backend", spec])
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    backend = config.stash[BACKEND_KEY]
+    gpus = [torch.cuda.get_device_name(i) for i in range(cuda_device_count())]
+    return [
+        f"backend: {backend.name} {backend.version} ({config.stash[SPEC_KEY]})",
+        f"torch: {torch.__version__}, CUDA: {torch.version.cuda or 'none (CPU build)'}",
+        f"GPUs: {', '.join(gpus) if gpus else 'none: chapters that need CUDA are skipped'}",
+    ]
+
+
+def _case_dtype(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or DTYPE_PARAM not in callspec.params:
+        return "independent"
+    return str(callspec.params[DTYPE_PARAM])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = config.getoption("--dtype")
+    if wanted:
+        selected = [item for item in items if _case_dtype(item) == wanted]
+        deselected = [item for item in items if _case_dtype(item) != wanted]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
+    gpus = cuda_device_count()
+    for item in items:
+        chapter = item.path.stem.removeprefix("test_")
+        if item.get_closest_marker("gpu") and gpus == 0:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"{chapter} chapter needs CUDA and no CUDA device is present "
+                    f"(torch {torch.__version__}, torch.cuda.is_available() is False)"
+                )
+            )
+        elif item.get_closest_marker("multi_gpu") and gpus < 2:
+            item.add_marker(pytest.mark.skip(reason=f"needs 2 or more CUDA devices; {gpus} present"))
+
+
+@pytest.fixture(scope="session")
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend under test, loaded once from --backend / $CONFORMANCE_BACKEND."""
+    return request.config.stash[BACKEND_KEY]
+
+
+def require_part(backend: Backend, part: str) -> None:
+    """Skip (never fail) a chapter whose protocol part the backend does not implement."""
+    missing = missing_attributes(backend, part)
+    if missing:
+        pytest.skip(f"backend {backend.name!r} does not implement protocol part {part!r} (lacks {missing})")
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    """One line per chapter, with the main skip reason, so a CPU run says plainly what it skipped."""
+    per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
+    reasons: dict[str, Counter[str]] = defaultdict(Counter)
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            if not nodeid.startswith("conformance/") or (outcome == "passed" and report.when != "call"):
+                continue
+            chapter = nodeid.split("::")[0].rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
+            per_chapter[chapter][outcome] += 1
+            if outcome == "skipped" and isinstance(report.longrepr, tuple):
+                reasons[chapter][report.longrepr[2].removeprefix("Skipped: ")] += 1
+    if not per_chapter:
+        return
+    terminalreporter.section("conformance chapters")
+    for chapter in sorted(per_chapter):
+        counts = per_chapter[chapter]
+        outcomes = ("passed", "failed", "error", "skipped")
+        line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in outcomes)
+        if reasons[chapter]:
+            reason, n = reasons[chapter].most_common(1)[0]
+            line += f" — {n} skipped because: {reason}"
+        terminalreporter.write_line(line)

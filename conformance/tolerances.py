@@ -1,0 +1,45 @@
+"""Per-dtype numerical tolerances: the one place the suite decides what "close enough" means.
+
+A matrix product C = A·B of K terms, accumulated in float32 and rounded once to the output dtype, satisfies
+elementwise
+
+    |C - ref| <= output_roundoff · |ref|  +  accumulation(K) · (|A|·|B|)  +  atol
+
+where ``ref`` is the float64 product of the same (already rounded) inputs and ``|A|·|B|`` the float64
+product of magnitudes (the condition of each dot product). The accumulation term allows 4·√K float32
+roundoffs per unit of magnitude: far above what blocked float32 summation does, far below what float16
+accumulation (≈K·2⁻¹¹) or TF32 inputs (2⁻¹¹ per product) would do — those are bugs this must catch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+FLOAT32_ROUNDOFF = 2.0**-24
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    dtype: torch.dtype
+    output_roundoff: float  # unit roundoff of the output dtype: the result is rounded once to it
+    atol: float  # half the subnormal spacing: rounding near zero is absolute, not relative
+
+    def accumulation(self, k: int) -> float:
+        """Allowed float32 accumulation error per unit of |A|·|B| for a K-term dot product."""
+        return 4.0 * math.sqrt(max(k, 1)) * FLOAT32_ROUNDOFF
+
+
+TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(torch.float32, output_roundoff=2.0**-24, atol=2.0**-150),
+    torch.float16: Tolerance(torch.float16, output_roundoff=2.0**-11, atol=2.0**-25),
+    torch.bfloat16: Tolerance(torch.bfloat16, output_roundoff=2.0**-8, atol=2.0**-134),
+}
+
+DTYPES_BY_NAME: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}

@@ -1,0 +1,111 @@
+"""The front door: ``nox -s conformance`` (the suite), ``nox -s tests`` (self-tests), ``nox -s lint``.
+
+On a machine with CUDA torch already installed and no network (a GPU CI image), add ``--no-venv``:
+the sessions then run with the interpreter that runs nox and install nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import nox
+from nox.command import CommandFailed
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.default_venv_backend = "venv"
+
+ROOT = Path(__file__).parent
+RESULTS = ROOT / "results"
+# A CPU build for fresh venvs: an unpinned torch would pull the newest CUDA build (gigabytes).
+# Override with e.g. CONFORMANCE_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu".
+TORCH_SPEC = os.environ.get("CONFORMANCE_TORCH", "torch==2.13.0")
+DTYPES = ["float32", "float16", "bfloat16", "independent"]
+# One conformance chapter per test module, so new chapters join the matrix without touching this file.
+CHAPTERS = sorted(p.stem.removeprefix("test_") for p in (ROOT / "conformance").glob("test_*.py"))
+
+
+def _uses_venv(session: nox.Session) -> bool:
+    return session.venv_backend != "none"
+
+
+def _python(session: nox.Session) -> str:
+    # Without a venv, "python" on PATH may be another interpreter than the one with CUDA torch.
+    return "python" if _uses_venv(session) else sys.executable
+
+
+def _install(session: nox.Session, *extra: str) -> None:
+    """Install the project (torch pinned first, so its unpinned dependency is already met)."""
+    if not _uses_venv(session):
+        session.log("--no-venv: using this interpreter's packages as they are (torch, pytest, xdist, ...)")
+        return
+    session.install(*shlex.split(TORCH_SPEC))
+    session.install("-e", ".", *extra)
+
+
+def _cuda_device_count(session: nox.Session) -> int:
+    out = session.run(
+        _python(session), "-c", "import torch; print(torch.cuda.device_count())", silent=True, log=False
+    )
+    return int(str(out).strip().splitlines()[-1])
+
+
+def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
+    """Run the conformance suite, then render the summary page even if cases failed or crashed."""
+    RESULTS.mkdir(exist_ok=True)
+    results_json = RESULTS / f"{name}.json"
+    gpus = _cuda_device_count(session)
+    # One xdist worker per GPU; xdist also turns a crashed case into a record instead of a lost run.
+    workers = gpus or min(2, os.cpu_count() or 1)
+    session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
+    failure: CommandFailed | None = None
+    try:
+        session.run(
+            _python(session), "-m", "pytest", *selection,
+            "-p", "harness.pytest_plugin",
+            f"--results-json={results_json}",
+            f"--junitxml={RESULTS / f'{name}.junit.xml'}",
+            "-n", str(workers),
+            *session.posargs,
+        )  # fmt: skip
+    except CommandFailed as exc:
+        failure = exc
+    if results_json.exists() or Path(f"{results_json}.journal.jsonl").exists():
+        html = RESULTS / f"{name}.html"
+        session.run(_python(session), "-m", "reports", str(results_json), "-o", str(html))
+        session.log(f"results: {results_json}  junit: {RESULTS / f'{name}.junit.xml'}  page: {html}")
+    if failure is not None:
+        session.error(f"conformance run failed: pytest exit code {failure.return_code}")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Self-tests of our own machinery; run on any CPU machine."""
+    _install(session)
+    session.run(_python(session), "-m", "pytest", "tests", *session.posargs)
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """The whole conformance matrix against the backend (``-- --backend module:attr`` picks another)."""
+    _install(session)
+    _run_suite(session, "conformance", ["conformance"])
+
+
+@nox.session
+@nox.parametrize("dtype", DTYPES)
+@nox.parametrize("chapter", CHAPTERS)
+def conformance_cell(session: nox.Session, chapter: str, dtype: str) -> None:
+    """One cell of the matrix (chapter × dtype), for CI fan-out from ``nox -l --json``."""
+    _install(session)
+    _run_suite(session, f"cell-{chapter}-{dtype}", [f"conformance/test_{chapter}.py", f"--dtype={dtype}"])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    if _uses_venv(session):
+        session.install("ruff")
+    session.run(_python(session), "-m", "ruff", "check", ".")
