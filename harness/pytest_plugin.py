@@ -1,0 +1,335 @@
+"""pytest plugin (``-p harness.pytest_plugin``): records every case into the versioned result file.
+
+Params are attached to each item as ``user_properties`` (``param:<name>``) where the test runs, so they
+travel through pytest-xdist and into JUnit XML. Recording happens only in the controller (or the single
+process): each case is journaled as soon as its teardown report arrives, and the final JSON is written
+atomically when the session ends. A worker that dies mid-test is recorded as ``crashed``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.environment import capture_environment
+from harness.results import (
+    CaseResult,
+    ResultJournal,
+    RunResult,
+    new_run,
+    utc_now,
+    write_results,
+)
+
+PARAM_PREFIX = "param:"
+MESSAGE_LIMIT = 4000
+
+_METADATA_KEY = pytest.StashKey[dict[str, Any]]()
+_RECORDER_KEY = pytest.StashKey["ResultRecorder"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("results", "conformance result file")
+    group.addoption(
+        "--results-json",
+        metavar="PATH",
+        default=None,
+        help="write every case to this versioned JSON result file (journaled to PATH.journal.jsonl)",
+    )
+    group.addoption(
+        "--repro-prefix",
+        metavar="STR",
+        default="python -m pytest",
+        help="command that starts each case's one-line repro (default: %(default)r)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------- public API
+
+
+def add_run_metadata(config: pytest.Config, key: str, value: Any) -> None:
+    """Store JSON-serialisable run metadata (e.g. ``backend``); it lands in ``RunResult.metadata``.
+
+    The key ``repro_args`` (a list of str) is appended to every repro command, e.g. ``["--backend", spec]``.
+    """
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"run metadata {key!r} must be JSON-serialisable: {exc}") from exc
+    if key == "repro_args" and not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
+        raise TypeError("run metadata 'repro_args' must be a list of str")
+    config.stash.setdefault(_METADATA_KEY, {})[key] = value
+    recorder = config.stash.get(_RECORDER_KEY, None)
+    if recorder is not None:
+        recorder.metadata_added(key, value)
+
+
+def set_case_params(item: pytest.Item, params: dict[str, Any]) -> None:
+    """Set (or override) the recorded params of one case; call it where the item lives (collection/setup)."""
+    props = item.user_properties
+    for name, value in params.items():
+        prop = PARAM_PREFIX + name
+        props[:] = [p for p in props if p[0] != prop]
+        props.append((prop, stringify_param(value)))
+
+
+def stringify_param(value: Any) -> str:
+    """Readable param values: ``float16`` for torch dtypes, ``257x129x65`` for shapes, else ``str``."""
+    kind = type(value)
+    if kind.__module__ == "torch" and kind.__name__ == "dtype":
+        return str(value).removeprefix("torch.")
+    if isinstance(value, (tuple, list)) and value and all(type(v) is int for v in value):
+        return "x".join(str(v) for v in value)
+    return str(value)
+
+
+def chapter_of(nodeid: str) -> str:
+    """``conformance/test_mm_out.py::test_x[...]`` -> ``mm_out``; any other file -> its stem."""
+    stem = Path(nodeid.split("::", 1)[0]).stem
+    return stem.removeprefix("test_") if stem.startswith("test_") and stem != "test_" else stem
+
+
+def repro_command(prefix: str, nodeid: str, extra_args: list[str] | None = None) -> str:
+    parts = [prefix, shlex.quote(nodeid), *(shlex.quote(arg) for arg in extra_args or [])]
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- hooks
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Runs wherever collection happens (each xdist worker): the params then ride on every report.
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        set_case_params(item, dict(callspec.params))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--results-json")
+    if not path or hasattr(config, "workerinput"):
+        return  # nothing asked for, or an xdist worker: the controller records
+    recorder = ResultRecorder(config, Path(path), config.getoption("--repro-prefix"))
+    config.stash[_RECORDER_KEY] = recorder
+    config.pluginmanager.register(recorder, "harness-results-recorder")
+
+
+class _Pending:
+    """The reports of one case seen so far (setup, call, teardown)."""
+
+    def __init__(self) -> None:
+        self.reports: dict[str, pytest.TestReport] = {}
+        self.user_properties: list[tuple[str, object]] = []
+        self.duration = 0.0
+        self.worker: str | None = None
+
+
+class ResultRecorder:
+    """Controller-side plugin: turns reports into CaseResults, journals them, writes the final file."""
+
+    def __init__(self, config: pytest.Config, path: Path, repro_prefix: str) -> None:
+        self.config = config
+        self.path = path
+        self.repro_prefix = repro_prefix
+        self.run: RunResult = new_run(capture_environment())
+        self.journal = ResultJournal(path)
+        self._pending: dict[str, _Pending] = {}
+        self._crashed: set[str] = set()
+        self._recorded_tests = 0
+        self._summary_line: str | None = None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.config.stash.setdefault(_METADATA_KEY, {})
+
+    def metadata_added(self, key: str, value: Any) -> None:
+        if self.journal.is_open:
+            self.journal.add_metadata(key, value)
+
+    # -- session -----------------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # A stale final file from an earlier run would hide this run's journal if this run is killed.
+        self.path.unlink(missing_ok=True)
+        self.run.metadata = dict(self.metadata)
+        self.journal.start(self.run)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # A module that fails to import has no test reports at all; record it so the chapter is not silent.
+        if report.failed:
+            self._record(
+                CaseResult(
+                    id=report.nodeid,
+                    chapter=chapter_of(report.nodeid),
+                    params={},
+                    outcome="error",
+                    message="collection failed: " + _failure_text(report),
+                    repro=self._repro(report.nodeid),
+                    duration_s=0.0,
+                    worker=None,
+                )
+            )
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
+        self._crashed.add(crashitem)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        pending = self._pending.setdefault(report.nodeid, _Pending())
+        pending.duration += float(getattr(report, "duration", 0.0) or 0.0)
+        pending.worker = pending.worker or _worker_of(report)
+        if report.user_properties:
+            pending.user_properties = list(report.user_properties)
+        if _is_crash_report(report, self._crashed):
+            self._finish(report.nodeid, crash=report)
+            return
+        pending.reports[report.when] = report
+        if report.when == "teardown":
+            self._finish(report.nodeid)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        for nodeid in list(self._pending):
+            self._finish(nodeid)  # interrupted mid-case: keep what its reports say
+        reason = self._incomplete_reason(session, exitstatus)
+        self.run.metadata = dict(self.metadata)
+        if reason:
+            self.run.metadata["incomplete_reason"] = reason
+        self.run.complete = reason is None
+        self.run.finished_at = utc_now()
+        write_results(self.path, self.run)
+        self.journal.discard()
+        self._summary_line = summary_line(self.path, self.run)
+        if reason:
+            self._summary_line += f" INCOMPLETE: {reason}"
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self._summary_line:
+            terminalreporter.write_line(self._summary_line)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.journal.close()  # keeps the journal if sessionfinish never wrote the final file
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _incomplete_reason(self, session: pytest.Session, exitstatus: int) -> str | None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return "interrupted"
+        if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+            return "pytest internal error"
+        if exitstatus == pytest.ExitCode.USAGE_ERROR:
+            return "pytest usage error"
+        collected = int(getattr(session, "testscollected", 0) or 0)
+        if self._recorded_tests < collected and not self.config.getoption("collectonly"):
+            return f"{collected - self._recorded_tests} of {collected} collected tests have no result"
+        return None
+
+    def _repro(self, nodeid: str) -> str:
+        extra = self.metadata.get("repro_args")
+        return repro_command(self.repro_prefix, nodeid, extra if isinstance(extra, list) else None)
+
+    def _finish(self, nodeid: str, crash: pytest.TestReport | None = None) -> None:
+        pending = self._pending.pop(nodeid, None) or _Pending()
+        if crash is not None:
+            outcome, message = "crashed", _failure_text(crash)
+        else:
+            outcome, message = _outcome(pending.reports)
+        params = {
+            str(name).removeprefix(PARAM_PREFIX): str(value)
+            for name, value in pending.user_properties
+            if str(name).startswith(PARAM_PREFIX)
+        }
+        self._recorded_tests += 1
+        self._record(
+            CaseResult(
+                id=nodeid,
+                chapter=chapter_of(nodeid),
+                params=params,
+                outcome=outcome,
+                message=message,
+                repro=self._repro(nodeid),
+                duration_s=round(pending.duration, 6),
+                worker=pending.worker,
+            )
+        )
+
+    def _record(self, case: CaseResult) -> None:
+        self.run.cases.append(case)
+        self.journal.add_case(case)
+
+
+def summary_line(path: Path, run: RunResult) -> str:
+    """``results: PATH (N passed, N failed, N skipped, N crashed)``, plus any other outcome that occurred."""
+    counts = run.summary()["outcomes"]
+    always = ("passed", "failed", "skipped", "crashed")
+    parts = [f"{counts[name]} {name}" for name in always]
+    parts += [f"{count} {name}" for name, count in counts.items() if name not in always and count]
+    return f"results: {path} ({', '.join(parts)})"
+
+
+def _is_crash_report(report: pytest.TestReport, crashed: set[str]) -> bool:
+    # xdist builds the crash report itself with when="???" and a plain-string longrepr.
+    if report.nodeid in crashed:
+        return True
+    unknown_phase = report.when not in ("setup", "call", "teardown")
+    return unknown_phase and " crashed while running " in str(report.longrepr)
+
+
+def _worker_of(report: pytest.TestReport) -> str | None:
+    worker = getattr(report, "worker_id", None)  # set on reports deserialised from an xdist worker
+    if worker:
+        return str(worker)
+    gateway = getattr(getattr(report, "node", None), "gateway", None)  # xdist's own crash report
+    return str(gateway.id) if gateway is not None else None
+
+
+def _outcome(reports: dict[str, pytest.TestReport]) -> tuple[str, str]:
+    """One outcome per case from its phase reports: setup problems first, then call, then teardown."""
+    setup, call, teardown = reports.get("setup"), reports.get("call"), reports.get("teardown")
+    if setup is not None and setup.failed:
+        return "error", _failure_text(setup)
+    if setup is not None and setup.skipped:
+        return _skip_outcome(setup)
+    if call is None:
+        return "error", "the test did not run to completion (interrupted before its call phase ended)"
+    if call.skipped:
+        outcome, message = _skip_outcome(call)
+    elif call.failed:
+        outcome, message = "failed", _failure_text(call)
+    elif hasattr(call, "wasxfail"):
+        outcome, message = "xpassed", str(call.wasxfail)
+    else:
+        outcome, message = "passed", ""
+    if teardown is not None and teardown.failed:
+        teardown_text = _failure_text(teardown)
+        if outcome == "failed":
+            return outcome, _truncate(f"{message}\n(teardown also failed: {teardown_text})")
+        return "error", "teardown failed: " + teardown_text
+    return outcome, message
+
+
+def _skip_outcome(report: pytest.TestReport) -> tuple[str, str]:
+    if hasattr(report, "wasxfail"):
+        return "xfailed", str(report.wasxfail)
+    longrepr = report.longrepr
+    # A skip's longrepr is (path, lineno, "Skipped: reason"); xdist may turn the tuple into a list.
+    reason = str(longrepr[2]) if isinstance(longrepr, (tuple, list)) and len(longrepr) == 3 else str(longrepr)
+    return "skipped", _truncate(reason.removeprefix("Skipped: "))
+
+
+def _failure_text(report: pytest.TestReport | pytest.CollectReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    if message:
+        return _truncate(str(message))
+    return _truncate(str(report.longrepr))
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= MESSAGE_LIMIT:
+        return text
+    return text[:MESSAGE_LIMIT] + f"\n… ({len(text) - MESSAGE_LIMIT} more characters)"
