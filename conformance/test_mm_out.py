@@ -229,6 +229,10 @@ def _busy_stream_inputs(
         a = torch.full_like(a_src, float("nan"))
         torch.cuda._sleep(1_000_000_000)  # ~0.5 s of spinning on the stream
         a.copy_(a_src)
+    # a_src was allocated on another stream and is read on `stream` later: without this, freeing it on
+    # return would let the caching allocator hand its memory to the next allocation before the copy ran.
+    a_src.record_stream(stream)
+    b.record_stream(stream)
     return a, b, expected.float()
 
 
