@@ -94,7 +94,7 @@ def conformance(session: nox.Session) -> None:
     _run_suite(session, "conformance", ["conformance"])
 
 
-@nox.session
+@nox.session(tags=["matrix"])
 @nox.parametrize("dtype", DTYPES)
 @nox.parametrize("chapter", CHAPTERS)
 def conformance_cell(session: nox.Session, chapter: str, dtype: str) -> None:

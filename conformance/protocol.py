@@ -26,7 +26,26 @@ Part ``mm_out`` (chapter ``mm_out``; SPEC §1c)
     float32 without TF32. The first argument of the Python method is the backend itself, so the
     protocol calls the second operand ``self_``; error messages still call it ``self``.
 
-Later chapters add the lowering and runtime parts (see their issues); they follow the same rules.
+Part ``view_pass`` (chapter ``lowering``; SPEC §1a)
+    ``view_copy_pass(graph_module) -> ViewPassOutcome`` runs the backend's ReplaceViewCopyWithViewPass on a
+    torch.fx ``GraphModule`` (ATen ops, edge-like: views already functionalized into ``*_copy`` ops) and
+    returns an object with ``graph_module`` (the result, runnable), ``rewritten`` (names of nodes turned
+    into views) and ``refused`` (node name → reason). The suite checks both the verdicts and the numerics.
+
+Part ``lowering`` (chapter ``lowering``; SPEC §1a)
+    ``lower(methods, *, device) -> bytes``: ``methods`` maps a method name to ``(nn.Module, example
+    inputs)``; the backend exports, transforms and compiles every method for ``device`` ("cpu" or "cuda")
+    and returns one program file (its format is the backend's own business). A backend that cannot lower
+    something raises ``ValueError`` (unsupported kernels, bad names) naming what and why.
+
+Part ``runtime`` (chapters ``runtime``, ``multi_method``, ``streams_threads``, ``bad_inputs``; SPEC §1b)
+    ``init(program: bytes, method: str) -> handle``; ``execute(handle, inputs, outputs=None) -> list of
+    tensors``; ``destroy(handle)``; ``set_option(key, value)`` / ``get_option(key)`` (backend-wide, before
+    and after init, effective on the next execute); ``execute_stats(handle) -> {"h2d_bytes": int,
+    "d2h_bytes": int}`` for the handle's last execute. Outputs are CPU tensors unless the handle's method
+    is named in option ``skip_copy_output_to_cpu_for_method``; then they are ordinary CUDA tensors, safe
+    to read on any stream once execute returns. A corrupt program, an unknown method, a destroyed handle
+    or wrong inputs raise ``ValueError`` naming the argument and the rule.
 """
 
 from __future__ import annotations
@@ -58,6 +77,9 @@ class MmOutBackend(Backend, Protocol):
 #: Protocol part name → the attributes a backend needs for that part. Chapters skip on a missing part.
 PARTS: dict[str, tuple[str, ...]] = {
     "mm_out": ("mm_out",),
+    "view_pass": ("view_copy_pass",),
+    "lowering": ("lower",),
+    "runtime": ("init", "execute", "destroy", "set_option", "get_option", "execute_stats"),
 }
 
 
