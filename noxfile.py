@@ -109,3 +109,22 @@ def lint(session: nox.Session) -> None:
     if _uses_venv(session):
         session.install("ruff")
     session.run(_python(session), "-m", "ruff", "check", ".")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Render the dashboard from result files (default: results/*.json) into site/.
+
+    ``-- --baseline DIR_OR_JSON --fail-on-regression`` compares with a baseline and exits non-zero on a
+    regression or a newly failing case, so CI can gate on it.
+    """
+    _install(session)
+    session.run(_python(session), "-m", "reports.dashboard", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks (mm_out vs torch.mm, thread scaling, pipelines, lowering costs) into results/bench.json."""
+    _install(session)
+    RESULTS.mkdir(exist_ok=True)
+    session.run(_python(session), "-m", "harness.bench", f"--out={RESULTS / 'bench.json'}", *session.posargs)
