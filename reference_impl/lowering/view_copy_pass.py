@@ -1,0 +1,500 @@
+"""``ReplaceViewCopyWithViewPass``: turn edge ``*_copy`` ops back into views wherever nobody can tell.
+
+A copy is a snapshot; a view is a window onto live memory. Retargeting ``slice_copy`` to ``slice`` saves a
+kernel and a buffer, and is only correct when nothing can observe the difference. Upstream (ExecuTorch's CUDA
+backend) checks the node's users only, and misses a mutation of the *source* after the slice, which turns the
+snapshot into a live view. This pass rewrites every ``*_copy`` op that has a view twin, refusing whenever:
+
+1. ``call-method-user``  a user is a ``call_method`` node (no schema describes its effect);
+2. ``written-by-user``   a user's schema marks the argument it receives as written (in-place or ``out=``);
+3. ``view-user``         a user is itself a view / view-copy / otherwise aliasing op (upstream's rule);
+4. ``source-mutated``    the base (or any alias of it) is written after the node, in the graph or by the
+                         program's buffer / user-input write-back;
+5. ``aliases-output``    the result or its base aliases a written-back output, or the result is returned and
+                         would alias an input, a buffer or another output;
+6. ``opaque-container``  the value reaches a user through something the pass cannot see through (a list
+                         argument the op may write, a nested list, a ``getitem`` chain, an op without schema);
+7. ``not-viewable``      the view op itself would fail on the base's layout (``view`` on clashing strides).
+
+Only the top-level graph is visited. Rewritten nodes get a ``meta["val"]`` with the view's real strides and
+storage offset, and the graph's fake values are refreshed downstream.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.export.graph_signature import ExportGraphSignature
+from torch.fx import GraphModule, Node
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from reference_impl.lowering.edge import (
+    COPY_TO_VIEW,
+    VIEW_TO_COPY,
+    fake_arguments,
+    quiet_pytree_deprecation,
+    refresh_fake_meta,
+)
+
+__all__ = [
+    "Reason",
+    "Refusal",
+    "ReplaceViewCopyWithViewPass",
+    "Rewrite",
+    "ViewPassReport",
+    "run_view_copy_pass",
+]
+
+
+class Reason(str, Enum):
+    """Why a ``*_copy`` node was left alone; the value is the short id the report and tests use."""
+
+    CALL_METHOD_USER = "call-method-user"
+    WRITTEN_BY_USER = "written-by-user"
+    VIEW_USER = "view-user"
+    SOURCE_MUTATED = "source-mutated"
+    ALIASES_OUTPUT = "aliases-output"
+    OPAQUE_CONTAINER = "opaque-container"
+    NOT_VIEWABLE = "not-viewable"
+
+
+# Rule order decides which reason a node reports when several apply.
+_RANK = {reason: rank for rank, reason in enumerate(Reason)}
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    node: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    node: str
+    op: str
+    reason: Reason
+    detail: str
+
+
+@dataclass
+class ViewPassReport:
+    """What one run did: every rewrite (op before → after) and every refusal (reason id + a sentence)."""
+
+    rewrites: list[Rewrite] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
+
+    def reason_for(self, node_name: str) -> Reason | None:
+        return next((r.reason for r in self.refusals if r.node == node_name), None)
+
+    def refusal_counts(self) -> dict[str, int]:
+        return dict(Counter(r.reason.value for r in self.refusals))
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(self.refusal_counts().items())) or "none"
+        return f"{len(self.rewrites)} rewritten, {len(self.refusals)} refused ({counts})"
+
+
+_Verdict = tuple[Reason, str]
+
+
+# --- schema helpers
+
+
+def _bound_arguments(node: Node) -> list[tuple[Any, Any]]:
+    """(schema argument, value) pairs of an OpOverload call, positional and keyword alike."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    bound = []
+    for index, argument in enumerate(schema.arguments):
+        if index < len(node.args) and not argument.kwarg_only:
+            bound.append((argument, node.args[index]))
+        elif argument.name in node.kwargs:
+            bound.append((argument, node.kwargs[argument.name]))
+    return bound
+
+
+def _nodes_in(value: Any) -> list[Node]:
+    if isinstance(value, Node):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [n for item in value for n in _nodes_in(item)]
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _nodes_in(item)]
+    return []
+
+
+def _is_write(argument: Any) -> bool:
+    return argument.alias_info is not None and argument.alias_info.is_write
+
+
+def _aliased_sets(op: OpOverload) -> set[str]:
+    return {s for r in op._schema.returns if r.alias_info is not None for s in r.alias_info.before_set}
+
+
+def _is_aliasing_op(op: Any) -> bool:
+    """A view, a view-copy, or any op whose output may share an input's memory without writing it."""
+    if op in COPY_TO_VIEW or op in VIEW_TO_COPY:
+        return True
+    if not isinstance(op, OpOverload):
+        return False
+    returned = _aliased_sets(op)
+    return any(
+        a.alias_info is not None and not a.alias_info.is_write and set(a.alias_info.before_set) & returned
+        for a in op._schema.arguments
+    )
+
+
+def _returns_list(node: Node) -> bool:
+    return isinstance(node.target, OpOverload) and any(
+        str(r.type).startswith("List[") for r in node.target._schema.returns
+    )
+
+
+def _may_hold_tensor(node: Node) -> bool:
+    # Without a fake value we cannot rule a tensor out, so we assume one.
+    if "val" not in node.meta:
+        return True
+    return _holds_tensor(node.meta["val"])
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(item) for item in value)
+    return isinstance(value, torch.Tensor)
+
+
+def _output(graph: torch.fx.Graph) -> Node:
+    return next(n for n in reversed(graph.nodes) if n.op == "output")
+
+
+def _is_getitem(node: Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem
+
+
+# --- alias analysis
+
+
+class _AliasGraph:
+    """Which storages (named by the node that made them) each value may share, and who writes what, when.
+
+    ``as_views`` are ``*_copy`` nodes treated as already rewritten: their value shares their base's storage.
+    Anything the analysis does not understand aliases all its inputs and writes all of them: conservative.
+    """
+
+    def __init__(self, graph: torch.fx.Graph, as_views: set[Node]) -> None:
+        self.order: dict[Node, int] = {}
+        self.roots: dict[Node, frozenset[Node]] = {}
+        self.writes: list[tuple[int, Node, frozenset[Node]]] = []
+        for index, node in enumerate(graph.nodes):
+            self.order[node] = index
+            self.roots[node] = self._roots(node, as_views)
+            written = self._written(node)
+            if written:
+                roots = frozenset().union(*(self.roots_of(n) for n in written))
+                self.writes.append((index, node, roots))
+
+    def roots_of(self, node: Node) -> frozenset[Node]:
+        return self.roots.get(node, frozenset({node}))
+
+    def _union(self, nodes: list[Node]) -> frozenset[Node]:
+        return frozenset().union(*(self.roots_of(n) for n in nodes))
+
+    def _roots(self, node: Node, as_views: set[Node]) -> frozenset[Node]:
+        if node.op in ("placeholder", "get_attr", "output"):
+            return frozenset({node})
+        if node in as_views:
+            return self._union(_nodes_in(node.args[0]))
+        if _is_getitem(node):
+            return self._union(_nodes_in(node.args[0])) or frozenset({node})
+        if node.op == "call_function" and isinstance(node.target, OpOverload):
+            returned = _aliased_sets(node.target)
+            sources = [
+                n
+                for argument, value in _bound_arguments(node)
+                if argument.alias_info is not None and set(argument.alias_info.before_set) & returned
+                for n in _nodes_in(value)
+            ]
+            return self._union(sources) if sources else frozenset({node})
+        return frozenset({node}) | self._union(_nodes_in((node.args, node.kwargs)))
+
+    @staticmethod
+    def _written(node: Node) -> list[Node]:
+        if node.op == "call_function" and isinstance(node.target, OpOverload):
+            return [n for a, v in _bound_arguments(node) if _is_write(a) for n in _nodes_in(v)]
+        if node.op == "call_function" and _is_getitem(node):
+            return []
+        if node.op == "call_method":
+            name = str(node.target)
+            in_place = name.endswith("_") and not name.startswith("__")
+            return _nodes_in(node.args[:1]) if in_place else []
+        if node.op in ("call_function", "call_module"):
+            return [n for n in _nodes_in((node.args, node.kwargs)) if _may_hold_tensor(n)]
+        return []
+
+
+# --- program-level mutations
+
+
+@dataclass(frozen=True)
+class _Mutations:
+    """From an export graph signature: inputs written back after the graph, and the outputs carrying them."""
+
+    placeholders: frozenset[str] = frozenset()
+    outputs: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_signature(cls, signature: ExportGraphSignature | None) -> _Mutations:
+        if signature is None:
+            return cls()
+        placeholders: set[str] = set()
+        outputs: set[str] = set()
+        for spec in signature.output_specs:
+            if not spec.kind.name.endswith("_MUTATION"):
+                continue
+            if getattr(spec.arg, "name", None):
+                outputs.add(spec.arg.name)
+            for input_spec in signature.input_specs:
+                name = getattr(input_spec.arg, "name", None)
+                if name is not None and spec.target in (input_spec.target, name):
+                    placeholders.add(name)
+        return cls(frozenset(placeholders), frozenset(outputs))
+
+
+# --- the pass
+
+
+class ReplaceViewCopyWithViewPass(PassBase):
+    """Retarget safe ``*_copy`` nodes of the top-level graph to their view twins (rules: see the module doc).
+
+    ``graph_signature`` (from the ExportedProgram) tells the pass which inputs and buffers the program writes
+    back; without it, only mutations visible in the graph are known. ``report`` describes the last call.
+    """
+
+    def __init__(self, graph_signature: ExportGraphSignature | None = None) -> None:
+        super().__init__()
+        self._mutations = _Mutations.from_signature(graph_signature)
+        self.report = ViewPassReport()
+
+    def call(self, graph_module: GraphModule) -> PassResult:
+        self.report = ViewPassReport()
+        graph = graph_module.graph
+        refused: dict[Node, _Verdict] = {}
+        views: dict[Node, Any] = {}
+        for node in graph.nodes:
+            if node.op != "call_function" or node.target not in COPY_TO_VIEW:
+                continue
+            verdict = self._local_verdict(node)
+            if verdict is None:
+                verdict, views[node] = self._view_value(node)
+            if verdict is not None:
+                refused[node] = verdict
+        accepted = [n for n in graph.nodes if n in views and n not in refused]
+        accepted = self._drop_observable(graph, accepted, refused)
+
+        for node in graph.nodes:
+            if node in refused:
+                reason, detail = refused[node]
+                self.report.refusals.append(Refusal(node.name, str(node.target), reason, detail))
+        if not accepted:
+            return PassResult(graph_module, False)
+        for node in accepted:
+            self._retarget(node, views[node])
+        graph.lint()
+        graph_module.recompile()
+        # Downstream strides can change too (a pointwise op keeps its input's layout), so refresh everything.
+        refresh_fake_meta(graph_module)
+        return PassResult(graph_module, True)
+
+    # -- rules 1, 2, 3, 6: what each user does with the value
+
+    def _local_verdict(self, node: Node) -> _Verdict | None:
+        if not isinstance(node.args[0], Node):
+            return Reason.OPAQUE_CONTAINER, "its base is not a graph value the pass can track"
+        verdicts = [v for value, user in _uses(node) if (v := _user_verdict(value, user)) is not None]
+        return min(verdicts, key=lambda v: _RANK[v[0]], default=None)
+
+    # -- rule 7: the view must exist for the base's layout; its fake value gives truthful strides
+
+    @staticmethod
+    def _view_value(node: Node) -> tuple[_Verdict | None, Any]:
+        view = COPY_TO_VIEW[node.target]  # type: ignore[index]
+        try:
+            args, kwargs = fake_arguments(node)
+        except LookupError:
+            if view in _LAYOUT_DEPENDENT_VIEWS:
+                return (
+                    Reason.NOT_VIEWABLE,
+                    f"no fake value proves {view} is legal for the base's strides",
+                ), None
+            return None, None
+        try:
+            return None, view(*args, **kwargs)
+        except Exception as error:  # the view op's own error names the layout problem
+            return (
+                Reason.NOT_VIEWABLE,
+                f"{view} fails on the base's layout: {str(error).splitlines()[0]}",
+            ), None
+
+    # -- rules 4 and 5: can anyone observe the value changing?
+
+    def _drop_observable(
+        self, graph: torch.fx.Graph, accepted: list[Node], refused: dict[Node, _Verdict]
+    ) -> list[Node]:
+        # Judging each node with every candidate already a view over-approximates aliasing; refusing some only
+        # removes aliasing, so iterating to a fixed point leaves a set that is safe together.
+        while accepted:
+            aliases = _AliasGraph(graph, set(accepted))
+            verdicts = {
+                n: v for n in accepted if (v := self._observable_verdict(n, aliases, graph)) is not None
+            }
+            if not verdicts:
+                break
+            refused.update(verdicts)
+            accepted = [n for n in accepted if n not in verdicts]
+        return accepted
+
+    def _observable_verdict(self, node: Node, aliases: _AliasGraph, graph: torch.fx.Graph) -> _Verdict | None:
+        roots = aliases.roots_of(node)
+        base = node.args[0].name  # type: ignore[union-attr]
+        written_back = sorted(
+            n.name for n in roots if n.op == "placeholder" and n.name in self._mutations.placeholders
+        )
+        if written_back:
+            source = base if written_back[0] == base else f"{base} (an alias of {written_back[0]})"
+            return Reason.SOURCE_MUTATED, (
+                f"its base {source} is written back by the program after the graph; "
+                "a view would show the new values"
+            )
+        position = aliases.order[node]
+        for index, writer, written in aliases.writes:
+            if index > position and written & roots:
+                return Reason.SOURCE_MUTATED, (
+                    f"{writer.name} ({writer.target}) writes to {base} or an alias of it later in the graph; "
+                    "the copy's snapshot would become a live view"
+                )
+        return self._output_verdict(node, roots, aliases, graph)
+
+    def _output_verdict(
+        self, node: Node, roots: frozenset[Node], aliases: _AliasGraph, graph: torch.fx.Graph
+    ) -> _Verdict | None:
+        outputs = [n for n in _nodes_in(_output(graph).args) if isinstance(n, Node)]
+        for out in outputs:
+            if out.name in self._mutations.outputs and aliases.roots_of(out) & roots:
+                return (
+                    Reason.ALIASES_OUTPUT,
+                    f"it shares memory with {out.name}, which is written back to the program",
+                )
+        mine = [o for o in outputs if o is node or (_is_getitem(o) and o.args[0] is node)]
+        if not mine:
+            return None
+        inputs = sorted(n.name for n in roots if n.op in ("placeholder", "get_attr"))
+        if inputs:
+            return (
+                Reason.ALIASES_OUTPUT,
+                f"it is returned, and as a view the output would alias input {inputs[0]}",
+            )
+        sharing = [o.name for o in outputs if aliases.roots_of(o) & roots]
+        if len(sharing) > 1:
+            return (
+                Reason.ALIASES_OUTPUT,
+                f"it is returned, and as a view outputs {', '.join(sharing)} would share memory",
+            )
+        return None
+
+    def _retarget(self, node: Node, view_value: Any) -> None:
+        before = node.target
+        node.target = COPY_TO_VIEW[before]  # type: ignore[index]
+        if view_value is not None:
+            node.meta["val"] = view_value
+            for user in node.users:
+                if _is_getitem(user) and isinstance(view_value, (list, tuple)):
+                    user.meta["val"] = view_value[user.args[1]]  # type: ignore[index]
+        self.report.rewrites.append(Rewrite(node.name, str(before), str(node.target)))
+
+
+# ``view`` needs strides compatible with the new shape; every other twin works on any layout.
+_LAYOUT_DEPENDENT_VIEWS = {
+    op
+    for op in (
+        torch.ops.aten.view.default,
+        torch.ops.aten.view.dtype,
+        getattr(torch.ops.aten, "_reshape_alias", None),
+    )
+    if op is not None
+}
+
+
+def _uses(node: Node) -> Iterator[tuple[Node, Node]]:
+    """(value, user) pairs; a list-returning op's own ``getitem`` results are seen through, one level only."""
+    for user in node.users:
+        if _returns_list(node) and _is_getitem(user) and user.args[0] is node:
+            for grand_user in user.users:
+                yield user, grand_user
+        else:
+            yield node, user
+
+
+def _user_verdict(value: Node, user: Node) -> _Verdict | None:
+    if user.op == "output":
+        return None  # rule 5, decided with the alias analysis
+    if user.op == "call_method":
+        return Reason.CALL_METHOD_USER, f"user {user.name} is a call_method ({user.target})"
+    if user.op != "call_function" or _is_getitem(user) or not isinstance(user.target, OpOverload):
+        what = (
+            "a getitem chain"
+            if _is_getitem(user)
+            else f"{user.op} {getattr(user.target, '__name__', user.target)}"
+        )
+        return Reason.OPAQUE_CONTAINER, f"user {user.name} is {what}, which the pass cannot see through"
+    if _is_aliasing_op(user.target):
+        return Reason.VIEW_USER, f"user {user.name} ({user.target}) is a view or view-copy op"
+    seen = 0
+    for argument, bound in _bound_arguments(user):
+        if bound is value:
+            seen += 1
+            if _is_write(argument):
+                return (
+                    Reason.WRITTEN_BY_USER,
+                    f"user {user.name} ({user.target}) writes its argument {argument.name}",
+                )
+            continue
+        inside = _nodes_in(bound)
+        if value not in inside:
+            continue
+        seen += 1
+        nested = isinstance(bound, (list, tuple)) and value not in bound
+        if nested or _is_write(argument):
+            return Reason.OPAQUE_CONTAINER, (
+                f"user {user.name} ({user.target}) receives it inside list argument {argument.name}, "
+                "which may be written" + (" and is nested" if nested else "")
+            )
+    if seen == 0:
+        return (
+            Reason.OPAQUE_CONTAINER,
+            f"user {user.name} receives it in an argument its schema does not name",
+        )
+    return None
+
+
+def run_view_copy_pass(
+    program: torch.export.ExportedProgram | GraphModule,
+) -> tuple[torch.export.ExportedProgram | GraphModule, ViewPassReport]:
+    """Run the pass on a copy of ``program`` (using its graph signature); return the copy and the report."""
+    if isinstance(program, GraphModule):
+        module = copy.deepcopy(program)
+        view_pass = ReplaceViewCopyWithViewPass()
+        view_pass(module)
+        return module, view_pass.report
+    with quiet_pytree_deprecation():
+        result = copy.deepcopy(program)
+    view_pass = ReplaceViewCopyWithViewPass(result.graph_signature)
+    view_pass(result.graph_module)
+    return result, view_pass.report
