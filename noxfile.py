@@ -52,32 +52,59 @@ def _cuda_device_count(session: nox.Session) -> int:
     return int(str(out).strip().splitlines()[-1])
 
 
-def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
-    """Run the conformance suite, then render the summary page even if cases failed or crashed."""
-    RESULTS.mkdir(exist_ok=True)
-    results_json = RESULTS / f"{name}.json"
-    gpus = _cuda_device_count(session)
-    # One xdist worker per GPU; xdist also turns a crashed case into a record instead of a lost run.
-    workers = gpus or min(2, os.cpu_count() or 1)
-    session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
-    failure: CommandFailed | None = None
+def _visible_gpu_ids(count: int) -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(count)]
+    return ids[:count]
+
+
+def _pytest(session: nox.Session, name: str, args: list[str], env: dict[str, str]) -> CommandFailed | None:
+    """One pytest run writing results/<name>.json and .junit.xml; returns its failure instead of raising."""
     try:
         session.run(
-            _python(session), "-m", "pytest", *selection,
+            _python(session), "-m", "pytest", *args,
             "-p", "harness.pytest_plugin",
-            f"--results-json={results_json}",
+            f"--results-json={RESULTS / f'{name}.json'}",
             f"--junitxml={RESULTS / f'{name}.junit.xml'}",
-            "-n", str(workers),
             *session.posargs,
+            env=env,
         )  # fmt: skip
     except CommandFailed as exc:
-        failure = exc
-    if results_json.exists() or Path(f"{results_json}.journal.jsonl").exists():
+        return exc
+    return None
+
+
+def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
+    """Run the conformance suite, then render the summary page even if cases failed or crashed.
+
+    One pytest-xdist worker per GPU, each pinned to its own GPU (xdist also turns a crashed case into a
+    record instead of a lost run). With two or more GPUs, the cases that need several GPUs at once run
+    afterwards in one unpinned worker, into a second result file (a shard) that the report merges.
+    """
+    RESULTS.mkdir(exist_ok=True)
+    gpus = _cuda_device_count(session)
+    workers = gpus or min(2, os.cpu_count() or 1)
+    session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
+    shards = [name]
+    if gpus >= 2:
+        pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))}
+        failures = [
+            _pytest(session, name, [*selection, "-n", str(workers), "-m", "not multi_gpu"], pinned),
+            _pytest(session, f"{name}-multi-gpu", [*selection, "-n", "1", "-m", "multi_gpu"], {}),
+        ]
+        shards.append(f"{name}-multi-gpu")
+    else:
+        failures = [_pytest(session, name, [*selection, "-n", str(workers)], {})]
+    files = [str(RESULTS / f"{s}.json") for s in shards]
+    present = [f for f in files if Path(f).exists() or Path(f"{f}.journal.jsonl").exists()]
+    if present:
         html = RESULTS / f"{name}.html"
-        session.run(_python(session), "-m", "reports", str(results_json), "-o", str(html))
-        session.log(f"results: {results_json}  junit: {RESULTS / f'{name}.junit.xml'}  page: {html}")
-    if failure is not None:
-        session.error(f"conformance run failed: pytest exit code {failure.return_code}")
+        session.run(_python(session), "-m", "reports", *present, "-o", str(html))
+        session.log(f"results: {', '.join(present)}  page: {html}")
+    # pytest exit 5 (nothing selected) is fine for the multi-GPU shard alone, never for the main run.
+    real = [f for i, f in enumerate(failures) if f and not (i > 0 and f.return_code == 5)]
+    if real:
+        session.error(f"conformance run failed: pytest exit code {real[0].return_code}")
 
 
 @nox.session

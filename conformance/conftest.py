@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections import Counter, defaultdict
 
 import pytest
@@ -11,6 +12,8 @@ import torch
 from conformance.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
 from conformance.protocol import Backend, missing_attributes
 
+#: Set by ``nox -s conformance`` on multi-GPU machines: the GPU ids the xdist workers share out, one each.
+WORKER_GPUS_ENV = "CONFORMANCE_WORKER_GPUS"
 BACKEND_KEY = pytest.StashKey[Backend]()
 SPEC_KEY = pytest.StashKey[str]()
 DTYPE_PARAM = "dtype"
@@ -36,7 +39,24 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def worker_gpu(worker: str, gpu_ids: list[str]) -> str:
+    """The GPU id xdist worker ``gwN`` is pinned to: worker N takes id N, round robin."""
+    return gpu_ids[int(worker.removeprefix("gw")) % len(gpu_ids)]
+
+
+def _gpu_ids() -> list[str]:
+    return [g.strip() for g in os.environ.get(WORKER_GPUS_ENV, "").split(",") if g.strip()]
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    gpu_ids = _gpu_ids()
+    if worker and gpu_ids:
+        # Must precede CUDA's initialisation in this worker, which reads the variable once.
+        if torch.cuda.is_initialized():
+            raise pytest.UsageError(f"{worker}: CUDA initialised before the worker could be pinned to a GPU")
+        os.environ["CUDA_VISIBLE_DEVICES"] = worker_gpu(worker, gpu_ids)
     spec = backend_spec(config.getoption("--backend"))
     try:
         backend = load_backend(spec)
@@ -49,6 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         add_run_metadata(config, "backend", {"spec": spec, "name": backend.name, "version": backend.version})
         add_run_metadata(config, "repro_args", [] if spec == DEFAULT_BACKEND else ["--backend", spec])
+        workers = getattr(config.option, "numprocesses", None)
+        if gpu_ids and isinstance(workers, int) and not worker:
+            pinned = {f"gw{i}": worker_gpu(f"gw{i}", gpu_ids) for i in range(workers)}
+            add_run_metadata(config, "worker_gpus", pinned)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
