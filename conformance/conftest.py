@@ -50,7 +50,8 @@ def _gpu_ids() -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    # xdist gives workers `workerinput`; the environment variable may be inherited from an outer run.
+    worker = config.workerinput["workerid"] if hasattr(config, "workerinput") else None
     gpu_ids = _gpu_ids()
     if worker and gpu_ids:
         # Must precede CUDA's initialisation in this worker, which reads the variable once.

@@ -33,6 +33,7 @@ def test_xdist_workers_are_pinned_and_the_mapping_is_recorded(tmp_path: Path) ->
     results = tmp_path / "results.json"
     env = {**os.environ, WORKER_GPUS_ENV: "3,7", "PROBE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["PYTEST_XDIST_WORKER"] = "gw5"  # as inherited when the self-tests themselves run under xdist
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(tmp_path / "test_probe.py"), "-p", "conformance.conftest",
          "-p", "harness.pytest_plugin", f"--results-json={results}", "-n", "2", "-q",
