@@ -1,0 +1,39 @@
+"""Errors raised by the runtime: every contract violation is a ``ValueError`` naming the argument and rule.
+
+A failure of the underlying library (AOTInductor, CUDA) stays a ``RuntimeError``. Program-format problems
+(truncated, tampered, unknown method, wrong target or toolchain) surface as the format's own
+``LoweringFormatError`` (also a ``ValueError``), with a note saying which ``init`` call hit them.
+"""
+
+from __future__ import annotations
+
+from reference_impl.runtime.options import OptionError
+
+__all__ = [
+    "DestroyedHandleError",
+    "IOSpecError",
+    "InputError",
+    "OptionError",
+    "OutputError",
+    "RuntimeArgumentError",
+]
+
+
+class RuntimeArgumentError(ValueError):
+    """An argument of ``init`` / ``execute`` / ``destroy`` / ``execute_stats`` breaks a rule."""
+
+
+class DestroyedHandleError(RuntimeArgumentError):
+    """The handle was destroyed (or is not a handle at all)."""
+
+
+class InputError(RuntimeArgumentError):
+    """``inputs`` breaks a rule: count, type, dtype, shape, layout or device."""
+
+
+class OutputError(RuntimeArgumentError):
+    """Caller-provided ``outputs`` break a rule: count, type, dtype, shape or device."""
+
+
+class IOSpecError(RuntimeArgumentError):
+    """A blob's input/output metadata (``extra["io"]``) is malformed."""
