@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,39 @@ class ReferenceBackend:
             rewritten=[r.node for r in report.rewrites],
             refused={r.node: str(r.reason.value) for r in report.refusals},
         )
+
+    # Runtime part: thin forwards, imported on use so that loading the backend stays cheap.
+    def init(self, program: bytes, method: str) -> object:
+        from reference_impl import runtime
+
+        return runtime.init(program, method)
+
+    def execute(
+        self, handle: object, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        from reference_impl import runtime
+
+        return runtime.execute(handle, inputs, outputs)  # type: ignore[arg-type]
+
+    def destroy(self, handle: object) -> None:
+        from reference_impl import runtime
+
+        runtime.destroy(handle)  # type: ignore[arg-type]
+
+    def execute_stats(self, handle: object) -> dict[str, int]:
+        from reference_impl import runtime
+
+        return runtime.execute_stats(handle)  # type: ignore[arg-type]
+
+    def set_option(self, key: str, value: object) -> None:
+        from reference_impl import runtime
+
+        runtime.set_option(key, value)
+
+    def get_option(self, key: str) -> object:
+        from reference_impl import runtime
+
+        return runtime.get_option(key)
 
 
 BACKEND = ReferenceBackend()
