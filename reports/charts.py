@@ -1,0 +1,172 @@
+"""Charts as inline SVG made with matplotlib, so a page needs no network and no script to show them.
+
+Only this module produces markup that templates insert unescaped; matplotlib escapes every text it
+writes, and ``_inline`` refuses an SVG that still contains anything active. Without matplotlib the
+charts are left out and the pages say so; nothing else depends on it.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reports import chart_cache
+from reports.formatting import scale_for
+
+# Outcome colours, shared with the stylesheet's badges.
+OUTCOME_COLOURS = {
+    "passed": "#1a7f37",
+    "xfailed": "#4ac26b",
+    "skipped": "#bf8700",
+    "failed": "#cf222e",
+    "error": "#a40e26",
+    "xpassed": "#fa4549",
+    "crashed": "#6e40c9",
+}
+_CURRENT, _BASELINE, _GRID, _TEXT = "#0969da", "#57606a", "#d8dee4", "#1f2328"
+MAX_BARS = 40
+_TICK_CHAR_IN = 0.068  # width of one 8 pt tick-label character, in inches (DejaVu Sans, on average)
+# Markup that could run or load something (links to "#id" inside the SVG are fine); text content is
+# escaped, so this only needs to look inside tags.
+_ACTIVE = re.compile(
+    r"<\s*(script|foreignObject|iframe|image|a)\b|<[^>]*\son[a-z]+\s*=|<[^>]*(href|src)\s*=\s*[\"'](?!#)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    value: float
+    spread: float
+    baseline: float | None = None
+    baseline_spread: float = 0.0
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | None) -> str | None:
+    """Horizontal bars (median ± spread), baseline as a grey tick when known; None without matplotlib."""
+    if not bars or not available():
+        return None
+    key = repr(("bar", _library_version(), title, tuple(bars), unit, better))
+    return chart_cache.cached(key, lambda: _draw_bar_chart(title, bars, unit, better), is_safe)
+
+
+def _draw_bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | None) -> str | None:
+    shown = list(bars[:MAX_BARS])
+    factor, shown_unit = scale_for(unit, max(abs(bar.value) for bar in shown) or 1.0)
+    labels = [_shorten(bar.label) for bar in shown]
+    has_baseline = any(bar.baseline is not None for bar in shown)
+    height = 0.9 + 0.3 * len(shown)
+    fig, ax = _figure(7.2, height, left=min(3.2, 0.2 + _TICK_CHAR_IN * max(map(len, labels))),
+                      bottom=0.5, top=0.35 if has_baseline else 0.12, right=0.25)  # fmt: skip
+    ys = list(range(len(shown)))[::-1]
+    values = [bar.value / factor for bar in shown]
+    errors = [bar.spread / factor for bar in shown]
+    ax.barh(ys, values, xerr=errors, height=0.62, color=_CURRENT, alpha=0.85, label="this run",
+            error_kw={"ecolor": _TEXT, "elinewidth": 1, "capsize": 2.5})  # fmt: skip
+    base = [(y, bar) for y, bar in zip(ys, shown, strict=True) if bar.baseline is not None]
+    if base:
+        ax.errorbar([bar.baseline / factor for _, bar in base if bar.baseline is not None],
+                    [y for y, _ in base], xerr=[bar.baseline_spread / factor for _, bar in base],
+                    fmt="|", markersize=14, markeredgewidth=2.2, color=_BASELINE, ecolor=_BASELINE,
+                    elinewidth=1, capsize=2, label="baseline")  # fmt: skip
+        # Above the plot, where it cannot hide a bar.
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, fontsize=8, frameon=False)
+    ax.set_yticks(ys, labels)
+    direction = {"lower": " — lower is better", "higher": " — higher is better"}.get(better or "", "")
+    ax.set_xlabel(f"{title} ({'×' if unit == 'x' else shown_unit}){direction}")
+    ax.grid(axis="x", color=_GRID, linewidth=0.8)
+    ax.set_axisbelow(True)
+    return _inline(fig, f"{title}: {len(shown)} bars")
+
+
+def outcome_history_chart(labels: Sequence[str], counts: Sequence[dict[str, int]]) -> str | None:
+    """Stacked outcome counts per run, oldest on the left."""
+    if len(labels) < 2 or not available():
+        return None
+    key = repr(
+        ("history", _library_version(), tuple(labels), tuple(tuple(sorted(c.items())) for c in counts))
+    )
+    return chart_cache.cached(key, lambda: _draw_history_chart(labels, counts), is_safe)
+
+
+def _draw_history_chart(labels: Sequence[str], counts: Sequence[dict[str, int]]) -> str | None:
+    fig, ax = _figure(9.0, 2.6, left=0.6, bottom=0.75, top=0.12, right=1.1)
+    xs = list(range(len(labels)))
+    bottoms = [0] * len(labels)
+    for outcome, colour in OUTCOME_COLOURS.items():
+        heights = [c.get(outcome, 0) for c in counts]
+        if any(heights):
+            ax.bar(xs, heights, bottom=bottoms, color=colour, width=0.7, label=outcome)
+            bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    ax.set_xticks(xs, [_shorten(label, 14) for label in labels], rotation=30, ha="right")
+    ax.set_ylabel("cases")
+    ax.grid(axis="y", color=_GRID, linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return _inline(fig, f"outcomes of the last {len(labels)} runs")
+
+
+def _figure(
+    width: float, height: float, left: float, bottom: float, top: float, right: float
+) -> tuple[Any, Any]:
+    """A figure with fixed margins in inches. Margins are set, not solved for: a layout engine would
+    draw every chart twice, which was most of the dashboard's build time."""
+    # Figure, not pyplot: no global state, no GUI backend, safe to use from any thread.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(
+        left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height
+    )
+    ax = fig.subplots()
+    ax.tick_params(labelsize=8, colors=_TEXT)
+    ax.xaxis.label.set_size(9)
+    ax.yaxis.label.set_size(9)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig, ax
+
+
+def _inline(fig: Any, description: str) -> str | None:
+    import matplotlib
+
+    buffer = io.StringIO()
+    # Text stays text (smaller, selectable, escaped by matplotlib); a fixed salt and no date make
+    # the same input give the same SVG.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "dashboard"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None}, transparent=True)
+    svg = buffer.getvalue()
+    svg = svg[svg.find("<svg") :]  # the XML prolog and DOCTYPE mean nothing inside HTML
+    # Scale with the page: keep the viewBox, drop the fixed size.
+    svg = re.sub(r'\s(width|height)="[^"]*"', "", svg[: svg.find(">")], count=2) + svg[svg.find(">") :]
+    label = html.escape(description, quote=True)
+    svg = svg.replace("<svg", f'<svg class="chart" role="img" aria-label="{label}"', 1)
+    return svg if is_safe(svg) else None
+
+
+def is_safe(svg: str) -> bool:
+    """One SVG element of ours with nothing in it that could run or load anything."""
+    return svg.startswith('<svg class="chart" ') and svg.count("<svg") == 1 and not _ACTIVE.search(svg)
+
+
+def _library_version() -> str:
+    import matplotlib
+
+    return str(matplotlib.__version__)
+
+
+def _shorten(label: str, limit: int = 48) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"

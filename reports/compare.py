@@ -1,0 +1,265 @@
+"""A run against a baseline run: a verdict per benchmark/traffic metric and the cases whose outcome changed.
+
+Metric verdict rules (``threshold_pct`` defaults to 5):
+
+* ``same``      — the relative change ``|current - baseline| / |baseline|`` is below the threshold.
+* ``ambiguous`` — the change is at or above the threshold but the intervals ``value ± spread`` overlap,
+                  so the recorded noise could explain it.
+* ``slower`` / ``faster`` — the change is at or above the threshold and the intervals are apart; which
+                  one follows the metric's ``better`` (``lower``: a larger value is slower; ``higher``: a
+                  smaller value is slower). "slower" is the word for "worse" on every metric.
+* ``changed``   — as slower/faster, but the metric has no ``better`` direction: reported, never gating.
+* ``n/a``       — the two cannot be compared (a value missing or not a number, or the units differ).
+
+A metric is matched by section (benchmarks or traffic), suite, name and metric name. Only ``slower``
+and newly failing cases count as regressions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.results import CaseResult, RunResult
+from reports.formatting import number, show_quantity
+
+DEFAULT_THRESHOLD_PCT = 5.0
+METRIC_VERDICTS: tuple[str, ...] = ("slower", "ambiguous", "changed", "faster", "same", "n/a")
+CASE_CHANGES: tuple[str, ...] = ("newly_failing", "newly_passing", "new", "removed")
+OK_OUTCOMES = frozenset({"passed", "xfailed"})
+BAD_OUTCOMES = frozenset({"failed", "error", "crashed", "xpassed"})
+# When one id appears in several shards, the worst outcome speaks for it.
+_SEVERITY_ORDER = ("passed", "xfailed", "skipped", "xpassed", "failed", "error", "crashed")
+_OUTCOME_SEVERITY = {outcome: rank for rank, outcome in enumerate(_SEVERITY_ORDER)}
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    section: str
+    suite: str
+    name: str
+    metric: str
+    unit: str
+    better: str | None
+    baseline: float | None
+    baseline_spread: float
+    current: float | None
+    current_spread: float
+    change_pct: float | None
+    verdict: str
+    note: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.section, self.suite, self.name, self.metric)
+
+    def one_line(self) -> str:
+        change = "" if self.change_pct is None else f" ({self.change_pct:+.1f}%)"
+        before = (
+            f"{show_quantity(self.baseline, self.unit)} ± {show_quantity(self.baseline_spread, self.unit)}"
+        )
+        now = f"{show_quantity(self.current, self.unit)} ± {show_quantity(self.current_spread, self.unit)}"
+        where = f"{self.section} {self.suite} / {self.name} / {self.metric}"
+        return f"{self.verdict}: {where}: {before} → {now}{change}"
+
+
+@dataclass(frozen=True)
+class CaseChange:
+    id: str
+    chapter: str
+    change: str
+    baseline_outcome: str | None
+    current_outcome: str | None
+
+    def one_line(self) -> str:
+        before, now = self.baseline_outcome or "absent", self.current_outcome or "absent"
+        return f"{self.change.replace('_', ' ')}: {self.id} ({before} → {now})"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline_run_id: str
+    baseline_started_at: str
+    threshold_pct: float
+    metrics: list[MetricComparison] = field(default_factory=list)
+    cases: list[CaseChange] = field(default_factory=list)
+
+    def metric_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(METRIC_VERDICTS, 0)
+        for item in self.metrics:
+            counts[item.verdict] += 1
+        return counts
+
+    def case_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(CASE_CHANGES, 0)
+        for item in self.cases:
+            counts[item.change] += 1
+        return counts
+
+    def regressions(self) -> list[str]:
+        """One line per slower metric and per newly failing case: what ``--fail-on-regression`` prints."""
+        lines = [m.one_line() for m in self.metrics if m.verdict == "slower"]
+        lines += [c.one_line() for c in self.cases if c.change == "newly_failing"]
+        return lines
+
+    @property
+    def verdict(self) -> str:
+        """regression > ambiguous > improved > unchanged: the first that applies."""
+        metrics, cases = self.metric_counts(), self.case_counts()
+        if metrics["slower"] or cases["newly_failing"]:
+            return "regression"
+        if metrics["ambiguous"]:
+            return "ambiguous"
+        if metrics["faster"] or cases["newly_passing"]:
+            return "improved"
+        return "unchanged"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        """The inverse of ``to_dict``; raises KeyError/TypeError on anything else."""
+        return cls(
+            baseline_run_id=str(data["baseline_run_id"]),
+            baseline_started_at=str(data["baseline_started_at"]),
+            threshold_pct=float(data["threshold_pct"]),
+            metrics=[MetricComparison(**item) for item in data["metrics"]],
+            cases=[CaseChange(**item) for item in data["cases"]],
+        )
+
+
+def compare_runs(
+    current: RunResult, baseline: RunResult, threshold_pct: float = DEFAULT_THRESHOLD_PCT
+) -> Comparison:
+    metrics: list[MetricComparison] = []
+    for section in ("benchmarks", "traffic"):
+        base = metric_index(section, getattr(baseline, section))
+        for key, metric in metric_index(section, getattr(current, section)).items():
+            if key in base:
+                metrics.append(compare_metric(key, base[key], metric, threshold_pct))
+    return Comparison(
+        baseline_run_id=baseline.run_id,
+        baseline_started_at=baseline.started_at,
+        threshold_pct=threshold_pct,
+        metrics=metrics,
+        cases=compare_cases(current.cases, baseline.cases),
+    )
+
+
+MetricKey = tuple[str, str, str, str]
+
+
+def metric_index(section: str, records: Iterable[Mapping[str, Any]]) -> dict[MetricKey, Mapping[str, Any]]:
+    """(section, suite, name, metric) → the metric's dict; a repeated suite+name gets ``#2``, ``#3``."""
+    index: dict[MetricKey, Mapping[str, Any]] = {}
+    records = list(records)
+    for record, (suite, name) in zip(records, record_keys(records), strict=True):
+        metrics = record.get("metrics")
+        if not isinstance(metrics, Mapping):
+            continue
+        for metric_name, metric in metrics.items():
+            if isinstance(metric, Mapping):
+                index[(section, suite, name, str(metric_name))] = metric
+    return index
+
+
+def record_keys(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(suite, name) per record, in order; the second record with the same pair is named ``name#2``."""
+    keys: list[tuple[str, str]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for record in records:
+        suite, name = str(record.get("suite", "")), str(record.get("name", ""))
+        seen[(suite, name)] = seen.get((suite, name), 0) + 1
+        keys.append((suite, name if seen[(suite, name)] == 1 else f"{name}#{seen[(suite, name)]}"))
+    return keys
+
+
+def compare_metric(
+    key: MetricKey, baseline: Mapping[str, Any], current: Mapping[str, Any], threshold_pct: float
+) -> MetricComparison:
+    section, suite, name, metric_name = key
+    b, c = number(baseline.get("value")), number(current.get("value"))
+    sb, sc = _spread(baseline), _spread(current)
+    unit, better = str(current.get("unit", "")), _better(current)
+
+    def result(verdict: str, change: float | None, note: str = "") -> MetricComparison:
+        return MetricComparison(
+            section, suite, name, metric_name, unit, better, b, sb, c, sc, change, verdict, note
+        )
+
+    if b is None or c is None:
+        return result("n/a", None, "no numeric value in " + ("the baseline" if b is None else "this run"))
+    if str(baseline.get("unit", "")) != unit:
+        return result("n/a", None, f"unit changed from {baseline.get('unit')!r} to {unit!r}")
+    return result(metric_verdict(b, sb, c, sc, better, threshold_pct), relative_change_pct(b, c))
+
+
+def metric_verdict(
+    baseline: float, baseline_spread: float, current: float, current_spread: float,
+    better: str | None, threshold_pct: float,
+) -> str:  # fmt: skip
+    """The rule in the module docstring, on plain numbers."""
+    change = relative_change_pct(baseline, current)
+    if abs(change) < threshold_pct:
+        return "same"
+    # Closed intervals: touching counts as overlapping, since the spread is only an estimate.
+    apart = (
+        current - current_spread > baseline + baseline_spread
+        or baseline - baseline_spread > current + current_spread
+    )
+    if not apart:
+        return "ambiguous"
+    if better == "lower":
+        return "slower" if current > baseline else "faster"
+    if better == "higher":
+        return "slower" if current < baseline else "faster"
+    return "changed"
+
+
+def relative_change_pct(baseline: float, current: float) -> float:
+    if baseline == 0:
+        return 0.0 if current == 0 else math.copysign(math.inf, current)
+    return (current - baseline) / abs(baseline) * 100.0
+
+
+def compare_cases(current: Iterable[CaseResult], baseline: Iterable[CaseResult]) -> list[CaseChange]:
+    """Newly failing, newly passing, new and removed cases, in that order, by case id."""
+    now, before = _outcomes_by_id(current), _outcomes_by_id(baseline)
+    buckets: dict[str, list[CaseChange]] = {change: [] for change in CASE_CHANGES}
+    for case_id, (chapter, outcome) in now.items():
+        if case_id not in before:
+            buckets["new"].append(CaseChange(case_id, chapter, "new", None, outcome))
+            continue
+        old = before[case_id][1]
+        if old in OK_OUTCOMES and outcome in BAD_OUTCOMES:
+            buckets["newly_failing"].append(CaseChange(case_id, chapter, "newly_failing", old, outcome))
+        elif old in BAD_OUTCOMES and outcome in OK_OUTCOMES:
+            buckets["newly_passing"].append(CaseChange(case_id, chapter, "newly_passing", old, outcome))
+    for case_id, (chapter, outcome) in before.items():
+        if case_id not in now:
+            buckets["removed"].append(CaseChange(case_id, chapter, "removed", outcome, None))
+    return [item for change in CASE_CHANGES for item in buckets[change]]
+
+
+def _outcomes_by_id(cases: Iterable[CaseResult]) -> dict[str, tuple[str, str]]:
+    result: dict[str, tuple[str, str]] = {}
+    for case in cases:
+        known = result.get(case.id)
+        if known is None or _OUTCOME_SEVERITY.get(case.outcome, 0) > _OUTCOME_SEVERITY.get(known[1], 0):
+            result[case.id] = (case.chapter, case.outcome)
+    return result
+
+
+def _spread(metric: Mapping[str, Any]) -> float:
+    # A missing or nonsensical spread means "no noise figure": the intervals shrink to points.
+    spread = number(metric.get("spread"))
+    return abs(spread) if spread is not None else 0.0
+
+
+def _better(metric: Mapping[str, Any]) -> str | None:
+    better = metric.get("better")
+    return better if better in ("lower", "higher") else None

@@ -1,0 +1,170 @@
+"""``python -m reports.dashboard [RESULTS ...] [-o site/] [--baseline B] [--fail-on-regression] ...``
+
+Builds the static dashboard: ``index.html`` (run history, newest first) and ``runs/<run>.html`` per run.
+
+Inputs are result files or directories (default: ``results/``; ``*.json`` plus journals of runs that
+never finished). Files of the same ``run_id`` are shards of one run and merge; ``--merge`` merges all
+inputs into one run (e.g. a conformance file and a benchmark file from the same CI job).
+
+Exit status:
+
+* 0 — site written; no regression gate, or nothing regressed.
+* 1 — ``--fail-on-regression`` and a metric is "slower" or a case newly fails (one line each on stdout).
+* 2 — an input could not be read: each bad file is named on one line on stderr. The readable inputs are
+  still rendered, with the bad files listed on the index page, so a CI job keeps a dashboard to look
+  at while the job fails loudly. With no readable input, or an unreadable baseline, nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.results import ResultFileError, RunResult
+from reports import chart_cache
+from reports.compare import DEFAULT_THRESHOLD_PCT, Comparison, compare_runs
+from reports.history import HistoryRun, load_history, run_slug, save_to_history
+from reports.inputs import load_inputs
+from reports.site import SiteInfo, SiteRun, write_site
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+DEFAULT_INPUT = "results"
+CHART_CACHE = "chart-cache"  # inside --history: SVGs reused by later builds
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m reports.dashboard",
+        description="Render the conformance/benchmark dashboard (a static site) from result files.",
+    )
+    p.add_argument("results", nargs="*", help=f"result files or directories (default: {DEFAULT_INPUT}/)")
+    p.add_argument("-o", "--output", default="site", help="site directory to write (default: %(default)s)")
+    p.add_argument("--baseline", help="result file or directory to compare against (read as one run)")
+    p.add_argument(
+        "--threshold-pct",
+        type=float,
+        default=DEFAULT_THRESHOLD_PCT,
+        help="relative change below which a metric is 'same' (default: %(default)s)",
+    )
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit 1 when a metric is 'slower' or a case newly fails against the baseline",
+    )
+    p.add_argument("--history", help="directory of earlier runs; this build's runs are added to it")
+    p.add_argument("--merge", action="store_true", help="merge all inputs into one run (as shards)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.threshold_pct < 0:
+        return _fail("--threshold-pct must be zero or more")
+
+    inputs = load_inputs(args.results or [DEFAULT_INPUT], merge_all=args.merge)
+    for line in inputs.notices:
+        print(f"note: {line}", file=sys.stderr)
+    for line in inputs.errors:
+        print(f"error: {line}", file=sys.stderr)
+    if not inputs.runs:
+        if not inputs.errors:
+            print(f"error: no result files in {' '.join(args.results or [DEFAULT_INPUT])}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    baseline: RunResult | None = None
+    if args.baseline:
+        try:
+            baseline = load_baseline(args.baseline)
+        except ResultFileError as exc:
+            return _fail(f"baseline: {exc}")
+
+    new_runs = [
+        SiteRun(
+            loaded,
+            None if baseline is None else compare_runs(loaded.run, baseline, args.threshold_pct),
+            is_new=True,
+        )
+        for loaded in inputs.runs
+    ]
+    warnings: list[str] = []
+    site_runs = new_runs
+    if args.history:
+        old, warnings = load_history(Path(args.history))
+        site_runs = merge_history(new_runs, old)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+
+    out = Path(args.output)
+    cache = Path(args.history) / CHART_CACHE if args.history else None
+    info = SiteInfo(
+        load_errors=inputs.errors,
+        warnings=warnings,
+        baseline=baseline.run_id if baseline else "",
+        threshold_pct=args.threshold_pct,
+    )
+    try:
+        with chart_cache.stored_in(cache):
+            write_site(out, site_runs, info)
+        if args.history:
+            for entry in site_runs:
+                if entry.is_new:
+                    save_to_history(Path(args.history), HistoryRun(entry.loaded, entry.comparison))
+    except OSError as exc:
+        return _fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}")
+
+    print(f"wrote {out / 'index.html'}: {len(site_runs)} run(s), {len(new_runs)} from this build")
+    regressions = report_regressions(new_runs)
+    if inputs.errors:
+        return EXIT_BAD_INPUT
+    if args.fail_on_regression and regressions:
+        return EXIT_REGRESSION
+    return EXIT_OK
+
+
+def load_baseline(path: str) -> RunResult:
+    """All files under the baseline path are read as shards of one run; any unreadable one is an error."""
+    loaded = load_inputs([path], merge_all=True)
+    if loaded.errors:
+        raise ResultFileError(loaded.errors[0])
+    if not loaded.runs:
+        raise ResultFileError(f"{path}: no result files")
+    return loaded.runs[0].run
+
+
+def merge_history(new_runs: Sequence[SiteRun], old: Sequence[HistoryRun]) -> list[SiteRun]:
+    """This build's runs replace history entries of the same run; a re-render without a baseline keeps
+    the verdict recorded earlier."""
+    kept = {run_slug(h.loaded.run.run_id): h for h in old}
+    merged: list[SiteRun] = []
+    for entry in new_runs:
+        earlier = kept.pop(entry.slug, None)
+        if entry.comparison is None and earlier is not None:
+            entry = SiteRun(entry.loaded, earlier.comparison, is_new=True)
+        merged.append(entry)
+    merged.extend(SiteRun(h.loaded, h.comparison, is_new=False) for h in kept.values())
+    return merged
+
+
+def report_regressions(runs: Sequence[SiteRun]) -> list[str]:
+    """Print one line per regression of this build's runs (whether or not they gate the exit status)."""
+    lines: list[str] = []
+    for entry in runs:
+        comparison: Comparison | None = entry.comparison
+        if comparison is None:
+            continue
+        for line in comparison.regressions():
+            lines.append(f"REGRESSION [{entry.loaded.run.run_id} vs {comparison.baseline_run_id}] {line}")
+    for line in lines:
+        print(line)
+    return lines
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Finding and loading the result files a dashboard is built from, and grouping shards into runs.
+
+A directory contributes its ``*.json`` files plus any journal (``X.json.journal.jsonl``) whose final file
+is missing — a run that was killed. Explicitly named files are read as given; ``*.junit.xml`` and other
+non-JSON files are skipped with a notice, so ``results/*`` works from a shell.
+
+Errors never stop the loading: every unreadable file becomes one line naming it, and the caller decides
+(the dashboard renders what could be read and still exits 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.results import JOURNAL_SUFFIX, ResultFileError, RunResult, load_results, merge_runs
+
+
+@dataclass
+class LoadedRun:
+    """One dashboard run: a result file, or several shards merged; ``sources`` are the files, in order."""
+
+    run: RunResult
+    sources: list[str]
+
+
+@dataclass
+class Inputs:
+    runs: list[LoadedRun] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+
+def find_result_files(paths: Sequence[str | os.PathLike[str]], inputs: Inputs) -> list[Path]:
+    """The result files to load, each once: a journal is named by its final file (load_results reads it)."""
+    targets: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = _scan_directory(path)
+            if not found:
+                inputs.notices.append(f"{path}: no result files (*.json) in this directory")
+            targets.extend(found)
+        elif path.name.endswith(JOURNAL_SUFFIX):
+            targets.append(path.with_name(path.name.removesuffix(JOURNAL_SUFFIX)))
+        elif path.suffix == ".json" or not path.exists():
+            targets.append(path)  # a missing file is reported by load_results, journal fallback included
+        else:
+            inputs.notices.append(f"{path}: skipped, not a .json result file")
+    unique: dict[str, Path] = {}
+    for target in targets:
+        unique.setdefault(os.path.normpath(target), target)
+    return list(unique.values())
+
+
+def _scan_directory(directory: Path) -> list[Path]:
+    finals = sorted(p for p in directory.glob("*.json") if p.is_file())
+    orphans = sorted(
+        p.with_name(p.name.removesuffix(JOURNAL_SUFFIX))
+        for p in directory.glob("*" + JOURNAL_SUFFIX)
+        if not p.with_name(p.name.removesuffix(JOURNAL_SUFFIX)).exists()
+    )
+    return finals + orphans
+
+
+def load_inputs(paths: Sequence[str | os.PathLike[str]], merge_all: bool = False) -> Inputs:
+    """Load every result file; shards of one run (same run_id, or all of them with ``merge_all``) merge."""
+    inputs = Inputs()
+    loaded: list[tuple[str, RunResult]] = []
+    for path in find_result_files(paths, inputs):
+        try:
+            loaded.append((str(path), load_results(path)))
+        except ResultFileError as exc:
+            inputs.errors.append(str(exc))
+    inputs.runs = group_runs(loaded, merge_all)
+    return inputs
+
+
+def group_runs(loaded: Sequence[tuple[str, RunResult]], merge_all: bool = False) -> list[LoadedRun]:
+    """Group by run_id (first appearance order) and merge each group's shards."""
+    groups: dict[str, list[tuple[str, RunResult]]] = {}
+    for source, run in loaded:
+        groups.setdefault("*" if merge_all else run.run_id, []).append((source, run))
+    return [merge_shards(group) for group in groups.values()]
+
+
+def merge_shards(shards: Sequence[tuple[str, RunResult]]) -> LoadedRun:
+    runs = [run for _, run in shards]
+    merged = merge_runs(runs)
+    ids = {run.run_id for run in runs}
+    if len(runs) > 1 and len(ids) == 1:
+        # Shards of one run keep its id rather than merge_runs' "merged:a,a".
+        merged = dataclasses.replace(merged, run_id=runs[0].run_id)
+    return LoadedRun(merged, [source for source, _ in shards])

@@ -1,0 +1,584 @@
+"""View models for the dashboard pages: everything a template shows, computed here as plain data.
+
+Templates only lay these out, so every decision (ordering, grouping, formatting) is testable in Python.
+Strings taken from result files stay untouched here; the autoescaping templates escape them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from harness.results import OUTCOMES, CaseResult, RunResult
+from reports import charts, formatting
+from reports.compare import Comparison, MetricComparison, record_keys
+from reports.formatting import ShownValue, show_bytes, show_metric, show_quantity
+from reports.inputs import LoadedRun
+from reports.matrix import ChapterMatrix, build_matrices
+from reports.summary import PROBLEM_OUTCOMES, backend_label
+
+_RECORD_KEYS = frozenset({"suite", "name", "params", "primary", "metrics", "conditions"})
+_VERDICT_ORDER = ("slower", "ambiguous", "changed", "faster", "n/a", "same")
+
+
+# ---------------------------------------------------------------------------------------------- shared
+
+
+def run_backend(run: RunResult) -> str:
+    """The backend label; merged shards that disagree list each distinct backend."""
+    if run.metadata.get("backend"):
+        return backend_label(run.metadata["backend"])
+    labels = [backend_label(s.get("backend")) for s in run.metadata.get("shards", []) if isinstance(s, dict)]
+    distinct = list(dict.fromkeys(label for label in labels if label != "not recorded"))
+    return " + ".join(distinct) if distinct else "not recorded"
+
+
+def _list(value: object) -> list[Any]:
+    # Result files are validated only down to the top-level types; anything deeper may be odd.
+    return value if isinstance(value, list) else []
+
+
+def shard_environments(run: RunResult) -> list[dict[str, Any]]:
+    shards = run.environment.get("shards")
+    if isinstance(shards, list) and shards:
+        return [s if isinstance(s, dict) else {} for s in shards]
+    return [run.environment]
+
+
+def gpu_summary(run: RunResult) -> str:
+    """``2× NVIDIA H200`` over all shards; ``CPU only`` when no shard saw a GPU."""
+    names: Counter[str] = Counter()
+    for env in shard_environments(run):
+        for gpu in _list(env.get("gpus")):
+            names[str(gpu.get("name", "unknown GPU")) if isinstance(gpu, dict) else str(gpu)] += 1
+    if not names:
+        return "CPU only"
+    return ", ".join(f"{count}× {name}" if count > 1 else name for name, count in names.items())
+
+
+def hosts(run: RunResult) -> list[str]:
+    return list(dict.fromkeys(str(env.get("hostname") or "unknown host") for env in shard_environments(run)))
+
+
+def show_time(stamp: str | None) -> str:
+    """``2025-01-01 12:00 UTC`` for an ISO 8601 stamp; anything else as given."""
+    if not stamp:
+        return ""
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    zone = "UTC" if moment.utcoffset() is not None and not moment.utcoffset() else moment.strftime("%z")
+    return f"{moment:%Y-%m-%d %H:%M} {zone}".strip()
+
+
+def short_time(stamp: str) -> str:
+    """``06-02 09:30`` for a chart axis; empty when the stamp is not ISO 8601."""
+    try:
+        return f"{datetime.fromisoformat(stamp):%m-%d %H:%M}"
+    except ValueError:
+        return ""
+
+
+def sort_key_time(stamp: str) -> float:
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return float("-inf")
+    return moment.timestamp()
+
+
+def duration(run: RunResult) -> str:
+    if not run.finished_at:
+        return ""
+    try:
+        seconds = (
+            datetime.fromisoformat(run.finished_at) - datetime.fromisoformat(run.started_at)
+        ).total_seconds()
+    except (ValueError, TypeError):
+        return ""
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def outcome_counts(run: RunResult) -> list[tuple[str, int]]:
+    return [(outcome, count) for outcome, count in run.summary()["outcomes"].items() if count]
+
+
+def incomplete_reasons(run: RunResult) -> list[str]:
+    reasons = [str(run.metadata["incomplete_reason"])] if run.metadata.get("incomplete_reason") else []
+    for number, shard in enumerate(_list(run.metadata.get("shards")), start=1):
+        if isinstance(shard, dict) and shard.get("incomplete_reason"):
+            reasons.append(f"shard {number} ({shard.get('run_id', '?')}): {shard['incomplete_reason']}")
+    return list(dict.fromkeys(reasons))
+
+
+# ---------------------------------------------------------------------------------------------- index
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    href: str
+    run_id: str
+    started: str
+    backend: str
+    gpus: str
+    hosts: str
+    shards: int
+    total: int
+    counts: list[tuple[str, int]]
+    complete: bool
+    verdict: str
+    verdict_detail: str
+    is_new: bool
+
+
+def index_row(loaded: LoadedRun, href: str, comparison: Comparison | None, is_new: bool) -> IndexRow:
+    run = loaded.run
+    return IndexRow(
+        href=href,
+        run_id=run.run_id,
+        started=show_time(run.started_at),
+        backend=run_backend(run),
+        gpus=gpu_summary(run),
+        hosts=", ".join(hosts(run)),
+        shards=len(shard_environments(run)),
+        total=len(run.cases),
+        counts=outcome_counts(run),
+        complete=run.complete,
+        verdict=comparison.verdict if comparison else "no baseline",
+        verdict_detail=verdict_detail(comparison),
+        is_new=is_new,
+    )
+
+
+def verdict_detail(comparison: Comparison | None) -> str:
+    if comparison is None:
+        return ""
+    parts = [f"{n} {v}" for v, n in comparison.metric_counts().items() if n and v != "same"]
+    parts += [f"{n} {c.replace('_', ' ')}" for c, n in comparison.case_counts().items() if n]
+    return ", ".join(parts) or "no changes beyond the threshold"
+
+
+# ---------------------------------------------------------------------------------------------- run page
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    shard: str
+    host: str
+    index: str
+    name: str
+    memory: str
+    capability: str
+    uuid: str
+    error: str
+
+
+@dataclass(frozen=True)
+class ShardView:
+    number: int
+    source: str
+    run_id: str
+    host: str
+    gpus: str
+    complete: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    anchor: str
+    case: CaseResult
+    params: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class SkipGroup:
+    reason: str
+    count: int
+    chapters: list[str]
+    ids: list[str]
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    name: str
+    unit: str
+    better: str | None
+
+
+@dataclass(frozen=True)
+class MetricCell:
+    shown: ShownValue
+    verdict: str
+    verdict_title: str
+    change: str
+
+
+@dataclass(frozen=True)
+class RecordRow:
+    name: str
+    params: list[str]
+    metrics: list[MetricCell | None]
+    conditions: list[tuple[str, str]]
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class SuiteView:
+    section: str
+    suite: str
+    anchor: str
+    param_names: list[str]
+    metrics: list[MetricColumn]
+    rows: list[RecordRow]
+    charts: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ComparisonView:
+    comparison: Comparison
+    verdict: str
+    detail: str
+    changed_metrics: list[MetricComparison]
+    same_metrics: list[MetricComparison]
+    case_groups: list[tuple[str, list[Any]]]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    run: RunResult
+    backend: str
+    started: str
+    finished: str
+    duration: str
+    gpus: str
+    total: int
+    counts: list[tuple[str, int]]
+    incomplete_reasons: list[str]
+    facts: list[tuple[str, str]]
+    gpu_rows: list[GpuRow]
+    shards: list[ShardView]
+    matrices: list[ChapterMatrix]
+    problems: list[Problem]
+    skips: list[SkipGroup]
+    benchmarks: list[SuiteView]
+    traffic: list[SuiteView]
+    comparison: ComparisonView | None
+    charts_available: bool
+
+
+def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
+    run = loaded.run
+    problems = problem_list(run.cases)
+    anchors = {id(p.case): p.anchor for p in problems}
+    verdicts = {m.key: m for m in comparison.metrics} if comparison else {}
+    return RunPage(
+        run=run,
+        backend=run_backend(run),
+        started=show_time(run.started_at),
+        finished=show_time(run.finished_at),
+        duration=duration(run),
+        gpus=gpu_summary(run),
+        total=len(run.cases),
+        counts=outcome_counts(run),
+        incomplete_reasons=incomplete_reasons(run),
+        facts=environment_facts(run),
+        gpu_rows=gpu_rows(run),
+        shards=shard_views(loaded),
+        matrices=build_matrices(run.cases, anchors),
+        problems=problems,
+        skips=skip_groups(run.cases),
+        benchmarks=suite_views("benchmarks", run.benchmarks, verdicts),
+        traffic=suite_views("traffic", run.traffic, verdicts),
+        comparison=comparison_view(comparison),
+        charts_available=charts.available(),
+    )
+
+
+def environment_facts(run: RunResult) -> list[tuple[str, str]]:
+    """Label/value pairs; for merged shards, the facts they share (the rest is in the shard table)."""
+    env = run.environment
+    rows: list[tuple[str, str]] = []
+
+    def add(label: str, value: object) -> None:
+        if value is not None and value != "":
+            rows.append((label, str(value)))
+
+    add("Host", ", ".join(hosts(run)))
+    add("GPUs", gpu_summary(run))
+    add("Driver", env.get("driver_version"))
+    add("torch", env.get("torch"))
+    if "torch" in env:
+        add("torch CUDA", env.get("torch_cuda") or "none (CPU build)")
+    add("Python", " ".join(str(env[k]) for k in ("python", "python_implementation") if env.get(k)))
+    add("Platform", env.get("platform"))
+    cpu, cores = env.get("cpu"), env.get("cpu_count")
+    add("CPU", f"{cpu} ({cores} cores)" if cpu and cores else cpu)
+    for key in ("torch_error", "gpu_error"):
+        add(key.replace("_", " "), env.get(key))
+    variables = env.get("env")
+    if isinstance(variables, Mapping):
+        for name, value in variables.items():
+            add(f"${name}", "(unset)" if value is None else value)
+    return rows
+
+
+def gpu_rows(run: RunResult) -> list[GpuRow]:
+    rows = []
+    environments = shard_environments(run)
+    for number, env in enumerate(environments, start=1):
+        shard = str(number) if len(environments) > 1 else ""
+        for gpu in _list(env.get("gpus")):
+            gpu = gpu if isinstance(gpu, dict) else {"name": str(gpu)}
+            rows.append(
+                GpuRow(
+                    shard=shard,
+                    host=str(env.get("hostname") or ""),
+                    index=str(gpu.get("index", "")),
+                    name=str(gpu.get("name", "")),
+                    memory=show_bytes(gpu.get("total_memory_bytes")),
+                    capability=str(gpu.get("capability") or ""),
+                    uuid=str(gpu.get("uuid") or ""),
+                    error=str(gpu.get("error") or ""),
+                )
+            )
+    return rows
+
+
+def shard_views(loaded: LoadedRun) -> list[ShardView]:
+    run = loaded.run
+    environments = shard_environments(run)
+    if len(environments) < 2:
+        return []
+    metas = [m if isinstance(m, dict) else {} for m in _list(run.metadata.get("shards"))]
+    views = []
+    for number, env in enumerate(environments, start=1):
+        meta = metas[number - 1] if number <= len(metas) else {}
+        names = [
+            str(g.get("name", "?")) + (f" {g['uuid']}" if g.get("uuid") else "")
+            for g in _list(env.get("gpus"))
+            if isinstance(g, dict)
+        ]
+        views.append(
+            ShardView(
+                number=number,
+                source=loaded.sources[number - 1] if number <= len(loaded.sources) else "",
+                run_id=str(meta.get("run_id", "")),
+                host=str(env.get("hostname") or "unknown host"),
+                gpus="; ".join(names) or "no GPU",
+                complete=not meta.get("incomplete_reason"),
+                reason=str(meta.get("incomplete_reason") or ""),
+            )
+        )
+    return views
+
+
+def problem_list(cases: Sequence[CaseResult]) -> list[Problem]:
+    """Crashes, errors, failures, unexpected passes: in that order, run order within each."""
+    rank = {outcome: i for i, outcome in enumerate(PROBLEM_OUTCOMES)}
+    chosen = sorted((c for c in cases if c.outcome in rank), key=lambda c: rank[c.outcome])
+    return [Problem(f"case-{n}", c, sorted(c.params.items())) for n, c in enumerate(chosen, start=1)]
+
+
+def skip_groups(cases: Sequence[CaseResult]) -> list[SkipGroup]:
+    groups: dict[str, list[CaseResult]] = {}
+    for case in cases:
+        if case.outcome == "skipped":
+            groups.setdefault(case.message.strip() or "(no reason given)", []).append(case)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    return [
+        SkipGroup(reason, len(group), sorted({c.chapter for c in group}), [c.id for c in group])
+        for reason, group in ordered
+    ]
+
+
+def suite_views(
+    section: str, records: Sequence[Mapping[str, Any]], verdicts: Mapping[tuple[str, str, str, str], Any]
+) -> list[SuiteView]:
+    """One table per suite, in first-appearance order; every metric of every record gets a column."""
+    by_suite: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for record, (suite, key_name) in zip(records, record_keys(records), strict=True):
+        by_suite.setdefault(suite, []).append((key_name, record))
+    views = []
+    for number, (suite, entries) in enumerate(by_suite.items(), start=1):
+        columns = _metric_columns([record for _, record in entries])
+        param_names = list(dict.fromkeys(k for _, r in entries for k in _mapping(r.get("params"))))
+        rows = [
+            _record_row(section, suite, key_name, r, columns, param_names, verdicts)
+            for key_name, r in entries
+        ]
+        views.append(
+            SuiteView(
+                section=section,
+                suite=suite or "(no suite)",
+                anchor=f"{section}-{number}",
+                param_names=param_names,
+                metrics=columns,
+                rows=rows,
+                charts=_suite_charts(section, suite, entries, columns, verdicts),
+            )
+        )
+    return views
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _metric_columns(records: Sequence[Mapping[str, Any]]) -> list[MetricColumn]:
+    columns: dict[str, MetricColumn] = {}
+    primaries = [str(r["primary"]) for r in records if r.get("primary")]
+    names = primaries + [str(name) for r in records for name in _mapping(r.get("metrics"))]
+    for name in names:
+        if name in columns:
+            continue
+        metric = next(
+            (_mapping(r.get("metrics")).get(name) for r in records if name in _mapping(r.get("metrics"))), {}
+        )
+        metric = _mapping(metric)
+        better = metric.get("better")
+        columns[name] = MetricColumn(
+            name, str(metric.get("unit") or ""), better if better in ("lower", "higher") else None
+        )
+    return list(columns.values())
+
+
+def _record_row(
+    section: str,
+    suite: str,
+    key_name: str,
+    record: Mapping[str, Any],
+    columns: Sequence[MetricColumn],
+    param_names: Sequence[str],
+    verdicts: Mapping[tuple[str, str, str, str], Any],
+) -> RecordRow:
+    metrics = _mapping(record.get("metrics"))
+    params = _mapping(record.get("params"))
+    cells: list[MetricCell | None] = []
+    for column in columns:
+        metric = metrics.get(column.name)
+        if not isinstance(metric, Mapping):
+            cells.append(None)
+            continue
+        verdict = verdicts.get((section, suite, key_name, column.name))
+        cells.append(
+            MetricCell(
+                shown=show_metric(metric),
+                verdict=verdict.verdict if verdict else "",
+                verdict_title=verdict_title(verdict) if verdict else "",
+                change=_change_text(verdict),
+            )
+        )
+    conditions, warnings = _conditions(_mapping(record.get("conditions")))
+    for key, value in record.items():
+        if key not in _RECORD_KEYS:
+            conditions.append((str(key), _plain(value)))
+    return RecordRow(
+        name=str(record.get("name", "")),
+        params=[_plain(params[name]) if name in params else "" for name in param_names],
+        metrics=cells,
+        conditions=conditions,
+        warnings=warnings,
+    )
+
+
+def _conditions(conditions: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Conditions as key/value pairs; a non-empty throttle list becomes a warning badge as well."""
+    pairs, warnings = [], []
+    for key, value in conditions.items():
+        if "throttle" in str(key) and value:
+            warnings.append(f"{key}: {_plain(value)}")
+        else:
+            pairs.append((str(key), _plain(value)))
+    return pairs, warnings
+
+
+def _plain(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_plain(v) for v in value) or "none"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    return "" if value is None else str(value)
+
+
+def _change_text(item: MetricComparison | None) -> str:
+    return "" if item is None or item.change_pct is None else f"{item.change_pct:+.1f}%"
+
+
+def verdict_title(item: MetricComparison) -> str:
+    change = "" if item.change_pct is None else f" ({item.change_pct:+.1f}%)"
+    base = show_quantity(item.baseline, item.unit)
+    spread = show_quantity(item.baseline_spread, item.unit)
+    note = f"; {item.note}" if item.note else ""
+    return f"{item.verdict}: baseline {base} ± {spread}{change}{note}"
+
+
+def _suite_charts(
+    section: str,
+    suite: str,
+    entries: Sequence[tuple[str, Mapping[str, Any]]],
+    columns: Sequence[MetricColumn],
+    verdicts: Mapping[tuple[str, str, str, str], Any],
+) -> list[str]:
+    """The primary metric, plus every ratio metric (unit "x"): the figures a reader compares first."""
+    if not columns:
+        return []
+    chosen = [columns[0]] + [c for c in columns[1:] if c.unit == "x"]
+    svgs = []
+    for column in chosen:
+        bars = []
+        for key_name, record in entries:
+            metric = _mapping(_mapping(record.get("metrics")).get(column.name))
+            value = formatting.number(metric.get("value"))
+            if value is None:
+                continue
+            verdict = verdicts.get((section, suite, key_name, column.name))
+            bars.append(
+                charts.Bar(
+                    label=_bar_label(record),
+                    value=value,
+                    spread=abs(formatting.number(metric.get("spread")) or 0.0),
+                    baseline=verdict.baseline if verdict else None,
+                    baseline_spread=verdict.baseline_spread if verdict else 0.0,
+                )
+            )
+        svg = charts.bar_chart(column.name, bars, column.unit, column.better)
+        if svg:
+            svgs.append(svg)
+    return svgs
+
+
+def _bar_label(record: Mapping[str, Any]) -> str:
+    params = _mapping(record.get("params"))
+    if len(params) == 1:
+        return "=".join(_plain(item) for item in next(iter(params.items())))
+    return " · ".join(_plain(v) for v in params.values()) if params else str(record.get("name", ""))
+
+
+def comparison_view(comparison: Comparison | None) -> ComparisonView | None:
+    if comparison is None:
+        return None
+    rank = {verdict: i for i, verdict in enumerate(_VERDICT_ORDER)}
+    changed = sorted((m for m in comparison.metrics if m.verdict != "same"), key=lambda m: rank[m.verdict])
+    groups = [
+        (change.replace("_", " "), [c for c in comparison.cases if c.change == change])
+        for change in ("newly_failing", "newly_passing", "new", "removed")
+    ]
+    return ComparisonView(
+        comparison=comparison,
+        verdict=comparison.verdict,
+        detail=verdict_detail(comparison),
+        changed_metrics=changed,
+        same_metrics=[m for m in comparison.metrics if m.verdict == "same"],
+        case_groups=[(label, items) for label, items in groups if items],
+    )
+
+
+def history_counts(run: RunResult) -> dict[str, int]:
+    counts = run.summary()["outcomes"]
+    return {outcome: counts.get(outcome, 0) for outcome in OUTCOMES}
