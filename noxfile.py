@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,13 +37,13 @@ def _python(session: nox.Session) -> str:
     return "python" if _uses_venv(session) else sys.executable
 
 
-def _install(session: nox.Session, *extra: str) -> None:
+def _install(session: nox.Session, extras: str = "") -> None:
     """Install the project (torch pinned first, so its unpinned dependency is already met)."""
     if not _uses_venv(session):
         session.log("--no-venv: using this interpreter's packages as they are (torch, pytest, xdist, ...)")
         return
     session.install(*shlex.split(TORCH_SPEC))
-    session.install("-e", ".", *extra)
+    session.install("-e", f".[{extras}]" if extras else ".")
 
 
 def _cuda_device_count(session: nox.Session) -> int:
@@ -107,10 +108,27 @@ def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
         session.error(f"conformance run failed: pytest exit code {real[0].return_code}")
 
 
+def _ensure_chromium(session: nox.Session) -> None:
+    """The dashboard's browser test needs a real Chromium; install Debian's where we may (root + apt).
+
+    Elsewhere the test skips and says why; Playwright's own browser download is never used.
+    """
+    if shutil.which("chromium") or os.environ.get("DASHBOARD_CHROMIUM"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.warn("no Chromium and no root apt-get: the dashboard browser test will be skipped")
+        return
+    session.log("installing Debian's chromium for the dashboard browser test")
+    session.run("apt-get", "update", "-qq", external=True, silent=True)
+    apt_install = ("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium")
+    session.run(*apt_install, external=True, silent=True)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Self-tests of our own machinery; run on any CPU machine."""
-    _install(session)
+    _install(session, extras="test")
+    _ensure_chromium(session)
     session.run(_python(session), "-m", "pytest", "tests", *session.posargs)
 
 
