@@ -1,0 +1,315 @@
+"""Preprocess one method: edge graph → view pass → partition → AOTInductor package → kernel check → blob.
+
+Steps, in order (SPEC §1a "Preprocess"):
+
+1. move the module and example inputs to the target device (a deep copy when the module lives elsewhere, so
+   the caller's module is never moved under its feet);
+2. ``to_edge_graph`` (export, core-ATen decomposition, views functionalized into ``*_copy`` ops), then
+   ``run_view_copy_pass`` (keeping its report) unless disabled;
+3. ``partition``: every delegable node and constant gets the delegation tag; a node that is not delegable
+   stops lowering with its name and target;
+4. AOTInductor compile and package under ``torch.no_grad()`` with the SDPA MATH kernel forced, through the
+   content-addressed artifact cache (a warm run does not recompile);
+5. the fallback-kernel inventory of the generated C++, checked against the provided-kernel set of *this call*
+   (``UnsupportedKernelsError`` with the sorted missing kernels; nothing is remembered between calls);
+6. ``pack_blob`` with ``extra = {"fallback_kernels", "runtime_shims", "view_pass", "delegation"}``.
+
+Provided-kernel policy (``provided_kernels``):
+
+* ``None`` (default): the op kernels torch's own AOTI runtime exports for the device
+  (``provided_by_torch_runtime``) — the reference runtime loads packages with libtorch, so it has them. The
+  proxy executor, the dispatcher lookup and undeclared op shims still fail.
+* an iterable of names: exactly those op kernels are provided (runtime shims such as
+  ``aoti_torch_empty_strided`` are always fine). ``LIBTORCH_FREE_CUDA_KERNELS`` (``aoti_torch_cuda_mm_out``
+  only) is how a backend without libtorch, like ExecuTorch's, must lower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from reference_impl.lowering.artifact_cache import (
+    ArtifactCache,
+    default_cache,
+    make_key,
+    program_fingerprint,
+    toolchain_fingerprint,
+)
+from reference_impl.lowering.blob import DEVICE_TYPES, pack_blob
+from reference_impl.lowering.compile_spec import CompileSpec, find_method_name, validate_method_name
+from reference_impl.lowering.edge import quiet_pytree_deprecation, to_edge_graph
+from reference_impl.lowering.errors import MethodNameMismatchError
+from reference_impl.lowering.fallback_kernels import (
+    KernelInventory,
+    UnsupportedKernelsError,
+    check_provided,
+    provided_by_torch_runtime,
+    scan_package,
+)
+from reference_impl.lowering.partitioner import partition
+from reference_impl.lowering.view_copy_pass import ViewPassReport, run_view_copy_pass
+
+__all__ = [
+    "NotDelegableError",
+    "PreprocessResult",
+    "UnsupportedKernelsError",
+    "artifact_key",
+    "compile_artifact",
+    "preprocess",
+    "resolve_device",
+    "view_report_dict",
+]
+
+CacheArg = ArtifactCache | Literal[False] | None
+
+
+class NotDelegableError(ValueError):
+    """The method's graph holds nodes the backend cannot take (named, with their targets)."""
+
+
+@dataclass(frozen=True)
+class PreprocessResult:
+    """The processed blob of one method and what preprocess learned on the way."""
+
+    blob: bytes = field(repr=False)
+    method_name: str
+    kernels: tuple[str, ...]
+    view_pass_report: ViewPassReport | None
+    compile_seconds: float
+    cache_hit: bool
+    runtime_shims: tuple[str, ...] = ()
+    cache_key: str = ""
+    device: str = "cpu"
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device`` of type cpu or cuda (cuda with an explicit index), else ValueError."""
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r} ({error})") from None
+    if target.type not in DEVICE_TYPES:
+        raise ValueError(f"device type must be one of {list(DEVICE_TYPES)}, got {str(target)!r}")
+    if target.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(target)!r} requested but torch.cuda.is_available() is False")
+        index = torch.cuda.current_device() if target.index is None else target.index
+        if not 0 <= index < torch.cuda.device_count():
+            raise ValueError(f"device {str(target)!r}: there are {torch.cuda.device_count()} CUDA devices")
+        target = torch.device("cuda", index)
+    return target
+
+
+def _to_device(module: nn.Module, inputs: tuple[Any, ...], target: torch.device) -> tuple[nn.Module, tuple]:
+    tensors = [*module.parameters(), *module.buffers()]
+    if any(t.device != target for t in tensors):
+        module = copy.deepcopy(module).to(target)
+    moved = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(target), tuple(inputs))
+    return module, moved
+
+
+def view_report_dict(report: ViewPassReport | None) -> dict[str, Any]:
+    """The view-pass report as JSON-ready data (what the blob header carries)."""
+    if report is None:
+        return {"enabled": False}
+    return {
+        "enabled": True,
+        "summary": report.summary(),
+        "rewrites": [dataclasses.asdict(r) for r in report.rewrites],
+        "refusals": [
+            {"node": r.node, "op": r.op, "reason": r.reason.value, "detail": r.detail}
+            for r in report.refusals
+        ],
+        "refusal_counts": report.refusal_counts(),
+    }
+
+
+def compile_artifact(
+    exported: torch.export.ExportedProgram,
+    *,
+    device: torch.device,
+    inductor_configs: Mapping[str, Any] | None = None,
+    cxx: str | None = None,
+) -> bytes:
+    """AOTInductor-compile ``exported`` into a ``.pt2`` package (SDPA MATH kernel, no grad); its bytes."""
+    from torch._inductor import aoti_compile_and_package
+    from torch._inductor import config as inductor_config
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    patch: dict[str, Any] = {"cpp.cxx": (None, cxx)} if cxx else {}
+    device_scope = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="aoti-preprocess-") as tmp:
+        # A fixed file name: the archive's root folder is named after it, so the bytes do not depend on the
+        # method name and one artifact serves every method with the same graph.
+        path = os.path.join(tmp, "artifact.pt2")
+        with (
+            torch.no_grad(),
+            sdpa_kernel(SDPBackend.MATH),
+            inductor_config.patch(patch),
+            device_scope,
+            quiet_pytree_deprecation(),
+        ):
+            produced = aoti_compile_and_package(
+                exported, package_path=path, inductor_configs=dict(inductor_configs or {})
+            )
+        return Path(produced).read_bytes()
+
+
+def artifact_key(
+    exported: torch.export.ExportedProgram,
+    *,
+    target: torch.device,
+    view_pass: bool = True,
+    inductor_configs: Mapping[str, Any] | None = None,
+    cxx: str | None = None,
+) -> str:
+    """The artifact-cache key of compiling ``exported`` (the graph *after* the passes) for ``target``."""
+    from reference_impl.backend import __version__
+
+    device: dict[str, Any] = {"type": target.type}
+    if target.type == "cuda":
+        # Generated kernels are specialised to the architecture they were compiled on.
+        device["capability"] = list(torch.cuda.get_device_capability(target))
+        device["name"] = torch.cuda.get_device_name(target)
+    return make_key(
+        {
+            "kind": "aoti-package",
+            "producer": f"reference_impl {__version__}",
+            "program": program_fingerprint(exported),
+            "device": device,
+            "options": {
+                "view_pass": bool(view_pass),
+                "inductor_configs": dict(sorted((inductor_configs or {}).items())),
+                "sdpa_backend": "MATH",
+                "grad_enabled": False,
+            },
+            "toolchain": toolchain_fingerprint(cxx),
+        }
+    )
+
+
+def _resolve_method_name(method_name: str | None, compile_specs: Sequence[CompileSpec]) -> str:
+    spec_name = find_method_name(compile_specs)
+    if method_name is None:
+        return spec_name if spec_name is not None else "forward"
+    validate_method_name(method_name)
+    if spec_name is not None and spec_name != method_name:
+        raise MethodNameMismatchError(
+            f"method_name {method_name!r} disagrees with the 'method_name' compile spec {spec_name!r}; "
+            "when both are given they must agree"
+        )
+    return method_name
+
+
+def preprocess(
+    module: nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    method_name: str | None = None,
+    device: str | torch.device = "cpu",
+    compile_specs: Sequence[CompileSpec] = (),
+    provided_kernels: Iterable[str] | None = None,
+    view_pass: bool = True,
+    dynamic_shapes: Any = None,
+    inductor_configs: Mapping[str, Any] | None = None,
+    cxx: str | None = None,
+    cache: CacheArg = None,
+) -> PreprocessResult:
+    """Lower one method to a processed blob (see the module doc for the steps and the kernel policy).
+
+    ``method_name`` defaults to the ``method_name`` compile spec, else ``"forward"``. ``cxx`` overrides the
+    C++ compiler for this compile (default: inductor's, i.e. ``$CXX`` at import, else ``g++``). ``cache``:
+    None for the default cache, False for none, or an ``ArtifactCache``.
+    """
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        raise ValueError(f"example inputs must be a tuple, got {type(example_inputs).__name__}")
+    if isinstance(provided_kernels, (str, bytes)):
+        raise ValueError("provided_kernels must be an iterable of kernel names, not a single string")
+    name = _resolve_method_name(method_name, compile_specs)
+    target = resolve_device(device)
+    provided = frozenset(
+        provided_by_torch_runtime(target.type) if provided_kernels is None else provided_kernels
+    )
+
+    module, inputs = _to_device(module, tuple(example_inputs), target)
+    edge = to_edge_graph(module, inputs, dynamic_shapes=dynamic_shapes)
+    report: ViewPassReport | None = None
+    if view_pass:
+        edge, report = run_view_copy_pass(edge)
+
+    parts = partition(edge, method_name=name, compile_specs=compile_specs)
+    if parts.untagged_nodes:
+        nodes = {n.name: n for n in edge.graph_module.graph.nodes}
+        listed = ", ".join(f"{n} ({nodes[n].target})" for n in parts.untagged_nodes)
+        raise NotDelegableError(f"method {name!r}: these nodes cannot be delegated to AOTInductor: {listed}")
+
+    key = artifact_key(edge, target=target, view_pass=view_pass, inductor_configs=inductor_configs, cxx=cxx)
+
+    def build() -> bytes:
+        return compile_artifact(edge, device=target, inductor_configs=inductor_configs, cxx=cxx)
+
+    store = default_cache() if cache is None else cache
+    if store is False:
+        start = time.perf_counter()
+        artifact, hit = build(), False
+        seconds = time.perf_counter() - start
+    else:
+        result = store.get_or_build(
+            key,
+            build,
+            describe={
+                "method_name": name,
+                "device": str(target),
+                "torch": torch.__version__,
+                "view_pass": view_pass,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
+        artifact, hit, seconds = result.data, result.hit, result.build_seconds
+
+    inventory: KernelInventory = scan_package(artifact)
+    check_provided(inventory, provided, method_name=name, device=target.type)
+
+    blob = pack_blob(
+        artifact,
+        method_name=name,
+        device=target.type,
+        torch_version=torch.__version__,
+        cuda_version=torch.version.cuda,
+        extra={
+            "fallback_kernels": list(inventory.kernels),
+            "runtime_shims": list(inventory.runtime_shims),
+            "dynamic_ops": list(inventory.dynamic_ops),
+            "view_pass": view_report_dict(report),
+            "delegation": {
+                "tags": sorted(parts.partition_tags),
+                "nodes": len(parts.tagged_nodes),
+                "constants": list(parts.tagged_constants),
+            },
+        },
+    )
+    return PreprocessResult(
+        blob=blob,
+        method_name=name,
+        kernels=inventory.kernels,
+        view_pass_report=report,
+        compile_seconds=seconds,
+        cache_hit=hit,
+        runtime_shims=inventory.runtime_shims,
+        cache_key=key,
+        device=target.type,
+    )
