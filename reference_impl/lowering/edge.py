@@ -142,6 +142,28 @@ def functionalize_views(graph_module: torch.fx.GraphModule) -> int:
     return len(top) + len(nested)
 
 
+class _SymbolSafeFakeProp(FakeTensorProp):
+    """Fake propagation that computes a ``*_copy`` node as its view twin made contiguous.
+
+    Same value (a copy op returns a fresh contiguous tensor), but some copy ops' fake kernels guard on
+    symbolic sizes where their views do not: ``slice_copy(pos, 0, None, s0)`` specialised ``s0`` in the
+    program's shared ShapeEnv, silently turning a dynamic-shape export static.
+    """
+
+    def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return _fake_value(target, args, kwargs)
+
+
+def _fake_value(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``target(*args, **kwargs)`` on fake values, a ``*_copy`` op as its view made contiguous."""
+    view = COPY_TO_VIEW.get(target)
+    if view is None or "out" in kwargs:
+        return target(*args, **kwargs)
+    return torch.utils._pytree.tree_map_only(
+        torch.Tensor, lambda t: t.clone(memory_format=torch.contiguous_format), view(*args, **kwargs)
+    )
+
+
 def refresh_fake_meta(
     graph_module: torch.fx.GraphModule, fallback_nodes: Sequence[torch.fx.Node] = ()
 ) -> bool:
@@ -155,7 +177,7 @@ def refresh_fake_meta(
     mode = next((v.fake_mode for v in values if hasattr(v, "fake_mode")), None)
     if mode is not None and all("val" in n.meta for n in placeholders):
         try:
-            FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*values)
+            _SymbolSafeFakeProp(graph_module, mode).propagate_dont_convert_inputs(*values)
         except Exception as error:  # any failure only costs precision, never correctness
             _log.debug("fake propagation failed, recomputing single nodes: %s", error)
         else:
@@ -189,7 +211,7 @@ def recompute_node_val(node: torch.fx.Node) -> bool:
         return False
     try:
         args, kwargs = fake_arguments(node)
-        value = node.target(*args, **kwargs)
+        value = _fake_value(node.target, args, kwargs)
     except Exception as error:  # no fake inputs, or the op rejects them: leave the node as it was
         _log.debug("cannot recompute meta['val'] of %s: %s", node.name, error)
         return False

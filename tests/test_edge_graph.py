@@ -1,0 +1,19 @@
+"""The edge-like graph keeps the exported program's dynamic shapes (a regression: it specialised them)."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.symbolic_shapes import free_symbols
+
+from reference_impl.lowering import to_edge_graph
+from reference_impl.models import get_model
+
+
+def test_dynamic_token_length_survives_view_functionalization() -> None:
+    model = get_model("asr")
+    module, inputs = model.build(torch.float32, torch.device("cpu"))["decoder"]
+    edge = to_edge_graph(module, inputs, dynamic_shapes=model.dynamic_shapes_for("decoder"))
+    tokens = next(n for n in edge.graph.nodes if n.op == "placeholder" and n.name == "tokens")
+    length = tokens.meta["val"].shape[1]
+    assert free_symbols(length), f"token length was specialised to {length}"
+    assert any(n.target == torch.ops.aten.slice_copy.Tensor for n in edge.graph.nodes)
