@@ -1,7 +1,7 @@
 """The suite must fail a backend that breaks a rule, naming the rule; and pass the reference backend.
 
-Each case runs the real mm_out chapter in a subprocess against a backend picked with --backend, exactly as a
-user would, and reads the verdict back from the result file.
+Each case runs a real chapter in a subprocess against a backend picked with --backend, exactly as a user
+would, and reads the verdict back from the result file.
 """
 
 from __future__ import annotations
@@ -9,27 +9,51 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
+from conformance.view_pass_cases import CASES
 from harness.results import RunResult, load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for this chapter")
 
 
-def run_chapter(tmp_path: Path, backend: str, *select: str) -> tuple[int, RunResult, str]:
-    results = tmp_path / "results.json"
+MM_OUT = "conformance/test_mm_out.py"
+LOWERING = "conformance/test_lowering.py"
+
+
+Verdict = tuple[int, RunResult, str]
+
+
+def start_chapter(tmp_path: Path, backend: str, *select: str, chapter: str = MM_OUT) -> Callable[[], Verdict]:
+    """Start ``chapter`` against ``backend`` in a subprocess; the returned function waits for its verdict."""
+    results, log = tmp_path / "results.json", tmp_path / "output.txt"
     cmd = [
-        sys.executable, "-m", "pytest", "conformance/test_mm_out.py", *select,
+        sys.executable, "-m", "pytest", chapter, *select,
         f"--backend={backend}", "-p", "harness.pytest_plugin", f"--results-json={results}",
         "-q", "-p", "no:cacheprovider",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    return proc.returncode, load_results(results), proc.stdout + proc.stderr
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+    def wait() -> Verdict:
+        try:
+            code = proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return code, load_results(results), log.read_text()
+
+    return wait
+
+
+def run_chapter(tmp_path: Path, backend: str, *select: str, chapter: str = MM_OUT) -> Verdict:
+    return start_chapter(tmp_path, backend, *select, chapter=chapter)()
 
 
 def failures(run: RunResult) -> dict[str, str]:
@@ -78,3 +102,66 @@ def test_backend_accepting_dtype_mismatch_fails_the_dtype_rules(tmp_path: Path) 
     message = next(iter(failed.values()))
     assert "[mm_out/dtype-mismatch-mat2]" in message
     assert "the call succeeded" in message
+
+
+# --- chapter lowering, view-pass section (runs on the CPU)
+
+
+def lowering_case(test: str, case_id: str | None = None) -> str:
+    """The node id of a test of the lowering chapter, with its catalogue case."""
+    return f"{LOWERING}::{test}" + (f"[{case_id}]" if case_id else "")
+
+
+IGNORES_SOURCE_MUTATION = "tests.broken_backends:IGNORES_SOURCE_MUTATION"
+
+
+@pytest.fixture(scope="module")
+def view_pass_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdict]:
+    """The view-pass section against the reference and the naive backend, both runs at once (each is a
+    fresh interpreter that mostly imports torch and exports a few modules)."""
+    runs = {
+        "reference_impl:BACKEND": ("-k", "view_pass or self_check"),
+        IGNORES_SOURCE_MUTATION: ("-k", "view_pass"),
+    }
+    waits = {
+        spec: start_chapter(tmp_path_factory.mktemp("lowering"), spec, *select, chapter=LOWERING)
+        for spec, select in runs.items()
+    }
+    return {spec: wait() for spec, wait in waits.items()}
+
+
+def test_reference_backend_passes_the_view_pass_section(view_pass_runs: dict[str, Verdict]) -> None:
+    code, run, output = view_pass_runs["reference_impl:BACKEND"]
+    assert code == 0, output
+    outcomes = {case.id: case.outcome for case in run.cases}
+    assert {lowering_case("test_view_pass_verdicts", c.id) for c in CASES} <= outcomes.keys()
+    assert set(outcomes.values()) <= {"passed", "skipped"}, outcomes
+    skipped = [case_id for case_id, outcome in outcomes.items() if outcome == "skipped"]
+    assert all("not-viewable" in case_id for case_id in skipped), skipped  # only where torch forbids it
+    assert outcomes[lowering_case("test_view_pass_slicing_heavy_kv_cache")] == "passed"
+
+
+def test_backend_ignoring_source_mutation_fails_exactly_the_rules_it_ignores(
+    view_pass_runs: dict[str, Verdict],
+) -> None:
+    """Upstream's pass (users only) rewrites a copy whose source is written later. It never looks at outputs
+    or containers either, so it fails the aliases-output and opaque-container refusals too. Precisely: the
+    verdicts of every case that must refuse under those three rules; the behaviour of those where the naive
+    rewrite is observable (elsewhere the copy's readers run before the write, so only the verdict shows);
+    and the KV-cache graph, where it turns slices of caches that are written back later into views."""
+    code, run, output = view_pass_runs[IGNORES_SOURCE_MUTATION]
+    assert code == 1, output
+    ignored = [c for c in CASES if c.rule in ("source-mutated", "aliases-output", "opaque-container")]
+    expected = {lowering_case("test_view_pass_verdicts", c.id) for c in ignored if c.must_refuse}
+    behaviour = "test_view_pass_keeps_observable_behaviour"
+    expected |= {lowering_case(behaviour, c.id) for c in ignored if c.naive_rewrite_is_wrong}
+    expected.add(lowering_case("test_view_pass_slicing_heavy_kv_cache"))
+    failed = failures(run)
+    assert set(failed) == expected, sorted(set(failed) ^ expected)
+    for case_id in ("source-mutated/index_put_", "source-mutated/slice_scatter+copy_", "source-mutated/out="):
+        assert lowering_case(behaviour, case_id) in failed
+    for node_id, message in failed.items():
+        rule = node_id.split("[")[1].split("/")[0] if "[" in node_id else "source-mutated"
+        assert f"[view-pass/{rule}] view_copy_pass(" in message, message
+    assert "must stay a copy" in failed[lowering_case("test_view_pass_verdicts", "source-mutated/add_")]
+    assert "elements differ" in failed[lowering_case(behaviour, "source-mutated/add_")]

@@ -1,0 +1,750 @@
+"""The catalogue of edge-like graphs for ``ReplaceViewCopyWithViewPass`` (SPEC §1a), one case per situation.
+
+For every rule of the pass there is a graph where it must rewrite and one where it must refuse. Each case is
+an ATen ``GraphModule`` in the edge form a backend's pass receives: views already functionalized into their
+``*_copy`` twins, ``meta["val"]`` on every node (as ``torch.export`` leaves it). Graphs are built by hand with
+``torch.fx`` where the hazard is a mutation *inside* the graph (export output is functional, so it never has
+one; a few hand-built graphs keep a live view on purpose, as the alias that is written or as the view user),
+and by exporting small modules where the program writes a buffer or an input back. Those exported
+programs are turned into the graph form with :func:`edge_graph`: parameters and buffers become ordinary
+inputs, and each write-back becomes an explicit ``aten.copy_`` into that input at the end of the graph, so a
+pass that only sees a ``GraphModule`` can still see the mutation.
+
+The module also holds what a test needs to run a case: :func:`observe` runs a graph on fresh clones of its
+inputs and records everything a caller could see (outputs, the inputs' final values, and which outputs share
+memory with an input or another output), :func:`differences` compares two such observations, and
+:func:`force_view_twins` is what a pass without safety rules would do. No backend is imported here.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import operator
+import warnings
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch._ops import OpOverload
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.fx import Graph, GraphModule, Node
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from conformance.checks import bits
+
+__all__ = [
+    "CASES",
+    "CASES_BY_ID",
+    "RULES",
+    "CaseUnavailable",
+    "Observation",
+    "ViewPassCase",
+    "differences",
+    "edge_graph",
+    "force_view_twins",
+    "is_view_op",
+    "kv_cache_attention",
+    "observe",
+    "view_twin",
+    "written_back_copies",
+]
+
+aten = torch.ops.aten
+Inputs = tuple[torch.Tensor, ...]
+Body = Callable[[Graph, list[Node]], Any]
+
+#: Rule id → the sentence of SPEC §1a it enforces. Failure messages read ``[view-pass/<rule id>] ...``.
+RULES: dict[str, str] = {
+    "call-method-user": "a call_method user blocks the rewrite (no schema says what it does to the value)",
+    "written-by-user": "a user whose schema writes the argument (in-place or out=) blocks the rewrite",
+    "view-user": "a user that is itself a view op blocks the rewrite",
+    "source-mutated": "a write to the base (or an alias of it) after the copy blocks the rewrite",
+    "aliases-output": "a returned value must not become an alias of an input or of another output",
+    "opaque-container": "a value reaching a user through a container the pass cannot see through blocks it",
+    "not-viewable": "a copy whose view op would fail on the base's layout is not rewritten",
+    "every-view-twin": "every *_copy op with a view twin is rewritten when safe, not only slice_copy",
+}
+
+
+class CaseUnavailable(Exception):
+    """``build()`` cannot make this graph with the installed torch (the message says why): skip, not fail."""
+
+
+@dataclass(frozen=True)
+class ViewPassCase:
+    """One situation. ``build()`` returns a fresh graph and its inputs (deterministic, never all zeros).
+
+    ``must_rewrite`` / ``must_refuse`` name the graph's ``*_copy`` nodes (together: all of them).
+    ``naive_rewrite_is_wrong``: turning every copy into its view changes what a caller observes, so the
+    case catches a pass that ignores the rule (the suite proves that for itself, without a backend).
+    """
+
+    id: str
+    rule: str
+    build: Callable[[], tuple[GraphModule, Inputs]]
+    must_rewrite: frozenset[str] = frozenset()
+    must_refuse: frozenset[str] = frozenset()
+    naive_rewrite_is_wrong: bool = False
+
+    def __str__(self) -> str:
+        return self.id
+
+
+# ------------------------------------------------------------------------------------------ op tables
+
+
+def _twin(op: OpOverload, name: str) -> OpOverload | None:
+    packet = getattr(aten, name, None)
+    return getattr(packet, op._overloadname, None) if packet is not None else None
+
+
+def view_twin(op: object) -> OpOverload | None:
+    """The view op of a ``*_copy`` op (``slice_copy.Tensor`` → ``slice.Tensor``), or None if it has none."""
+    if not isinstance(op, OpOverload) or op.namespace != "aten" or not op._opname.endswith("_copy"):
+        return None
+    twin = _twin(op, op._opname.removesuffix("_copy"))
+    return twin if twin is not None and twin.is_view else None
+
+
+def is_view_op(op: object) -> bool:
+    """An op whose schema returns an alias of an argument without writing it (``Tensor(a) -> Tensor(a)``)."""
+    return isinstance(op, OpOverload) and op.is_view
+
+
+# Export's reshape of a fresh tensor: an alias at run time whose schema does not say so; edge form makes it
+# a view_copy too.
+_UNSAFE_VIEWS = (aten._unsafe_view.default,)
+
+
+def _copy_twin(view: OpOverload) -> OpOverload:
+    if view in _UNSAFE_VIEWS:
+        return aten.view_copy.default
+    twin = _twin(view, f"{view._opname}_copy")
+    if twin is None:
+        raise ValueError(f"{view} has no *_copy twin: the catalogue cannot put this graph in edge form")
+    return twin
+
+
+# ------------------------------------------------------------------------------------------ graph helpers
+
+
+def _inputs(seed: int, shapes: Sequence[tuple[int, ...]]) -> Inputs:
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(shape, generator=gen) for shape in shapes)
+
+
+def _propagate(module: GraphModule, inputs: Inputs) -> GraphModule:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        FakeTensorProp(module).propagate(*inputs)
+    return module
+
+
+def _hand_built(body: Body, shapes: Sequence[tuple[int, ...]], seed: int) -> tuple[GraphModule, Inputs]:
+    """One placeholder ``x<i>`` per input, fake values on every node (as export leaves them)."""
+    inputs = _inputs(seed, shapes)
+    graph = Graph()
+    placeholders = [graph.placeholder(f"x{i}") for i in range(len(inputs))]
+    graph.output(body(graph, placeholders))
+    return _propagate(GraphModule(nn.Module(), graph), inputs), inputs
+
+
+def edge_graph(module: nn.Module, inputs: Inputs) -> tuple[GraphModule, Inputs]:
+    """Export ``module``, decompose to core ATen, turn views into ``*_copy`` ops, make write-backs explicit.
+
+    The result takes parameters, buffers and constants first (in the export signature's order), then the
+    user inputs; every buffer or input the program writes back gets an ``aten.copy_`` into its placeholder
+    just before the output, which returns the user outputs only. Copy nodes are named after their op.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        exported = torch.export.export(module, inputs, strict=False)
+        exported = exported.run_decompositions(torch.export.default_decompositions())
+    gm, signature = exported.graph_module, exported.graph_signature
+    graph = gm.graph
+    tensors = {**exported.state_dict, **exported.constants}
+    user = iter(inputs)
+    values = tuple(
+        next(user) if spec.kind is InputKind.USER_INPUT else tensors[spec.target].detach().clone()  # type: ignore[index]
+        for spec in signature.input_specs
+    )
+    placeholder_of = {spec.target: spec.arg.name for spec in signature.input_specs}  # type: ignore[union-attr]
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    output = next(n for n in graph.nodes if n.op == "output")
+    results, kept = output.args[0], []
+    for spec, value in zip(signature.output_specs, results, strict=True):  # type: ignore[arg-type]
+        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+            target = placeholders[placeholder_of.get(spec.target, spec.target)]  # type: ignore[arg-type]
+            with graph.inserting_before(output):
+                graph.call_function(aten.copy_.default, (target, value))
+        else:
+            kept.append(value)
+    output.args = (tuple(kept),)
+    for node in list(graph.nodes):
+        if node.op == "call_function" and (is_view_op(node.target) or node.target in _UNSAFE_VIEWS):
+            copy_op = _copy_twin(node.target)  # type: ignore[arg-type]
+            with graph.inserting_before(node):
+                replacement = graph.create_node(
+                    "call_function", copy_op, node.args, node.kwargs, name=copy_op._opname
+                )
+            node.replace_all_uses_with(replacement)
+            graph.erase_node(node)
+    graph.lint()
+    result = GraphModule(nn.Module(), graph)
+    return _propagate(result, values), values
+
+
+def written_back_copies(module: GraphModule) -> frozenset[str]:
+    """``*_copy`` nodes taken of an input that an ``aten.copy_`` later in the graph overwrites."""
+    order = {n: i for i, n in enumerate(module.graph.nodes)}
+    last_write: dict[Node, int] = {}
+    for n in module.graph.nodes:
+        if n.target is aten.copy_.default and isinstance(n.args[0], Node) and n.args[0].op == "placeholder":
+            last_write[n.args[0]] = order[n]
+    return frozenset(
+        n.name
+        for n in module.graph.nodes
+        if view_twin(n.target) is not None and order[n] < last_write.get(n.args[0], -1)  # type: ignore[arg-type]
+    )
+
+
+def force_view_twins(module: GraphModule) -> GraphModule:
+    """What a pass without safety rules would do: every ``*_copy`` with a view twin becomes that view."""
+    forced = copy.deepcopy(module)
+    for n in forced.graph.nodes:
+        twin = view_twin(n.target)
+        if n.op == "call_function" and twin is not None:
+            n.target = twin
+    forced.recompile()
+    return forced
+
+
+# ------------------------------------------------------------------------------------------ observing a run
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a caller can see of one run: values (outputs, then the inputs' final values) and sharing.
+
+    ``shared`` holds ``(written, changed)`` label pairs: writing the output ``written`` after the run changed
+    ``changed`` too (an input or another output), i.e. they share memory. ``error`` is set if the run raised.
+    """
+
+    labels: tuple[str, ...]
+    values: tuple[torch.Tensor, ...]
+    shared: frozenset[tuple[str, str]]
+    error: str | None = None
+
+
+def _flatten(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _flatten(item)
+    elif isinstance(value, torch.Tensor):
+        yield value
+
+
+def _poke(t: torch.Tensor) -> None:
+    if t.dtype is torch.bool:
+        t.logical_not_()
+    else:
+        t.add_(1)
+
+
+def observe(module: Callable[..., Any], inputs: Inputs) -> Observation:
+    """Run ``module`` on fresh clones of ``inputs``; then write each output in turn to see what it shares."""
+    fresh = [t.clone() for t in inputs]
+    try:
+        outputs = list(_flatten(module(*fresh)))
+    except Exception as exc:  # a broken graph is an observation too
+        return Observation((), (), frozenset(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    labels = (*(f"output {i}" for i in range(len(outputs))), *(f"input {i}" for i in range(len(fresh))))
+    live = [*outputs, *fresh]
+    values = tuple(t.detach().clone() for t in live)
+    shared: set[tuple[str, str]] = set()
+    for i in range(len(outputs)):
+        before = [bits(t).clone() for t in live]
+        try:
+            _poke(live[i])
+        except RuntimeError:  # e.g. an expanded view: several elements share one memory location
+            shared.add((labels[i], labels[i]))
+            continue
+        shared.update(
+            (labels[i], labels[j])
+            for j, t in enumerate(live)
+            if j != i and not torch.equal(bits(t), before[j])
+        )
+    return Observation(labels, values, frozenset(shared))
+
+
+def differences(expected: Observation, got: Observation, *, tolerance: float = 0.0) -> list[str]:
+    """What differs between two observations, in words; empty when a caller could not tell them apart.
+
+    Values must be bitwise equal, unless ``tolerance`` > 0: then each element may differ by ``tolerance``
+    relative to its magnitude (or absolutely, near zero).
+    """
+    if expected.error or got.error:
+        same = expected.error == got.error
+        return [] if same else [f"run raised {got.error!r} (expected {expected.error!r})"]
+    if expected.labels != got.labels:
+        return [f"returned {len(got.labels)} values (outputs and inputs), expected {len(expected.labels)}"]
+    found = []
+    for label, want, have in zip(expected.labels, expected.values, got.values, strict=True):
+        if want.shape != have.shape or want.dtype != have.dtype:
+            found.append(f"{label}: {have.dtype}{list(have.shape)}, expected {want.dtype}{list(want.shape)}")
+            continue
+        if tolerance > 0:
+            diff = ~torch.isclose(have, want, rtol=tolerance, atol=tolerance)
+        else:
+            diff = bits(want) != bits(have)
+        if bool(diff.any()):
+            where = tuple(int(i) for i in diff.nonzero()[0]) if have.dim() else ()
+            found.append(
+                f"{label}: {int(diff.sum())} of {have.numel()} elements differ; first at {where}: "
+                f"got {have[where].item()!r}, expected {want[where].item()!r}"
+            )
+    for written, changed in sorted(got.shared - expected.shared):
+        found.append(f"writing {written} after the call changes {changed}: they now share memory")
+    for written, changed in sorted(expected.shared - got.shared):
+        found.append(f"writing {written} after the call no longer changes {changed}")
+    return found
+
+
+# ------------------------------------------------------------------------------------------ the cases
+
+X, Y = (4, 6), (2, 6)
+_CASES: list[ViewPassCase] = []
+
+
+def _add(
+    case_id: str,
+    build: Callable[[], tuple[GraphModule, Inputs]],
+    rewrite: Sequence[str],
+    refuse: Sequence[str],
+    naive_wrong: bool,
+) -> None:
+    rule = case_id.split("/")[0]  # every id reads <rule>/<situation>
+    _CASES.append(ViewPassCase(case_id, rule, build, frozenset(rewrite), frozenset(refuse), naive_wrong))
+
+
+def _case(
+    case_id: str,
+    body: Body,
+    shapes: Sequence[tuple[int, ...]] = (X,),
+    *,
+    rewrite: Sequence[str] = (),
+    refuse: Sequence[str] = (),
+    naive_wrong: bool = False,
+) -> None:
+    """A hand-built case; its inputs are seeded from its id."""
+    build = functools.partial(_hand_built, body, tuple(shapes), zlib.crc32(case_id.encode()))
+    _add(case_id, build, rewrite, refuse, naive_wrong)
+
+
+def _exported(
+    case_id: str,
+    make: Callable[[], tuple[nn.Module, Inputs]],
+    *,
+    rewrite: Sequence[str] = (),
+    refuse: Sequence[str] = (),
+    naive_wrong: bool = False,
+) -> None:
+    """A case exported from a module and put in edge form by :func:`edge_graph` (once per process)."""
+    built = functools.cache(lambda: edge_graph(*make()))
+    _add(case_id, functools.partial(_fresh_copy, built), rewrite, refuse, naive_wrong)
+
+
+def _fresh_copy(built: Callable[[], tuple[GraphModule, Inputs]]) -> tuple[GraphModule, Inputs]:
+    # Exporting costs ~0.5 s a graph; a deep copy of the first build is just as fresh for the caller.
+    module, inputs = built()
+    return copy.deepcopy(module), tuple(t.clone() for t in inputs)
+
+
+def _doubled(g: Graph, x: Node) -> Node:
+    """A fresh intermediate: a base that is neither an input nor (unless returned) an output."""
+    return g.call_function(aten.mul.Tensor, (x, 2.0))
+
+
+def _slice(g: Graph, base: Node, dim: int = 0, start: int = 0, end: int = 2) -> Node:
+    return g.call_function(aten.slice_copy.Tensor, (base, dim, start, end), name="s")
+
+
+# --- call-method-user
+
+
+def _call_method_reads(g: Graph, xs: list[Node]) -> Node:
+    return g.call_method("add", (_slice(g, _doubled(g, xs[0])), 1.0))
+
+
+def _call_method_writes(g: Graph, xs: list[Node]) -> Node:
+    base = _doubled(g, xs[0])
+    s = _slice(g, base)
+    g.call_method("add_", (s, 100.0))
+    return g.call_function(aten.cat.default, ([base, s],))
+
+
+def _call_function_reads(g: Graph, xs: list[Node]) -> Node:
+    return g.call_function(aten.add.Tensor, (_slice(g, _doubled(g, xs[0])), 1.0))
+
+
+_case("call-method-user/reads", _call_method_reads, refuse=["s"])
+_case("call-method-user/writes", _call_method_writes, refuse=["s"], naive_wrong=True)
+_case("call-method-user/call-function-instead", _call_function_reads, rewrite=["s"])
+
+
+# --- written-by-user
+
+
+def _written_by(kind: str) -> Body:
+    def body(g: Graph, xs: list[Node]) -> Node:
+        base = _doubled(g, xs[0])
+        s = _slice(g, base)
+        if kind == "in-place":
+            g.call_function(aten.add_.Tensor, (s, 100.0))
+        elif kind == "out=":
+            g.call_function(aten.add.out, (xs[1], xs[1]), {"out": s})
+        else:
+            s = g.call_function(aten.add.Tensor, (s, 100.0))
+        return g.call_function(aten.cat.default, ([base, s],))
+
+    return body
+
+
+for _kind in ("in-place", "out="):
+    _case(f"written-by-user/{_kind}", _written_by(_kind), (X, Y), refuse=["s"], naive_wrong=True)
+_case("written-by-user/reading-user", _written_by("reads"), (X, Y), rewrite=["s"])
+
+
+# --- view-user
+
+
+def _view_user(g: Graph, xs: list[Node]) -> Node:
+    flat = g.call_function(aten.view.default, (_slice(g, _doubled(g, xs[0])), [-1]))
+    return g.call_function(aten.add.Tensor, (flat, 1.0))
+
+
+def _written_through_view(g: Graph, xs: list[Node]) -> Node:
+    base = _doubled(g, xs[0])
+    s = _slice(g, base)
+    g.call_function(aten.add_.Tensor, (g.call_function(aten.view.default, (s, [-1])), 100.0))
+    return g.call_function(aten.cat.default, ([base, s],))
+
+
+def _non_view_user(g: Graph, xs: list[Node]) -> Node:
+    t = g.call_function(aten.permute_copy.default, (_doubled(g, xs[0]), [1, 0]), name="t")
+    return g.call_function(aten.mm.default, (t, xs[0]))
+
+
+_case("view-user/reads-through-view", _view_user, refuse=["s"])
+_case("view-user/written-through-view", _written_through_view, refuse=["s"], naive_wrong=True)
+_case("view-user/non-view-user", _non_view_user, rewrite=["t"])
+
+
+# --- source-mutated: the base is written after the copy (the upstream gap)
+
+
+def _source_written(how: str) -> Body:
+    def body(g: Graph, xs: list[Node]) -> Node:
+        x, y = xs
+        alias = g.call_function(aten.slice.Tensor, (x, 0, 1, 3))  # a live alias of rows 1..2 of x
+        if how == "before":
+            g.call_function(aten.add_.Tensor, (x, 100.0))
+        s = _slice(g, x)
+        if how == "add_":
+            g.call_function(aten.add_.Tensor, (x, 100.0))
+        elif how == "alias-add_":
+            g.call_function(aten.add_.Tensor, (alias, 100.0))
+        elif how == "copy_":
+            g.call_function(aten.copy_.default, (x, g.call_function(aten.neg.default, (x,))))
+        elif how == "index_put_":
+            index = g.call_function(aten.arange.default, (2,), {"dtype": torch.int64})
+            g.call_function(aten.index_put_.default, (x, [index], y))
+        elif how == "slice_scatter+copy_":
+            scattered = g.call_function(aten.slice_scatter.default, (x, y, 0, 0, 2))
+            g.call_function(aten.copy_.default, (x, scattered))
+        elif how == "out=":
+            g.call_function(aten.add.out, (x, x), {"out": x})
+        return g.call_function(aten.mul.Tensor, (s, 2.0))
+
+    return body
+
+
+for _how in ("add_", "alias-add_", "copy_", "index_put_", "slice_scatter+copy_", "out="):
+    _case(f"source-mutated/{_how}", _source_written(_how), (X, Y), refuse=["s"], naive_wrong=True)
+_case("source-mutated/only-before", _source_written("before"), (X, Y), rewrite=["s"])
+
+
+# Every *_copy op: (op, arguments after the base, shape of the input). The copy is named "c".
+_EVERY_COPY: dict[str, tuple[OpOverload, tuple[Any, ...], tuple[int, ...]]] = {
+    "slice_copy": (aten.slice_copy.Tensor, (1, 1, 5, 2), X),
+    "select_copy": (aten.select_copy.int, (0, 2), X),
+    "permute_copy": (aten.permute_copy.default, ([1, 0],), X),
+    "transpose_copy": (aten.transpose_copy.int, (0, 1), X),
+    "t_copy": (aten.t_copy.default, (), X),
+    "view_copy": (aten.view_copy.default, ([3, 8],), X),
+    "unsqueeze_copy": (aten.unsqueeze_copy.default, (1,), X),
+    "squeeze_copy": (aten.squeeze_copy.dim, (1,), (4, 1, 6)),
+    "expand_copy": (aten.expand_copy.default, ([3, 4, 6],), X),
+    "alias_copy": (aten.alias_copy.default, (), X),
+    "diagonal_copy": (aten.diagonal_copy.default, (0, 1, 0), X),
+    "unfold_copy": (aten.unfold_copy.default, (1, 3, 2), X),
+}
+
+
+def _one_copy(name: str, *, mutate_base: bool) -> Body:
+    op, args, _ = _EVERY_COPY[name]
+
+    def body(g: Graph, xs: list[Node]) -> Node:
+        base = _doubled(g, xs[0])
+        c = g.call_function(op, (base, *args), name="c")
+        if mutate_base:
+            g.call_function(aten.add_.Tensor, (base, 100.0))
+        return g.call_function(aten.mul.Tensor, (c, 3.0))
+
+    return body
+
+
+for _name in ("select_copy", "permute_copy", "view_copy", "expand_copy", "alias_copy"):
+    _body, _shape = _one_copy(_name, mutate_base=True), _EVERY_COPY[_name][2]
+    _case(f"source-mutated/{_name}", _body, (_shape,), refuse=["c"], naive_wrong=True)
+
+
+class MutatesBuffer(nn.Module):
+    """Reads a slice of a buffer, then (if ``mutate``) adds the input to the buffer in place."""
+
+    def __init__(self, mutate: bool) -> None:
+        super().__init__()
+        self.mutate = mutate
+        self.register_buffer("buf", torch.arange(1.0, 13.0).reshape(4, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.buf[:2] * 2
+        if self.mutate:
+            self.buf.add_(x)
+        return y
+
+
+class MutatesInput(nn.Module):
+    """Reads slices of both inputs, then writes ``x`` in place (a user-input mutation)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = x[:2] * y[:2]
+        x.add_(1.0)
+        return out
+
+
+def _buffer_module(mutate: bool) -> tuple[nn.Module, Inputs]:
+    return MutatesBuffer(mutate), _inputs(11, [(4, 3)])
+
+
+def _input_module() -> tuple[nn.Module, Inputs]:
+    return MutatesInput(), _inputs(12, [(4, 3), (4, 3)])
+
+
+# The slice is read before the write-back, so a naive view would still give the same numbers: only the
+# verdict catches a pass that ignores the write-back here.
+_exported(
+    "source-mutated/buffer-written-back",
+    functools.partial(_buffer_module, True),
+    refuse=["slice_copy"],
+)
+_exported(
+    "source-mutated/buffer-only-read",
+    functools.partial(_buffer_module, False),
+    rewrite=["slice_copy"],
+)
+_exported(
+    "source-mutated/user-input-written-back",
+    _input_module,
+    rewrite=["slice_copy_1"],
+    refuse=["slice_copy"],
+)
+
+
+# --- aliases-output
+
+
+def _returned_slice_of_input(g: Graph, xs: list[Node]) -> Node:
+    return _slice(g, xs[0], 1, 0, 2)
+
+
+def _returned_slice_of_written_input(g: Graph, xs: list[Node]) -> Node:
+    g.call_function(aten.copy_.default, (xs[0], g.call_function(aten.mul.Tensor, (xs[0], 3.0))))
+    return _slice(g, xs[0], 1, 0, 2)
+
+
+def _returned_with_its_base(g: Graph, xs: list[Node]) -> tuple[Node, Node]:
+    base = _doubled(g, xs[0])
+    return base, _slice(g, base, 1, 0, 2)
+
+
+def _returned_slice_of_private(g: Graph, xs: list[Node]) -> Node:
+    return _slice(g, _doubled(g, xs[0]), 1, 0, 2)
+
+
+class ReturnsSliceOfWrittenBack(nn.Module):
+    """Writes a fresh value back into a buffer and returns a function of a slice of that value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("buf", torch.arange(1.0, 13.0).reshape(4, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        new = self.buf * 2 + x
+        self.buf.copy_(new)
+        return new[:2] + 1
+
+
+_case("aliases-output/returned-slice-of-input", _returned_slice_of_input, refuse=["s"], naive_wrong=True)
+_case(
+    "aliases-output/returned-slice-of-written-back-input",
+    _returned_slice_of_written_input,
+    refuse=["s"],
+    naive_wrong=True,
+)
+_case("aliases-output/returned-with-its-base", _returned_with_its_base, refuse=["s"], naive_wrong=True)
+_case("aliases-output/returned-slice-of-private-value", _returned_slice_of_private, rewrite=["s"])
+_exported(
+    "aliases-output/read-slice-of-written-back-value",
+    lambda: (ReturnsSliceOfWrittenBack(), _inputs(13, [(4, 3)])),
+    rewrite=["slice_copy"],
+)
+
+
+# --- opaque-container
+
+
+def _in_written_list(g: Graph, xs: list[Node]) -> Node:
+    base = _doubled(g, xs[0])
+    s = _slice(g, base)
+    g.call_function(aten._foreach_add_.Scalar, ([s], 100.0))
+    return g.call_function(aten.cat.default, ([base, s],))
+
+
+def _in_written_out_list(g: Graph, xs: list[Node]) -> Node:
+    base = _doubled(g, xs[0])
+    first, third = _slice(g, base, 0, 0, 1), _slice(g, base, 0, 2, 3)
+    g.call_function(aten.split_copy.Tensor_out, (xs[1], 1, 0), {"out": [first, third]})
+    return g.call_function(aten.cat.default, ([base, first, third],))
+
+
+def _getitem_chain(g: Graph, xs: list[Node]) -> Node:
+    rows = g.call_function(aten.unbind_copy.int, (_doubled(g, xs[0]), 0), name="rows")
+    first = g.call_function(operator.getitem, (rows, 0))
+    element = g.call_function(operator.getitem, (first, 1))  # Python indexing of a tensor: another view
+    return g.call_function(aten.add.Tensor, (element, 1.0))
+
+
+def _user_without_schema(g: Graph, xs: list[Node]) -> Node:
+    return g.call_function(torch.sin, (_slice(g, _doubled(g, xs[0])),))
+
+
+def _read_only_lists(g: Graph, xs: list[Node]) -> Node:
+    base = _doubled(g, xs[0])
+    s = _slice(g, base, 1, 0, 3)
+    halves = g.call_function(aten.split_copy.Tensor, (base, 3, 1), name="halves")
+    left = g.call_function(operator.getitem, (halves, 0))
+    right = g.call_function(operator.getitem, (halves, 1))
+    mixed = g.call_function(aten.sub.Tensor, (left, right))
+    return g.call_function(aten.cat.default, ([s, mixed],))
+
+
+_case("opaque-container/in-written-list", _in_written_list, refuse=["s"], naive_wrong=True)
+_case(
+    "opaque-container/in-written-out-list",
+    _in_written_out_list,
+    (X, Y),
+    refuse=["s", "s_1"],
+    naive_wrong=True,
+)
+_case("opaque-container/getitem-chain", _getitem_chain, refuse=["rows"])
+_case("opaque-container/user-without-schema", _user_without_schema, refuse=["s"])
+_case("opaque-container/read-only-lists", _read_only_lists, rewrite=["s", "halves"])
+
+
+# --- not-viewable
+
+
+def _view_of_transposed(g: Graph, xs: list[Node]) -> Node:
+    transposed = g.call_function(aten.permute.default, (_doubled(g, xs[0]), [1, 0]))
+    flat = g.call_function(aten.view_copy.default, (transposed, [-1]), name="flat")
+    return g.call_function(aten.add.Tensor, (flat, 1.0))
+
+
+def _not_viewable_build() -> tuple[GraphModule, Inputs]:
+    try:
+        return _hand_built(_view_of_transposed, (X,), zlib.crc32(b"not-viewable/view-of-transposed"))
+    except ValueError as exc:  # torch 2.11 rejects view_copy of a non-viewable input outright
+        raise CaseUnavailable(
+            f"torch {torch.__version__} rejects view_copy of a non-viewable input, so this graph cannot "
+            f"arise: {str(exc).splitlines()[0]}"
+        ) from exc
+
+
+_add("not-viewable/view-of-transposed", _not_viewable_build, rewrite=(), refuse=["flat"], naive_wrong=True)
+
+
+# --- every-view-twin: each *_copy op with a view twin is rewritten when nothing can observe it
+
+for _name, (_op, _args, _shape) in _EVERY_COPY.items():
+    _case(f"every-view-twin/{_name}", _one_copy(_name, mutate_base=False), (_shape,), rewrite=["c"])
+
+
+CASES: tuple[ViewPassCase, ...] = tuple(_CASES)
+CASES_BY_ID: dict[str, ViewPassCase] = {case.id: case for case in CASES}
+
+
+# ------------------------------------------------------------------------------------------ slicing-heavy
+
+
+class CachedAttention(nn.Module):
+    """Two-head attention over a KV cache held in buffers: the slicing-heavy block of an LLM decode step.
+
+    Splits heads with select/permute/view, rotates half of each query with slices, writes the new keys and
+    values into the caches in place, and attends over the valid prefix of the caches, head by head.
+    """
+
+    def __init__(
+        self, dim: int = 8, heads: int = 2, cache_len: int = 8, pos: int = 3, batch: int = 2
+    ) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(2024)
+        self.heads, self.head_dim, self.pos = heads, dim // heads, pos
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(dim))
+        cache = (batch, heads, cache_len, self.head_dim)
+        self.register_buffer("k_cache", torch.randn(cache, generator=gen))
+        self.register_buffer("v_cache", torch.randn(cache, generator=gen))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        past = self.k_cache[:, :, : self.pos].mean()
+        qkv = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim)
+        q = qkv.select(2, 0).transpose(1, 2)
+        k = qkv[:, :, 1].permute(0, 2, 1, 3)
+        v = qkv[:, :, 2].transpose(1, 2)
+        half = self.head_dim // 2
+        q = q + torch.cat([-q[..., half:], q[..., :half]], dim=-1)
+        end = self.pos + length
+        self.k_cache[:, :, self.pos : end] = k
+        self.v_cache[:, :, self.pos : end] = v
+        keys, values = self.k_cache[:, :, :end], self.v_cache[:, :, :end]
+        heads = []
+        for h in range(self.heads):
+            scores = (q[:, h] @ keys[:, h].transpose(-1, -2)) / math.sqrt(self.head_dim)
+            heads.append(scores.softmax(-1) @ values[:, h])
+        out = torch.stack(heads, 1).transpose(1, 2).reshape(batch, length, dim)
+        return self.proj(out) + x[:, -1:].expand(batch, length, dim) + past
+
+
+def kv_cache_attention() -> tuple[GraphModule, Inputs]:
+    """The edge graph of one :class:`CachedAttention` step (two new tokens), with its inputs."""
+    return edge_graph(CachedAttention(), _inputs(14, [(2, 2, 8)]))
