@@ -34,7 +34,6 @@ class ReferenceBackend:
 
         mm_out(out, self_, mat2)
 
-
     def view_copy_pass(self, graph_module: GraphModule) -> ViewPassOutcome:
         from reference_impl.lowering.view_copy_pass import run_view_copy_pass
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from conformance.models import get_model
 from reference_impl.lowering import to_edge_graph
-from reference_impl.models import get_model
 
 
 def test_dynamic_token_length_survives_view_functionalization() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from reference_impl.models import DTYPES, ZOO, asr_greedy, get_model, llm_greedy
+from conformance.models import DTYPES, ZOO, asr_greedy, get_model, llm_greedy
 
 
 def _flat(output: Any) -> list[torch.Tensor]:

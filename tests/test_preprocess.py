@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from conformance.models.zoo import get_model
 from reference_impl.lowering import fallback_kernels
 from reference_impl.lowering.blob import unpack_blob
 from reference_impl.lowering.compile_spec import method_name_spec
@@ -37,7 +38,6 @@ from reference_impl.lowering.partitioner import TAG_KEY, partition, tags_of
 from reference_impl.lowering.preflight import KNOWN_GOOD_CXX
 from reference_impl.lowering.preprocess import preprocess, resolve_device
 from reference_impl.lowering.program import program_from_bytes
-from reference_impl.models.zoo import get_model
 
 # The compiler for real compiles: the known-good system g++ when present (the GPU image's default $CXX is
 # broken, SPEC §3), else whatever $CXX says. The preflight tests use the same, so they share cache entries.

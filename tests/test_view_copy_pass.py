@@ -19,6 +19,7 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from conformance.models import ZOO
 from conformance.view_pass_cases import (
     CASES,
     CASES_BY_ID,
@@ -40,7 +41,6 @@ from reference_impl.lowering import (
     run_view_copy_pass,
     to_edge_graph,
 )
-from reference_impl.models import ZOO
 
 aten = torch.ops.aten
 Body = Callable[[Graph, list[Node]], Any]

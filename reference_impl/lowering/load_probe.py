@@ -115,9 +115,9 @@ def _child(loader_kind: str, artifact: str, device: str, out_json: str, profile_
     result["subprocesses"] = list(calls)
     result["subprocess_s"] = sum(c["seconds"] for c in calls)
 
-    from reference_impl.models.zoo import get_model
+    from reference_impl.lowering.trivial import trivial_linear
 
-    module, inputs = get_model("linear").build(torch.float32, target)["forward"]
+    module, inputs = trivial_linear(target)
     outputs = model.run(list(inputs)) if loader_kind == "fast" else [model(*inputs)]
     with torch.no_grad():
         expected = module(*inputs)
@@ -168,13 +168,12 @@ def _bytecode_state(torch: Any, since: float) -> dict[str, Any]:
 
 
 def _build_artifact(device: str, out: Path) -> tuple[Path, dict[str, Any]]:
-    import torch
 
     from reference_impl.lowering.blob import unpack_blob
     from reference_impl.lowering.preprocess import preprocess
-    from reference_impl.models.zoo import get_model
+    from reference_impl.lowering.trivial import trivial_linear
 
-    module, inputs = get_model("linear").build(torch.float32, device)["forward"]
+    module, inputs = trivial_linear(device)
     start = time.perf_counter()
     result = preprocess(module, inputs, device=device)
     info = {

@@ -413,15 +413,14 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
 
         from reference_impl.lowering.blob import unpack_blob
         from reference_impl.lowering.preprocess import preprocess, resolve_device
-        from reference_impl.models.zoo import get_model
+        from reference_impl.lowering.trivial import trivial_linear
 
         target = resolve_device(device)
         progress.emit(stage=stage, event="done", device=str(target))
 
         stage = "compile"
         progress.emit(stage=stage, event="start", cxx=os.environ.get("CXX"))
-        methods = get_model("linear").build(torch.float32, target)
-        module, inputs = methods["forward"]
+        module, inputs = trivial_linear(target)
         start = time.perf_counter()
         result = preprocess(module, inputs, method_name="forward", device=target)
         artifact = Path(workdir) / "preflight.pt2"

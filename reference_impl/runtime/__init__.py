@@ -2,7 +2,7 @@
 
 ``init`` / ``execute`` / ``destroy`` / ``execute_stats`` live in ``delegate.py`` (streams, threads and data
 movement are documented there); the backend-wide options in ``options.py``; input/output metadata in
-``iospec.py``; multi-method greedy pipelines in ``runner.py``.
+``iospec.py``. The suite drives multi-method models through the protocol (``conformance/pipelines.py``).
 """
 
 from reference_impl.runtime.delegate import (

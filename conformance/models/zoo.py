@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from reference_impl.models.asr import ASR_MAX_TOKENS, build_asr
-from reference_impl.models.llm import build_llm
-from reference_impl.models.simple import (
+from conformance.models.asr import ASR_MAX_TOKENS, build_asr
+from conformance.models.llm import build_llm
+from conformance.models.simple import (
     build_add,
     build_add_mul,
     build_conv1d,
@@ -19,7 +19,7 @@ from reference_impl.models.simple import (
     build_residual_block,
     build_sdpa,
 )
-from reference_impl.models.slicing import build_slicing_block
+from conformance.models.slicing import build_slicing_block
 
 __all__ = ["DTYPES", "ZOO", "Methods", "ZooModel", "get_model"]
 

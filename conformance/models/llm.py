@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from reference_impl.models._seeded import finish, seeded_init, seeded_normal, seeded_tokens
-from reference_impl.models.blocks import MLP, Attention
+from conformance.models._seeded import finish, seeded_init, seeded_normal, seeded_tokens
+from conformance.models.blocks import MLP, Attention
 
 __all__ = ["LLM_MAX_SEQ", "LlmCore", "LlmDecode", "LlmPrefill", "build_llm"]
 

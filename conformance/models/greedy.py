@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from reference_impl.models.asr import ASR_BOS, ASR_MAX_TOKENS
-from reference_impl.models.llm import LLM_MAX_SEQ
+from conformance.models.asr import ASR_BOS, ASR_MAX_TOKENS
+from conformance.models.llm import LLM_MAX_SEQ
 
 __all__ = ["asr_greedy", "llm_greedy"]
 

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.models._seeded import finish, seeded_init, seeded_normal, seeded_tokens
-from reference_impl.models.blocks import MLP, Attention
+from conformance.models._seeded import finish, seeded_init, seeded_normal, seeded_tokens
+from conformance.models.blocks import MLP, Attention
 
 __all__ = ["ASR_BOS", "ASR_MAX_TOKENS", "AsrDecoder", "AsrEncoder", "build_asr"]
 

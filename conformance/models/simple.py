@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.models._seeded import finish, seeded_init, seeded_normal
+from conformance.models._seeded import finish, seeded_init, seeded_normal
 
 __all__ = [
     "Add",

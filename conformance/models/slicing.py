@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from reference_impl.models._seeded import finish, seeded_init, seeded_normal
+from conformance.models._seeded import finish, seeded_init, seeded_normal
 
 __all__ = ["SlicingBlock", "build_slicing_block"]
 
