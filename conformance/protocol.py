@@ -34,7 +34,8 @@ Part ``view_pass`` (chapter ``lowering``; SPEC §1a)
 
 Part ``lowering`` (chapter ``lowering``; SPEC §1a)
     ``lower(methods, *, device) -> bytes``: ``methods`` maps a method name to ``(nn.Module, example
-    inputs)``; the backend exports, transforms and compiles every method for ``device`` ("cpu" or "cuda")
+    inputs)`` or ``(nn.Module, example inputs, dynamic_shapes)`` (``dynamic_shapes`` as ``torch.export``
+    takes it); the backend exports, transforms and compiles every method for ``device`` ("cpu" or "cuda")
     and returns one program file (its format is the backend's own business). A backend that cannot lower
     something raises ``ValueError`` (unsupported kernels, bad names) naming what and why.
 

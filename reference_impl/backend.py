@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,14 @@ class ReferenceBackend:
             rewritten=[r.node for r in report.rewrites],
             refused={r.node: str(r.reason.value) for r in report.refusals},
         )
+
+    def lower(self, methods: Mapping[str, tuple], *, device: str) -> bytes:
+        """Lower every ``(module, inputs[, dynamic_shapes])`` method into one program file."""
+        from reference_impl.lowering.lower import lower_program
+
+        plain = {name: (entry[0], entry[1]) for name, entry in methods.items()}
+        shapes = {name: e[2] for name, e in methods.items() if len(e) > 2 and e[2] is not None}
+        return lower_program(plain, device=device, dynamic_shapes=shapes or None)
 
     # Runtime part: thin forwards, imported on use so that loading the backend stays cheap.
     def init(self, program: bytes, method: str) -> object:

@@ -13,7 +13,7 @@ Variants:
 * ``torch/cold``      ``torch._inductor.aoti_load_package`` with an empty inductor cache dir (a fresh machine)
 * ``torch/warm``      the same, again, on the now warm inductor cache dir (persisting TORCHINDUCTOR_CACHE_DIR)
 * ``torch/isa-ok``    the same with ``TORCHINDUCTOR_VEC_ISA_OK=1`` (skips the ISA dry-compile probes)
-* ``fast``            ``preflight.load_package_fast`` (no inductor import, no device-info probing)
+* ``fast``            ``load_package_fast`` of the runtime (no inductor import, no device-info probing)
 * ``fast/cold-pyc``   the fast loader with an empty ``PYTHONPYCACHEPREFIX`` (every module's bytecode rebuilt)
 * ``torch/cold-pyc``  torch's loader with empty inductor cache *and* empty bytecode cache (the worst case)
 """
@@ -104,7 +104,7 @@ def _child(loader_kind: str, artifact: str, device: str, out_json: str, profile_
         model = torch._inductor.aoti_load_package(artifact, device_index=index)
         result["load_call_s"] = time.perf_counter() - t
     else:
-        from reference_impl.lowering.preflight import load_package_fast
+        from reference_impl.runtime.package_loader import load_package_fast
 
         result["inductor_import_s"] = 0.0
         t = time.perf_counter()

@@ -16,10 +16,8 @@ Command line::
 
 exits 0 when the toolchain works and 1 with a message saying what is wrong and how to fix it.
 
-``load_package_fast`` is also here: the loader the preflight (and, recommended, the runtime) uses. It builds
-torch's ``AOTIModelPackageLoader`` directly, skipping ``torch._inductor.aoti_load_package``'s device-info
-check, whose CPU vector-ISA probe compiles and loads test programs in subprocesses on the first load of every
-process (the 28–40 s first load of SPEC §3; see NOTES.md).
+It loads with the runtime's ``load_package_fast`` (``reference_impl/runtime/package_loader.py``), the
+loader that skips ``aoti_load_package``'s slow first-load probe: what the preflight proves, the runtime does.
 """
 
 from __future__ import annotations
@@ -41,71 +39,14 @@ from typing import Any
 
 __all__ = [
     "KNOWN_GOOD_CXX",
-    "FastAOTIModel",
     "PreflightReport",
     "check_toolchain",
-    "load_package_fast",
     "main",
 ]
 
 KNOWN_GOOD_CXX = "/usr/bin/g++"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("compiler", "device", "compile", "load", "run")
-
-
-# --- the loader ----------------------------------------------------------------------------------------
-
-
-class FastAOTIModel:
-    """A loaded AOTInductor package: ``run(list of tensors) -> list of tensors``, or call it."""
-
-    def __init__(self, loader: Any, path: str) -> None:
-        self.loader = loader
-        self.path = path
-
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
-        """Flat tensor inputs in, flat tensor outputs out (the package's calling convention)."""
-        return list(self.loader.run(list(inputs)))
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        import torch
-        from torch.utils import _pytree as pytree
-
-        _, out_spec_text = self.loader.get_call_spec()
-        flat = pytree.tree_flatten((args, kwargs))[0]
-        outputs = self.loader.boxed_run([x for x in flat if isinstance(x, torch.Tensor)])
-        return pytree.tree_unflatten(outputs, pytree.treespec_loads(out_spec_text))
-
-    def get_metadata(self) -> dict[str, str]:
-        return dict(self.loader.get_metadata())
-
-
-def load_package_fast(
-    path: str | os.PathLike[str],
-    *,
-    model_name: str = "model",
-    device_index: int = -1,
-    run_single_threaded: bool = False,
-    num_runners: int = 1,
-) -> FastAOTIModel:
-    """Load a ``.pt2`` package with torch's C++ loader, without importing inductor or probing the CPU ISA.
-
-    Same loader as ``torch._inductor.aoti_load_package`` (``AOTIModelPackageLoader``), minus that function's
-    ``get_device_information`` call, which only feeds a mismatch *warning* but costs an inductor import and a
-    compile-and-dlopen probe per CPU vector ISA on the first load of each process.
-    """
-    import torch
-
-    ctor = torch._C._aoti.AOTIModelPackageLoader
-    path = os.fspath(path)
-    try:
-        loader = ctor(path, model_name, run_single_threaded, num_runners, device_index)
-    except TypeError:  # older signatures: (path, name, single_threaded, num_runners) / (path, name)
-        try:
-            loader = ctor(path, model_name, run_single_threaded, num_runners)
-        except TypeError:
-            loader = ctor(path, model_name)
-    return FastAOTIModel(loader, path)
 
 
 # --- the report ----------------------------------------------------------------------------------------
@@ -437,6 +378,8 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
         stage = "load"
         progress.emit(stage=stage, event="start")
         start = time.perf_counter()
+        from reference_impl.runtime.package_loader import load_package_fast
+
         model = load_package_fast(artifact, device_index=target.index if target.type == "cuda" else -1)
         progress.emit(stage=stage, event="done", seconds=time.perf_counter() - start)
 

@@ -60,6 +60,7 @@ from reference_impl.lowering.fallback_kernels import (
 )
 from reference_impl.lowering.partitioner import partition
 from reference_impl.lowering.view_copy_pass import ViewPassReport, run_view_copy_pass
+from reference_impl.runtime.iospec import io_spec_from_exported_program
 
 __all__ = [
     "NotDelegableError",
@@ -295,6 +296,8 @@ def preprocess(
             "runtime_shims": list(inventory.runtime_shims),
             "dynamic_ops": list(inventory.dynamic_ops),
             "view_pass": view_report_dict(report),
+            # Input/output dtypes and shapes: the package records none, and the runtime checks inputs.
+            "io": io_spec_from_exported_program(edge).to_json(),
             "delegation": {
                 "tags": sorted(parts.partition_tags),
                 "nodes": len(parts.tagged_nodes),

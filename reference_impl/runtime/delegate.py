@@ -67,6 +67,7 @@ from reference_impl.runtime.errors import (
 )
 from reference_impl.runtime.iospec import IOSpec, TensorSpec
 from reference_impl.runtime.options import STORE, OptionStore
+from reference_impl.runtime.package_loader import load_package_fast
 
 __all__ = [
     "STREAM_POLICY",
@@ -157,9 +158,8 @@ def _load_runner(artifact: bytes, device: torch.device, method: str) -> Any:
         guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with guard:
             try:
-                from torch._inductor import aoti_load_package
-
-                compiled = aoti_load_package(path, device_index=device.index if device.type == "cuda" else -1)
+                # Not aoti_load_package: its device-info probe costs 28-40 s on a process's first load.
+                compiled = load_package_fast(path, device_index=device.index if device.type == "cuda" else -1)
             except Exception as exc:
                 raise RuntimeError(
                     f"method {method!r}: AOTInductor could not load its artifact on {device}: {exc}"

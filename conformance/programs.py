@@ -1,0 +1,74 @@
+"""Zoo models lowered through the protocol, once per worker process, shared by the chapters that run them.
+
+Lowering is the expensive step (tens of seconds an AOTInductor compile); chapters ask for a
+``LoweredModel`` by (model, dtype, device) and get the same program bytes every time in one process.
+Backends that cache their own artifacts (the reference does, by content) make a warm suite fast too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from conformance.models import ZooModel, get_model
+from conformance.protocol import Backend
+
+SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
+
+
+@dataclass(frozen=True)
+class LoweredModel:
+    """One lowered program and the eager modules and example inputs it was lowered from."""
+
+    model: ZooModel
+    dtype: torch.dtype
+    device: str
+    program: bytes
+    eager: dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.eager)
+
+
+@functools.cache
+def _lower(backend: Backend, model: str, dtype: torch.dtype, device: str) -> LoweredModel:
+    entry = get_model(model)
+    eager = entry.build(dtype, torch.device(device))
+    spec = {name: (module, inputs, entry.dynamic_shapes_for(name)) for name, (module, inputs) in eager.items()}
+    program = backend.lower(spec, device=device)  # type: ignore[attr-defined]
+    return LoweredModel(entry, dtype, device, program, eager)
+
+
+def lowered(backend: Backend, model: str, dtype: torch.dtype, device: str) -> LoweredModel:
+    """The zoo model ``model`` in ``dtype``, lowered by ``backend`` for ``device`` ("cpu" or "cuda")."""
+    return _lower(backend, model, dtype, device)
+
+
+@contextlib.contextmanager
+def option(backend: Backend, key: str, value: object) -> Iterator[None]:
+    """Set a backend option for the block and restore the previous value after it, even on failure."""
+    previous = backend.get_option(key)  # type: ignore[attr-defined]
+    backend.set_option(key, value)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        backend.set_option(key, previous)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def handles(backend: Backend, program: bytes, *methods: str) -> Iterator[list[object]]:
+    """``init`` each method of ``program``; ``destroy`` them all afterwards."""
+    made: list[object] = []
+    try:
+        for method in methods:
+            made.append(backend.init(program, method))  # type: ignore[attr-defined]
+        yield made
+    finally:
+        for handle in made:
+            backend.destroy(handle)  # type: ignore[attr-defined]
