@@ -40,7 +40,7 @@ class LoweredModel:
 def _lower(backend: Backend, model: str, dtype: torch.dtype, device: str) -> LoweredModel:
     entry = get_model(model)
     eager = entry.build(dtype, torch.device(device))
-    spec = {name: (module, inputs, entry.dynamic_shapes_for(name)) for name, (module, inputs) in eager.items()}
+    spec = {name: (mod, inputs, entry.dynamic_shapes_for(name)) for name, (mod, inputs) in eager.items()}
     program = backend.lower(spec, device=device)  # type: ignore[attr-defined]
     return LoweredModel(entry, dtype, device, program, eager)
 
