@@ -29,6 +29,8 @@ How the meter copes:
 
 from __future__ import annotations
 
+import math
+
 import contextlib
 import dataclasses
 import itertools
@@ -502,7 +504,12 @@ class GpmDramBandwidth:
             if metric.nvmlReturn != nvml.NVML_SUCCESS:
                 self.reason = f"GPM DRAM_BW_UTIL: {describe_error(nvml.NVMLError(metric.nvmlReturn))}"
                 return None
-            return float(metric.value)
+            value = float(metric.value)
+            if not math.isfinite(value):
+                # Seen on an H200 for a 46 ms window: GPM answers success with NaN. Unsupported, not 0.
+                self.reason = "GPM DRAM_BW_UTIL returned no finite value for this window"
+                return None
+            return value
         except Exception as exc:
             self.reason = f"GPM metrics failed: {describe_error(exc)}"
             return None

@@ -17,3 +17,15 @@ def test_dynamic_token_length_survives_view_functionalization() -> None:
     length = tokens.meta["val"].shape[1]
     assert free_symbols(length), f"token length was specialised to {length}"
     assert any(n.target == torch.ops.aten.slice_copy.Tensor for n in edge.graph.nodes)
+
+
+def test_view_pass_copy_keeps_signature_and_graph_names_in_step() -> None:
+    """nn.Linear's placeholder is named ``input``; copying the graph renames it, the signature must follow."""
+    from reference_impl.lowering.trivial import trivial_linear
+    from reference_impl.lowering.view_copy_pass import run_view_copy_pass
+
+    module, inputs = trivial_linear("cpu")
+    result, _ = run_view_copy_pass(to_edge_graph(module, inputs))
+    placeholders = [n.name for n in result.graph.nodes if n.op == "placeholder"]
+    assert [spec.arg.name for spec in result.graph_signature.input_specs] == placeholders
+    assert torch.equal(result.module()(*inputs), module(*inputs))

@@ -495,6 +495,25 @@ def run_view_copy_pass(
         return module, view_pass.report
     with quiet_pytree_deprecation():
         result = copy.deepcopy(program)
+    _rename_signature_to_graph(result)
     view_pass = ReplaceViewCopyWithViewPass(result.graph_signature)
     view_pass(result.graph_module)
     return result, view_pass.report
+
+
+def _rename_signature_to_graph(program: torch.export.ExportedProgram) -> None:
+    """Make the signature name the copied graph's nodes again.
+
+    Copying a graph renames nodes whose names shadow Python builtins (``nn.Linear``'s placeholder ``input``
+    becomes ``input_1``) while the signature keeps the old names; specs and nodes correspond by position.
+    """
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    for spec, node in zip(program.graph_signature.input_specs, placeholders, strict=True):
+        if getattr(spec.arg, "name", node.name) != node.name:
+            spec.arg.name = node.name
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    returned = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    for spec, value in zip(program.graph_signature.output_specs, returned, strict=True):
+        name = getattr(value, "name", None)
+        if name is not None and getattr(spec.arg, "name", name) != name:
+            spec.arg.name = name
