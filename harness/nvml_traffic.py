@@ -29,11 +29,10 @@ How the meter copes:
 
 from __future__ import annotations
 
-import math
-
 import contextlib
 import dataclasses
 import itertools
+import math
 import statistics
 import threading
 import time
