@@ -75,6 +75,20 @@ def _pytest(session: nox.Session, name: str, args: list[str], env: dict[str, str
     return None
 
 
+def _prelower(session: nox.Session, gpus: int) -> None:
+    """On a GPU runner, compile the zoo in parallel first (the GPU workers would compile one at a time)."""
+    jobs = min(8, (os.cpu_count() or 1) // 2)
+    if gpus == 0 or jobs < 2 or os.environ.get("CONFORMANCE_PRELOWER") == "0":
+        return
+    args: list[str] = []
+    for i, arg in enumerate(session.posargs):  # the same backend as the suite: --backend X or --backend=X
+        if arg.startswith("--backend="):
+            args = ["--backend", arg.partition("=")[2]]
+        elif arg == "--backend" and i + 1 < len(session.posargs):
+            args = ["--backend", session.posargs[i + 1]]
+    session.run(_python(session), "-m", "conformance.prelower", "--device=cuda", f"--jobs={jobs}", *args)
+
+
 def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
     """Run the conformance suite, then render the summary page even if cases failed or crashed.
 
@@ -86,6 +100,7 @@ def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
     gpus = _cuda_device_count(session)
     workers = gpus or min(2, os.cpu_count() or 1)
     session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
+    _prelower(session, gpus)
     shards = [name]
     if gpus >= 2:
         pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))}

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from conformance.tolerances import TOLERANCES
+from conformance.tolerances import MODEL_TOLERANCES, TOLERANCES
 
 
 class CheckFailure(AssertionError):
@@ -110,4 +110,25 @@ def assert_matmul_close(rule: str, call: str, got: torch.Tensor, a: torch.Tensor
             f"{int(bad.sum())} of {g.numel()} elements outside the {got.dtype} tolerance "
             f"(worst at {worst:.3g}× the bound); first at {idx}: got {g[idx].item()!r}, "
             f"float64 reference {ref[idx].item()!r}, bound {bound[idx].item():.3g}",
+        )
+
+
+def assert_model_output_close(rule: str, call: str, got: torch.Tensor, ref: torch.Tensor) -> None:
+    """A lowered model's output ≈ eager float64, norm-wise, within ``MODEL_TOLERANCES`` of ``got``'s dtype."""
+    if tuple(got.shape) != tuple(ref.shape):
+        fail(rule, call, f"shape {tuple(got.shape)} != eager {tuple(ref.shape)}")
+    if got.dtype != ref.dtype and not (got.is_floating_point() and ref.dtype == torch.float64):
+        fail(rule, call, f"dtype {got.dtype} != eager {ref.dtype}")
+    if not got.is_floating_point():
+        if not torch.equal(got.cpu(), ref.cpu()):
+            fail(rule, call, "integer output differs from eager")
+        return
+    g, r = got.detach().cpu().double(), ref.detach().cpu().double()
+    if not bool(torch.isfinite(g).all()):
+        fail(rule, call, f"{int((~torch.isfinite(g)).sum())} of {g.numel()} elements are not finite")
+    bound = MODEL_TOLERANCES[got.dtype]
+    error = float(torch.linalg.vector_norm(g - r) / max(float(torch.linalg.vector_norm(r)), 1e-30))
+    if error > bound:
+        fail(
+            rule, call, f"relative L2 error {error:.3g} against eager float64 exceeds {bound:g} ({got.dtype})"
         )

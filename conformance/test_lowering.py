@@ -5,7 +5,8 @@ Sections, each its own protocol part (a backend lacking one is skipped there, ne
 * **view pass** (part ``view_pass``): ``ReplaceViewCopyWithViewPass`` on every graph of the catalogue in
   ``conformance/view_pass_cases.py`` — the verdicts, the observable behaviour of the result, truthful
   ``meta["val"]`` — and on a slicing-heavy KV-cache attention graph. Rules read ``view-pass/<rule>``.
-* **whole models** (part ``lowering``): to come.
+* **whole models** (parts ``lowering`` + ``runtime``): every zoo model × dtype lowers (CPU everywhere, CUDA on
+  a GPU), runs, and matches eager float64.
 
 The protocol is in ``conformance/protocol.py``; this module reaches the backend only through it.
 """
@@ -21,9 +22,12 @@ import pytest
 import torch
 from torch.fx import GraphModule, Interpreter, Node
 
-from conformance.checks import fail
+from conformance.checks import assert_model_output_close, fail
 from conformance.conftest import require_part
+from conformance.models import ZOO
+from conformance.programs import handles, lowered
 from conformance.protocol import Backend
+from conformance.tolerances import DTYPES_BY_NAME
 from conformance.view_pass_cases import (
     CASES,
     RULES,
@@ -283,4 +287,45 @@ def test_view_pass_slicing_heavy_kv_cache(view_pass: ViewPassBackend, request: p
 
 
 # ============================================================================================= whole models
-# Protocol part ``lowering`` (lower(methods, *, device) -> bytes): to come.
+# Protocol parts ``lowering`` and ``runtime``: every zoo model × dtype is lowered for the CPU (everywhere) and
+# for CUDA (on a GPU), every method run once on its example inputs, and each output compared with eager
+# PyTorch in float64 on the same weights and inputs.
+
+MODEL_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture
+def lowering(backend: Backend) -> Backend:
+    require_part(backend, "lowering")
+    require_part(backend, "runtime")
+    return backend
+
+
+def eager_float64(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The oracle: the same module and inputs, upcast to float64, run eagerly on the CPU."""
+    reference = copy.deepcopy(module).cpu().double()
+    upcast = [t.detach().cpu().double() if t.is_floating_point() else t.detach().cpu() for t in inputs]
+    with torch.no_grad():
+        outputs = reference(*upcast)
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", MODEL_DEVICES)
+@pytest.mark.parametrize("model", list(ZOO))
+@pytest.mark.parametrize("dtype", list(DTYPES_BY_NAME))
+def test_zoo_model_lowers_runs_and_matches_eager(
+    lowering: Backend, dtype: str, model: str, device: str, request: pytest.FixtureRequest
+) -> None:
+    """lowering/zoo: the model lowers for the device, every method runs, outputs match eager float64."""
+    program = lowered(lowering, model, DTYPES_BY_NAME[dtype], device)
+    request.node.user_properties.append(("program_bytes", len(program.program)))
+    for method, (module, inputs) in program.eager.items():
+        call = f"lower({model}, {dtype}, device={device}) then execute({method!r})"
+        with handles(lowering, program.program, method) as (handle,):
+            outputs = lowering.execute(handle, [t.cpu() for t in inputs])  # type: ignore[attr-defined]
+        expected = eager_float64(module, inputs)
+        if len(outputs) != len(expected):
+            fail("lowering/zoo", call, f"{len(outputs)} outputs, eager gives {len(expected)}")
+        for index, (got, ref) in enumerate(zip(outputs, expected, strict=True)):
+            assert_model_output_close("lowering/zoo", f"{call} output {index}", got, ref)
