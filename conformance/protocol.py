@@ -36,8 +36,9 @@ Part ``lowering`` (chapter ``lowering``; SPEC §1a)
     ``lower(methods, *, device) -> bytes``: ``methods`` maps a method name to ``(nn.Module, example
     inputs)`` or ``(nn.Module, example inputs, dynamic_shapes)`` (``dynamic_shapes`` as ``torch.export``
     takes it); the backend exports, transforms and compiles every method for ``device`` ("cpu" or "cuda")
-    and returns one program file (its format is the backend's own business). A backend that cannot lower
-    something raises ``ValueError`` (unsupported kernels, bad names) naming what and why.
+    and returns one program file (its format is the backend's own business). Optional keyword
+    ``options={"view_pass": False}`` lowers without the view-copy pass (the bench compares both). A backend
+    that cannot lower something raises ``ValueError`` (unsupported kernels, bad names) naming what and why.
 
 Part ``runtime`` (chapters ``runtime``, ``multi_method``, ``streams_threads``, ``bad_inputs``; SPEC §1b)
     ``init(program: bytes, method: str) -> handle``; ``execute(handle, inputs, outputs=None) -> list of

@@ -4,11 +4,13 @@ The file has the same format as the conformance results (``harness.results``): e
 (chapter ``bench``; passed, failed, skipped or error, with the reason), and its figures go into
 ``run.benchmarks`` (timings) or ``run.traffic`` (PCIe bytes) in the shape of ``harness.records``.
 
-Suites live in a registry: ``SUITE_MODULES`` maps a suite name to the module that defines it; that
-module exposes ``SUITES: dict[str, Suite]``. A module that does not exist yet makes its suites skip
-with that reason, so ``pipelines``, ``view_pass`` and ``lowering`` join by adding their module.
+Suites live in a registry: ``SUITE_MODULES`` maps a suite name to the module that defines it (by
+path string, imported with importlib when the suite runs); that module exposes
+``SUITES: dict[str, Suite]``. The suite definitions sit in ``conformance/benchmarks/`` (they use the
+model zoo and the protocol helpers); ``harness`` keeps the runner and the measuring primitives. A
+module that does not exist makes its suites skip with that reason.
 The backend comes from ``--backend module:attr`` (or ``$CONFORMANCE_BACKEND``), imported here with
-importlib: ``harness`` never imports ``conformance`` or ``reference_impl``.
+importlib: ``harness`` never imports ``conformance`` or ``reference_impl`` statically.
 """
 
 from __future__ import annotations
@@ -36,11 +38,11 @@ KINDS = ("benchmark", "traffic")
 
 #: Suite name → module defining it (``SUITES: dict[str, Suite]``). Order is the default run order.
 SUITE_MODULES: dict[str, str] = {
-    "mm_out": "harness.bench_mm",
-    "threads": "harness.bench_mm",
-    "pipelines": "harness.bench_pipelines",
-    "view_pass": "harness.bench_view_pass",
-    "lowering": "harness.bench_lowering",
+    "mm_out": "conformance.benchmarks.mm",
+    "threads": "conformance.benchmarks.mm",
+    "pipelines": "conformance.benchmarks.pipelines",
+    "view_pass": "conformance.benchmarks.view_pass",
+    "lowering": "conformance.benchmarks.lowering",
 }
 
 FULL_POLICY = StopPolicy(min_samples=10, max_samples=2000, target_rel_iqr=0.02, budget_s=1.0, batch=5)

@@ -445,7 +445,12 @@ def merge_runs(runs: Sequence[RunResult]) -> RunResult:
         complete=all(run.complete for run in runs),
         environment=environment,
         metadata=metadata,
-        cases=[case for run in runs for case in run.cases],
+        # Worker ids restart in every shard (each has its gw0): qualify them with the shard they ran in.
+        cases=[
+            dataclasses.replace(case, worker=f"shard{n}/{case.worker}") if case.worker else case
+            for n, run in enumerate(runs, start=1)
+            for case in run.cases
+        ],
         benchmarks=[entry for run in runs for entry in run.benchmarks],
         traffic=[entry for run in runs for entry in run.traffic],
     )

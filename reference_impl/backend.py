@@ -44,13 +44,23 @@ class ReferenceBackend:
             refused={r.node: str(r.reason.value) for r in report.refusals},
         )
 
-    def lower(self, methods: Mapping[str, tuple], *, device: str) -> bytes:
-        """Lower every ``(module, inputs[, dynamic_shapes])`` method into one program file."""
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ) -> bytes:
+        """Lower every ``(module, inputs[, dynamic_shapes])`` method into one program file.
+
+        ``options``: ``{"view_pass": False}`` lowers without the view-copy pass (for the bench's A/B).
+        """
         from reference_impl.lowering.lower import lower_program
 
+        opts = dict(options or {})
+        if set(opts) - {"view_pass"} or not isinstance(opts.get("view_pass", True), bool):
+            raise ValueError(f"lower: argument 'options' accepts only {{'view_pass': bool}}, got {options!r}")
         plain = {name: (entry[0], entry[1]) for name, entry in methods.items()}
         shapes = {name: e[2] for name, e in methods.items() if len(e) > 2 and e[2] is not None}
-        return lower_program(plain, device=device, dynamic_shapes=shapes or None)
+        return lower_program(
+            plain, device=device, dynamic_shapes=shapes or None, view_pass=bool(opts.get("view_pass", True))
+        )
 
     # Runtime part: thin forwards, imported on use so that loading the backend stays cheap.
     def init(self, program: bytes, method: str) -> object:

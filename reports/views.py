@@ -51,9 +51,16 @@ def shard_environments(run: RunResult) -> list[dict[str, Any]]:
 def gpu_summary(run: RunResult) -> str:
     """``2× NVIDIA H200`` over all shards; ``CPU only`` when no shard saw a GPU."""
     names: Counter[str] = Counter()
-    for env in shard_environments(run):
-        for gpu in _list(env.get("gpus")):
-            names[str(gpu.get("name", "unknown GPU")) if isinstance(gpu, dict) else str(gpu)] += 1
+    seen: set[str] = set()
+    for number, env in enumerate(shard_environments(run)):
+        for position, gpu in enumerate(_list(env.get("gpus"))):
+            name = str(gpu.get("name", "unknown GPU")) if isinstance(gpu, dict) else str(gpu)
+            # Shards of one machine list the same GPUs: count each physical GPU (by UUID) once.
+            uuid = gpu.get("uuid") if isinstance(gpu, dict) else None
+            identity = str(uuid) if uuid else f"{env.get('hostname')}|{number}|{position}"
+            if identity not in seen:
+                seen.add(identity)
+                names[name] += 1
     if not names:
         return "CPU only"
     return ", ".join(f"{count}× {name}" if count > 1 else name for name, count in names.items())
@@ -262,6 +269,7 @@ class RunPage:
     incomplete_reasons: list[str]
     facts: list[tuple[str, str]]
     gpu_rows: list[GpuRow]
+    workers: list[WorkerRow]
     shards: list[ShardView]
     matrices: list[ChapterMatrix]
     problems: list[Problem]
@@ -289,6 +297,7 @@ def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
         incomplete_reasons=incomplete_reasons(run),
         facts=environment_facts(run),
         gpu_rows=gpu_rows(run),
+        workers=worker_rows(run),
         shards=shard_views(loaded),
         matrices=build_matrices(run.cases, anchors),
         problems=problems,
@@ -347,6 +356,39 @@ def gpu_rows(run: RunResult) -> list[GpuRow]:
                     error=str(gpu.get("error") or ""),
                 )
             )
+    return rows
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    worker: str
+    pinned_to: str
+    gpu: str
+    cases: int
+
+
+def worker_rows(run: RunResult) -> list[WorkerRow]:
+    """Which pytest-xdist worker ran on which GPU, and how many cases each ran (one worker per GPU)."""
+    counts = Counter(case.worker for case in run.cases if case.worker)
+    if not counts:
+        return []
+    shard_metas = [m if isinstance(m, dict) else {} for m in _list(run.metadata.get("shards"))]
+    environments = shard_environments(run)
+    rows = []
+    for worker, n in sorted(counts.items()):
+        shard, _, name = worker.rpartition("/")
+        index = int(shard.removeprefix("shard")) - 1 if shard.startswith("shard") else -1
+        meta = shard_metas[index] if 0 <= index < len(shard_metas) else run.metadata
+        env = environments[index] if 0 <= index < len(environments) else run.environment
+        pinned = meta.get("worker_gpus") if isinstance(meta.get("worker_gpus"), dict) else {}
+        target = str(pinned.get(name, "")) if pinned else ""
+        gpus = [g for g in _list(env.get("gpus")) if isinstance(g, dict)]
+        if target.isdigit() and int(target) < len(gpus):
+            gpu = gpus[int(target)]
+            label = f"{gpu.get('name', '?')} {gpu.get('uuid', '')}".strip()
+        else:
+            label = target or "every visible GPU"
+        rows.append(WorkerRow(worker, f"CUDA_VISIBLE_DEVICES={target}" if target else "not pinned", label, n))
     return rows
 
 

@@ -392,3 +392,33 @@ def test_charts_escape_labels_and_degrade_without_matplotlib(monkeypatch: pytest
     assert "<img" not in svg
     monkeypatch.setattr(charts, "available", lambda: False)
     assert charts.bar_chart("time", [charts.Bar("a", 1.0, 0.1)], "s", "lower") is None
+
+
+def test_shards_of_one_machine_count_each_gpu_once_and_show_the_worker_pinning() -> None:
+    """Two shards from one 2-GPU machine (pinned workers + the multi-GPU shard): 2 GPUs, not 4."""
+    import dataclasses as _dc
+
+    from harness.results import CaseResult, merge_runs, new_run
+    from reports import views
+
+    env = {
+        "hostname": "gpu-box",
+        "gpus": [
+            {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-a"},
+            {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-b"},
+        ],
+    }
+    case = CaseResult("t::a", "mm_out", {}, "passed", "", "", 0.1, "gw0")
+    pinned = _dc.replace(
+        new_run(env, {"worker_gpus": {"gw0": "0", "gw1": "1"}}),
+        cases=[case, _dc.replace(case, id="t::b", worker="gw1")],
+    )
+    multi = _dc.replace(new_run(env, {}), cases=[_dc.replace(case, id="t::c")])
+    run = merge_runs([pinned, multi])
+    assert views.gpu_summary(run) == "2× NVIDIA H200"
+    rows = {(r.worker, r.pinned_to, r.gpu) for r in views.worker_rows(run)}
+    assert rows == {
+        ("shard1/gw0", "CUDA_VISIBLE_DEVICES=0", "NVIDIA H200 GPU-a"),
+        ("shard1/gw1", "CUDA_VISIBLE_DEVICES=1", "NVIDIA H200 GPU-b"),
+        ("shard2/gw0", "not pinned", "every visible GPU"),
+    }

@@ -1,0 +1,538 @@
+"""Suite ``pipelines``: the zoo's ASR-like and LLM-like models end to end, with and without skip-copy.
+
+Pipelines (``conformance.pipelines``, driven through the backend protocol, float32 on CUDA):
+
+* ``asr``: ``encoder(features)`` once, then ``decoder(tokens, hidden)`` for 6 steps on the growing sequence.
+  Skip-copy mode names ``encoder`` (its hidden state stays on the GPU for every decoder step).
+* ``llm``: ``prefill(prompt)`` then ``decode`` for 8 steps through the KV cache. Skip-copy mode names
+  ``prefill,decode`` (logits and caches stay on the GPU).
+
+The pipeline's input (features / prompt) starts on the CPU, as a caller's data would; the loops return
+CPU token ids. Modes: ``copy`` (option ``skip_copy_output_to_cpu_for_method`` = ``""``, every output
+comes back to the CPU) and ``skip_copy``. Both modes run on the same handles and must give the same tokens.
+
+Figures, per pipeline and mode:
+
+* **latency** (benchmark record ``pipelines[<p>-float32-<mode>]``): wall clock of one whole pipeline run,
+  ending with a device synchronisation, after warm-up; median and IQR over repeats, the two modes
+  interleaved round by round (order alternating). No L2 flush: this is end to end. The ``skip_copy``
+  record also has ``speed_vs_copy`` (per-round copy time / skip time; > 1: skip-copy is faster).
+  ``runtime_*_bytes``: the sum of ``execute_stats`` over one run (exact counts: spread 0).
+* **PCIe bytes** (traffic record ``pipelines[<p>-float32-<mode>-pcie]``): NVML's counters
+  (``harness.nvml_traffic.TrafficMeter``: drift-subtracted, calibrated payload estimates). A run moves only
+  KBs, below NVML's noise, so K back-to-back runs are measured in one window and the totals divided by K;
+  K is chosen so the runtime-counted bytes of the ``copy`` mode reach 64 MiB (16 MiB with ``--quick``) or
+  the window reaches 10 s (2 s); both modes use the same K. ``nvml_*_bytes`` are per run with the
+  window's noise / K as spread; ``valid`` and the meter's reason are in the conditions and the metric
+  notes. ``*_agreement`` = NVML payload / runtime count (1.0 = every byte the runtime reports and no
+  other). NVML also sees what the runtime does not count: the loop's own torch copies (the next token,
+  ``[B, 1]`` int64 per step, to the host in ``skip_copy`` mode), kernel launch and synchronisation
+  traffic. So agreement is expected a little above 1 in ``copy`` mode and far above it where the
+  runtime counts almost nothing.
+* **saved by skip-copy** (traffic record ``pipelines[<p>-float32-skip_copy_saving]``): device→host and
+  host→device bytes per run, ``copy`` minus ``skip_copy``, from the runtime counters and from NVML, and
+  their agreement (NVML saving / runtime saving). Launch traffic, equal in both modes, cancels here.
+
+The dashboard's ``better`` on an agreement ratio is nominal (``lower``: unexplained bytes grew); what
+matters is closeness to 1.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from conformance.benchmarks import exact_metric, ratio_metric
+from harness.bench import BenchContext, Suite
+from harness.gpu_state import capture_gpu_state
+from harness.records import BenchRecord, Metric, case_name
+from harness.timing import Measurement, interleaved_order, paired_ratio, run_adaptive, warm_up
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.nvml_traffic import TrafficMeasurement, TrafficMeter
+
+SUITE = "pipelines"
+DTYPE_NAME = "float32"
+SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
+ASR_DECODER_STEPS = 6
+LLM_DECODE_STEPS = 8
+MODES = ("copy", "skip_copy")
+
+NVML_TARGET_BYTES = 64 << 20
+NVML_TIME_CAP_S = 10.0
+QUICK_NVML_TARGET_BYTES = 16 << 20
+QUICK_NVML_TIME_CAP_S = 2.0
+NVML_MAX_RUNS = 100_000
+
+NEEDS = ("lower", "init", "execute", "destroy", "set_option", "get_option", "execute_stats")
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """One pipeline: the zoo model, its two methods in call order, and what skip-copy mode names."""
+
+    name: str
+    model: str
+    methods: tuple[str, str]
+    skip_methods: str
+    description: str
+
+    def option_value(self, mode: str) -> str:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} must be one of {MODES}")
+        return self.skip_methods if mode == "skip_copy" else ""
+
+    def run(
+        self, backend: Any, handles: Sequence[object], host_input: torch.Tensor, stats: Any = None
+    ) -> Any:
+        from conformance.pipelines import asr_transcribe, llm_generate
+
+        first, second = handles
+        if self.name == "asr":
+            return asr_transcribe(backend, first, second, host_input, ASR_DECODER_STEPS, stats)
+        return llm_generate(backend, first, second, host_input, LLM_DECODE_STEPS + 1, stats)
+
+
+PIPELINES: tuple[PipelineSpec, ...] = (
+    PipelineSpec(
+        "asr", "asr", ("encoder", "decoder"), "encoder", f"encoder once + decoder {ASR_DECODER_STEPS} steps"
+    ),
+    PipelineSpec(
+        "llm", "llm", ("prefill", "decode"), "prefill,decode", f"prefill + decode {LLM_DECODE_STEPS} steps"
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------- pure parts
+
+
+@dataclass(frozen=True)
+class RunBytes:
+    """What the runtime counted over one pipeline run: sums of ``execute_stats`` rows."""
+
+    h2d: int
+    d2h: int
+    executes: int
+    per_method: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def runtime_bytes(stats: Sequence[tuple[str, dict[str, int]]]) -> RunBytes:
+    """Sum the per-execute rows (``conformance.pipelines.CallStats``) of one run, also per method."""
+    per_method: dict[str, dict[str, int]] = {}
+    for method, row in stats:
+        entry = per_method.setdefault(method, {"calls": 0, "h2d_bytes": 0, "d2h_bytes": 0})
+        entry["calls"] += 1
+        entry["h2d_bytes"] += int(row.get("h2d_bytes", 0))
+        entry["d2h_bytes"] += int(row.get("d2h_bytes", 0))
+    return RunBytes(
+        h2d=sum(e["h2d_bytes"] for e in per_method.values()),
+        d2h=sum(e["d2h_bytes"] for e in per_method.values()),
+        executes=len(stats),
+        per_method=per_method,
+    )
+
+
+def choose_runs(
+    bytes_per_run: int,
+    seconds_per_run: float,
+    target_bytes: int,
+    cap_s: float,
+    max_runs: int = NVML_MAX_RUNS,
+) -> tuple[int, str]:
+    """(K, why): back-to-back runs per NVML window so the counted bytes reach ``target_bytes``.
+
+    K stops short where K runs would take longer than ``cap_s`` (or exceed ``max_runs``); at least 1.
+    """
+    by_bytes = math.ceil(target_bytes / bytes_per_run) if bytes_per_run > 0 else max_runs
+    by_time = max(1, math.floor(cap_s / seconds_per_run)) if seconds_per_run > 0 else max_runs
+    runs = max(1, min(by_bytes, by_time, max_runs))
+    if runs == by_bytes:
+        why = f"runtime-counted bytes reach {target_bytes / 2**20:.0f} MiB"
+    elif runs == by_time:
+        why = f"time cap {cap_s:g} s (bytes would need {by_bytes} runs)"
+    else:
+        why = f"run cap {max_runs}"
+    return runs, why
+
+
+@dataclass(frozen=True)
+class PerRunTraffic:
+    """NVML figures of a K-run window divided by K: payload estimates and their noise, per direction."""
+
+    runs: int
+    valid: bool
+    reason: str | None
+    h2d: float | None = None
+    d2h: float | None = None
+    h2d_noise: float | None = None
+    d2h_noise: float | None = None
+    h2d_counted: float | None = None
+    d2h_counted: float | None = None
+    window_s: float = 0.0
+    window: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_measurement(cls, m: TrafficMeasurement, runs: int) -> PerRunTraffic:
+        def per(value: float | None) -> float | None:
+            return None if value is None or not m.valid else value / runs
+
+        def noise(payload: float | None, counted_noise: float | None) -> float | None:
+            if payload is None or counted_noise is None or not m.valid:
+                return None
+            return (counted_noise + (m.payload_rel_noise or 0.0) * payload) / runs
+
+        return cls(
+            runs=runs,
+            valid=m.valid,
+            reason=m.reason,
+            h2d=per(m.h2d_payload_bytes),
+            d2h=per(m.d2h_payload_bytes),
+            h2d_noise=noise(m.h2d_payload_bytes, m.h2d_noise_bytes),
+            d2h_noise=noise(m.d2h_payload_bytes, m.d2h_noise_bytes),
+            h2d_counted=per(m.h2d_bytes),
+            d2h_counted=per(m.d2h_bytes),
+            window_s=m.duration_s,
+            window={
+                "h2d_counted_bytes": m.h2d_bytes,
+                "d2h_counted_bytes": m.d2h_bytes,
+                "h2d_payload_bytes": m.h2d_payload_bytes,
+                "d2h_payload_bytes": m.d2h_payload_bytes,
+                "h2d_noise_bytes": m.h2d_noise_bytes,
+                "d2h_noise_bytes": m.d2h_noise_bytes,
+                "payload_rel_noise": m.payload_rel_noise,
+                "duration_s": m.duration_s,
+                "counter_wraps": dict(m.wraps),
+                "max_poll_gap_s": m.max_gap_s,
+            },
+        )
+
+    @classmethod
+    def unsupported(cls, reason: str) -> PerRunTraffic:
+        return cls(runs=0, valid=False, reason=f"unsupported: {reason}")
+
+    @property
+    def why_missing(self) -> str:
+        return self.reason or "not measured"
+
+    def note(self) -> str:
+        return (
+            f"per run: {self.runs} back-to-back runs in one NVML window "
+            f"({self.window_s:.2f} s), window payload estimate / {self.runs}"
+        )
+
+
+def _nvml_metric(value: float | None, noise: float | None, traffic: PerRunTraffic, better: str) -> Metric:
+    if value is None:
+        return Metric.missing("B", better, traffic.why_missing)
+    return Metric(unit="B", value=value, spread=noise, better=better, n=1, note=traffic.note())
+
+
+def params_for(pipeline: str, mode: str) -> dict[str, str]:
+    return {"pipeline": pipeline, "dtype": DTYPE_NAME, "mode": mode}
+
+
+def latency_record(
+    pipeline: PipelineSpec,
+    mode: str,
+    latency: Measurement,
+    counted: RunBytes,
+    speed_vs_copy: Measurement | None = None,
+) -> BenchRecord:
+    params = params_for(pipeline.name, mode)
+    metrics = {
+        "latency": latency.to_metric("lower"),
+        "runtime_d2h_bytes": exact_metric(counted.d2h, "B"),
+        "runtime_h2d_bytes": exact_metric(counted.h2d, "B"),
+    }
+    if speed_vs_copy is not None:
+        metrics["speed_vs_copy"] = speed_vs_copy.to_metric("higher")
+    return BenchRecord(
+        suite=SUITE,
+        name=case_name(SUITE, params),
+        params=params,
+        primary="latency",
+        metrics=metrics,
+        conditions={
+            **latency.conditions,
+            "pipeline": pipeline.description,
+            "skip_copy_option": pipeline.option_value(mode),
+            "executes_per_run": counted.executes,
+            "runtime_bytes_per_method": counted.per_method,
+            "timing": "wall clock per whole run, device synchronised at the end; no L2 flush",
+            "converged": latency.converged,
+            "stop_reason": latency.stop_reason,
+            "spread": "IQR over repeats; speed_vs_copy from per-round ratios (modes interleaved)",
+        },
+    )
+
+
+def pcie_record(
+    pipeline: PipelineSpec,
+    mode: str,
+    traffic: PerRunTraffic,
+    counted: RunBytes,
+    runs_reason: str,
+    meter: dict[str, Any] | None = None,
+) -> BenchRecord:
+    params = {**params_for(pipeline.name, mode), "measure": "pcie"}
+    missing = traffic.why_missing
+    return BenchRecord(
+        suite=SUITE,
+        name=case_name(SUITE, params),
+        params=params,
+        primary="nvml_d2h_bytes",
+        metrics={
+            "nvml_d2h_bytes": _nvml_metric(traffic.d2h, traffic.d2h_noise, traffic, "lower"),
+            "nvml_h2d_bytes": _nvml_metric(traffic.h2d, traffic.h2d_noise, traffic, "lower"),
+            "runtime_d2h_bytes": exact_metric(counted.d2h, "B"),
+            "runtime_h2d_bytes": exact_metric(counted.h2d, "B"),
+            "d2h_agreement": ratio_metric(
+                traffic.d2h, traffic.d2h_noise, counted.d2h, what="device→host", missing_reason=missing
+            ),
+            "h2d_agreement": ratio_metric(
+                traffic.h2d, traffic.h2d_noise, counted.h2d, what="host→device", missing_reason=missing
+            ),
+        },
+        conditions={
+            "valid": traffic.valid,
+            "reason": traffic.reason,
+            "runs_per_window": traffic.runs,
+            "runs_chosen_by": runs_reason,
+            "counted_bytes_per_run": {"h2d": traffic.h2d_counted, "d2h": traffic.d2h_counted},
+            "window": traffic.window,
+            "meter": meter or {},
+            "skip_copy_option": pipeline.option_value(mode),
+            "note": (
+                "NVML bytes are per run: K back-to-back runs measured in one TrafficMeter window and divided "
+                "by K, because one run moves only KBs, below the counters' noise. NVML also counts the "
+                "loop's own torch copies and launch/sync traffic, which the runtime counters do not."
+            ),
+            "spread": "NVML: drift noise of the window plus calibration noise, divided by K",
+        },
+    )
+
+
+def _difference(
+    a: float | None, a_noise: float | None, b: float | None, b_noise: float | None
+) -> tuple[float | None, float | None]:
+    if a is None or b is None:
+        return None, None
+    noise = None if a_noise is None or b_noise is None else math.hypot(a_noise, b_noise)
+    return a - b, noise
+
+
+def saving_record(
+    pipeline: PipelineSpec,
+    copy_counted: RunBytes,
+    skip_counted: RunBytes,
+    copy_traffic: PerRunTraffic,
+    skip_traffic: PerRunTraffic,
+) -> BenchRecord:
+    """Bytes per run that skip-copy saved (copy − skip_copy), runtime-counted and NVML-measured."""
+    params = params_for(pipeline.name, "skip_copy_saving")
+    missing = copy_traffic.why_missing if copy_traffic.d2h is None else skip_traffic.why_missing
+    metrics: dict[str, Metric] = {}
+    for direction, label in (("d2h", "device→host"), ("h2d", "host→device")):
+        counted = getattr(copy_counted, direction) - getattr(skip_counted, direction)
+        nvml, noise = _difference(
+            getattr(copy_traffic, direction),
+            getattr(copy_traffic, f"{direction}_noise"),
+            getattr(skip_traffic, direction),
+            getattr(skip_traffic, f"{direction}_noise"),
+        )
+        metrics[f"{direction}_saved_nvml"] = (
+            Metric.missing("B", "higher", missing)
+            if nvml is None
+            else Metric(
+                unit="B",
+                value=nvml,
+                spread=noise,
+                better="higher",
+                n=1,
+                note=f"difference of two windows of {copy_traffic.runs} runs each, per run",
+            )
+        )
+        metrics[f"{direction}_saved_runtime"] = exact_metric(counted, "B", better="higher")
+        metrics[f"{direction}_saved_agreement"] = ratio_metric(
+            nvml, noise, counted, what=f"{label} saving", missing_reason=missing
+        )
+    return BenchRecord(
+        suite=SUITE,
+        name=case_name(SUITE, params),
+        params=params,
+        primary="d2h_saved_nvml",
+        metrics=metrics,
+        conditions={
+            "skip_copy_option": pipeline.skip_methods,
+            "valid": copy_traffic.valid and skip_traffic.valid,
+            "reasons": {"copy": copy_traffic.reason, "skip_copy": skip_traffic.reason},
+            "runs_per_window": copy_traffic.runs,
+            "note": (
+                "saved = copy mode minus skip_copy mode, per run; NVML figures from K-run windows divided "
+                "by K; agreement = NVML saving / runtime saving (traffic common to both modes cancels)"
+            ),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------- GPU parts
+
+
+@dataclass
+class _Prepared:
+    spec: PipelineSpec
+    handles: list[object]
+    host_input: Any
+    counted: dict[str, RunBytes] = field(default_factory=dict)
+
+
+def _run_in_mode(ctx: BenchContext, prepared: _Prepared, mode: str, stats: Any = None) -> Any:
+    from conformance.programs import option
+
+    with option(ctx.backend, SKIP_COPY_OPTION, prepared.spec.option_value(mode)):
+        return prepared.spec.run(ctx.backend, prepared.handles, prepared.host_input, stats)
+
+
+def _time_modes(ctx: BenchContext, prepared: _Prepared) -> dict[str, Measurement]:
+    """Wall time per run of each mode, interleaved; the option is set outside the timed window."""
+    import torch
+
+    from conformance.programs import option
+
+    backend, spec, device = ctx.backend, prepared.spec, ctx.device_index
+
+    def run_once() -> object:
+        return spec.run(backend, prepared.handles, prepared.host_input)
+
+    def take_batch(round_index: int) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {mode: [] for mode in MODES}
+        for i in range(ctx.policy.batch):
+            for mode in interleaved_order(MODES, round_index * ctx.policy.batch + i):
+                with option(backend, SKIP_COPY_OPTION, spec.option_value(mode)):
+                    start = time.perf_counter()
+                    run_once()
+                    torch.cuda.synchronize(device)
+                    out[mode].append(time.perf_counter() - start)
+        return out
+
+    for mode in MODES:
+        with option(backend, SKIP_COPY_OPTION, spec.option_value(mode)):
+            warm_up([run_once], device, min_calls=3, min_s=0.1)
+    results = run_adaptive(take_batch, ctx.policy, unit="s")
+    conditions = capture_gpu_state(device).to_conditions()
+    return {mode: replace(m, conditions=conditions) for mode, m in results.items()}
+
+
+def _measure_nvml(
+    ctx: BenchContext, meter: TrafficMeter, prepared: _Prepared, mode: str, runs: int
+) -> PerRunTraffic:
+    if not meter.supported:
+        return PerRunTraffic.unsupported(meter.reason or "meter unavailable")
+
+    def window() -> None:
+        from conformance.programs import option
+
+        with option(ctx.backend, SKIP_COPY_OPTION, prepared.spec.option_value(mode)):
+            for _ in range(runs):
+                prepared.spec.run(ctx.backend, prepared.handles, prepared.host_input)
+
+    return PerRunTraffic.from_measurement(meter.measure(window), runs)
+
+
+def _prepare(ctx: BenchContext, spec: PipelineSpec, stack: Any) -> _Prepared:
+    import torch
+
+    from conformance.programs import handles, lowered
+
+    model = lowered(ctx.backend, spec.model, getattr(torch, DTYPE_NAME), "cuda")
+    made = stack.enter_context(handles(ctx.backend, model.program, *spec.methods))
+    host_input = model.eager[spec.methods[0]][1][0].detach().cpu()
+    return _Prepared(spec, made, host_input)
+
+
+def run_pipelines(ctx: BenchContext) -> None:
+    import contextlib
+
+    import torch
+
+    from harness.nvml_traffic import TrafficMeter
+
+    quick = ctx.quick
+    target = QUICK_NVML_TARGET_BYTES if quick else NVML_TARGET_BYTES
+    cap_s = QUICK_NVML_TIME_CAP_S if quick else NVML_TIME_CAP_S
+    with torch.cuda.device(ctx.device_index), contextlib.ExitStack() as stack:
+        prepared = [_prepare(ctx, spec, stack) for spec in PIPELINES]
+        # Counted bytes and a correctness check: both modes must produce the same tokens.
+        for p in prepared:
+            tokens: dict[str, Any] = {}
+            for mode in MODES:
+                stats: list[tuple[str, dict[str, int]]] = []
+                tokens[mode] = _run_in_mode(ctx, p, mode, stats)
+                p.counted[mode] = runtime_bytes(stats)
+            if not torch.equal(tokens["copy"], tokens["skip_copy"]):
+                ctx.fail(
+                    f"{p.spec.name}: skip-copy changed the tokens: {tokens['copy'].tolist()} vs "
+                    f"{tokens['skip_copy'].tolist()}"
+                )
+        latencies = {p.spec.name: _time_modes(ctx, p) for p in prepared}
+        for p in prepared:
+            lat = latencies[p.spec.name]
+            for mode in MODES:
+                speed = paired_ratio(lat["copy"], lat["skip_copy"]) if mode == "skip_copy" else None
+                record = latency_record(p.spec, mode, lat[mode], p.counted[mode], speed)
+                ctx.emit(record, "benchmark")
+                ctx.log(
+                    f"  {record.name}: {lat[mode].value * 1e3:.3f} ms ±{100 * lat[mode].relative_spread:.1f}%"
+                    f", runtime d2h {p.counted[mode].d2h} B, h2d {p.counted[mode].h2d} B per run"
+                )
+        with TrafficMeter(ctx.device_index) as meter:
+            described = meter.describe()
+            for p in prepared:
+                lat = latencies[p.spec.name]
+                copy_bytes = p.counted["copy"].h2d + p.counted["copy"].d2h
+                slowest = max(lat[mode].value for mode in MODES)
+                runs, why = choose_runs(copy_bytes, slowest, target, cap_s)
+                traffic = {mode: _measure_nvml(ctx, meter, p, mode, runs) for mode in MODES}
+                for mode in MODES:
+                    ctx.emit(
+                        pcie_record(p.spec, mode, traffic[mode], p.counted[mode], why, described), "traffic"
+                    )
+                saving = saving_record(
+                    p.spec, p.counted["copy"], p.counted["skip_copy"], traffic["copy"], traffic["skip_copy"]
+                )
+                ctx.emit(saving, "traffic")
+                _log_saving(ctx, saving)
+
+
+def _log_saving(ctx: BenchContext, record: BenchRecord) -> None:
+    m = record.metrics
+
+    def shown(metric: Metric) -> str:
+        if metric.value is None:
+            return f"n/a ({metric.note})"
+        if metric.unit == "x":
+            return f"{metric.value:.3f}x"
+        return f"{metric.value:,.0f} B"
+
+    ctx.log(
+        f"  {record.name}: d2h saved runtime {shown(m['d2h_saved_runtime'])}, "
+        f"NVML {shown(m['d2h_saved_nvml'])}, agreement {shown(m['d2h_saved_agreement'])}"
+    )
+
+
+SUITES: dict[str, Suite] = {
+    SUITE: Suite(
+        name=SUITE,
+        description=(
+            f"ASR ({PIPELINES[0].description}) and LLM ({PIPELINES[1].description}) end to end: latency, "
+            "runtime and NVML bytes, with and without skip-copy"
+        ),
+        run=run_pipelines,
+        needs_backend=NEEDS,
+    ),
+}

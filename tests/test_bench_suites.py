@@ -1,0 +1,366 @@
+"""The bench suites' plumbing on the CPU, without compiles: the registry resolves every suite into
+``conformance.benchmarks``, ``harness`` stays free of static ``conformance`` imports, each suite skips with
+"no CUDA device" here, and the records each suite builds (from synthetic figures) have the documented shape.
+The lowering suite's worker processes run for real against a fake backend on the CPU."""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.benchmarks import exact_metric, ratio_metric
+from conformance.benchmarks import lowering as bench_lowering
+from conformance.benchmarks import pipelines as bench_pipelines
+from conformance.benchmarks import view_pass as bench_view_pass
+from harness.bench import SUITE_MODULES, Suite, main, resolve_suite
+from harness.nvml_traffic import TrafficMeasurement
+from harness.records import BenchRecord
+from harness.results import load_results
+from harness.timing import summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+NEW_SUITES = ("pipelines", "view_pass", "lowering")
+
+
+def round_trips(record: BenchRecord) -> dict[str, Any]:
+    data = record.to_dict()
+    assert BenchRecord.from_dict(data).to_dict() == data
+    assert data["primary"] in data["metrics"]
+    assert all(isinstance(v, str) for v in data["params"].values())
+    return data
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+
+@pytest.mark.parametrize("name", list(SUITE_MODULES))
+def test_registry_resolves_every_suite(name: str) -> None:
+    module = SUITE_MODULES[name]
+    assert module.startswith("conformance.benchmarks."), module
+    suite = resolve_suite(name)
+    assert isinstance(suite, Suite)
+    assert suite.name == name
+    assert callable(suite.run)
+    assert suite.needs_cuda
+    assert all(isinstance(a, str) for a in suite.needs_backend)
+
+
+def test_harness_imports_no_conformance_or_backend_statically() -> None:
+    offenders = []
+    for path in sorted((ROOT / "harness").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.name}:{node.lineno} {n}"
+                for n in names
+                if n.split(".")[0] in ("conformance", "reference_impl")
+            ]
+    assert offenders == []
+    assert not (ROOT / "harness" / "bench_mm.py").exists()
+
+
+def test_cpu_run_skips_each_new_suite(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the suites would run for real")
+    out = tmp_path / "bench.json"
+    assert main(["--out", str(out), "--quick", "--suite", ",".join(NEW_SUITES)]) == 0
+    run = load_results(out)
+    assert run.benchmarks == []
+    assert run.traffic == []
+    for case in run.cases:
+        assert case.outcome == "skipped", case
+        assert case.message.startswith("no CUDA device"), case.message
+    assert [c.id for c in run.cases] == [f"bench::{n}" for n in NEW_SUITES]
+
+
+# ---------------------------------------------------------------------------------------------- shared
+
+
+def test_ratio_metric_needs_a_nonzero_denominator() -> None:
+    assert ratio_metric(110.0, 5.0, 100, what="x").value == pytest.approx(1.1)
+    assert ratio_metric(110.0, 5.0, 100, what="x").spread == pytest.approx(0.05)
+    zero = ratio_metric(110.0, 5.0, 0, what="device→host")
+    assert zero.value is None
+    assert "counted 0 bytes" in (zero.note or "")
+    missing = ratio_metric(None, None, 100, what="x", missing_reason="unsupported: no NVML")
+    assert missing.value is None
+    assert missing.note == "unsupported: no NVML"
+    assert exact_metric(3, "B").spread == 0.0
+
+
+# ---------------------------------------------------------------------------------------------- pipelines
+
+
+def test_runtime_bytes_sums_rows_per_method() -> None:
+    rows = [
+        ("prefill", {"h2d_bytes": 80, "d2h_bytes": 5000}),
+        ("decode", {"h2d_bytes": 100, "d2h_bytes": 20}),
+        ("decode", {"h2d_bytes": 100, "d2h_bytes": 30}),
+    ]
+    counted = bench_pipelines.runtime_bytes(rows)
+    assert (counted.h2d, counted.d2h, counted.executes) == (280, 5050, 3)
+    assert counted.per_method["decode"] == {"calls": 2, "h2d_bytes": 200, "d2h_bytes": 50}
+
+
+def test_choose_runs_reaches_the_byte_target_within_the_time_cap() -> None:
+    runs, why = bench_pipelines.choose_runs(1 << 20, 1e-3, 64 << 20, 10.0)
+    assert runs == 64
+    assert "MiB" in why
+    runs, why = bench_pipelines.choose_runs(1 << 10, 1e-2, 64 << 20, 2.0)
+    assert runs == 200
+    assert "time cap" in why
+    runs, _ = bench_pipelines.choose_runs(0, 1e-3, 64 << 20, 1.0)
+    assert runs == 1000  # nothing counted: the time cap decides
+    assert bench_pipelines.choose_runs(10, 100.0, 64 << 20, 1.0)[0] == 1  # never zero
+    assert bench_pipelines.choose_runs(1, 1e-9, 1 << 40, 1e9, max_runs=7) == (7, "run cap 7")
+
+
+def _traffic(d2h: float, h2d: float, valid: bool = True) -> TrafficMeasurement:
+    return TrafficMeasurement(
+        h2d_bytes=round(h2d * 1.09),
+        d2h_bytes=round(d2h * 1.09),
+        h2d_payload_bytes=h2d,
+        d2h_payload_bytes=d2h,
+        duration_s=1.5,
+        valid=valid,
+        reason=None if valid else "invalid: missed polls",
+        h2d_noise_bytes=1e5,
+        d2h_noise_bytes=2e5,
+        payload_rel_noise=0.01,
+        max_gap_s=0.002,
+    )
+
+
+def _latency(value: float) -> Any:
+    return summarize([value * f for f in (0.98, 1.0, 1.01, 1.03)], "s")
+
+
+def test_pipeline_records_have_the_documented_shape() -> None:
+    spec = bench_pipelines.PIPELINES[1]
+    copy_bytes = bench_pipelines.RunBytes(h2d=150_000, d2h=300_000, executes=9)
+    skip_bytes = bench_pipelines.RunBytes(h2d=300, d2h=0, executes=9)
+    runs = 100
+    copy_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(310_000 * runs, 152_000 * runs), runs)
+    skip_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(4_000 * runs, 2_000 * runs), runs)
+    assert copy_t.d2h == pytest.approx(310_000)
+    assert copy_t.d2h_noise == pytest.approx((2e5 + 0.01 * 310_000 * runs) / runs)
+
+    latency = round_trips(bench_pipelines.latency_record(spec, "copy", _latency(2e-3), copy_bytes))
+    assert latency["name"] == "pipelines[llm-float32-copy]"
+    assert latency["primary"] == "latency"
+    assert latency["metrics"]["runtime_d2h_bytes"]["value"] == 300_000
+    assert latency["conditions"]["skip_copy_option"] == ""
+    skip = round_trips(
+        bench_pipelines.latency_record(
+            spec, "skip_copy", _latency(1e-3), skip_bytes, summarize([2.0, 2.1, 1.9], "x")
+        )
+    )
+    assert skip["conditions"]["skip_copy_option"] == "prefill,decode"
+    assert skip["metrics"]["speed_vs_copy"]["better"] == "higher"
+
+    pcie = round_trips(bench_pipelines.pcie_record(spec, "copy", copy_t, copy_bytes, "bytes"))
+    assert pcie["name"] == "pipelines[llm-float32-copy-pcie]"
+    assert pcie["metrics"]["nvml_d2h_bytes"]["value"] == pytest.approx(310_000)
+    assert "100 back-to-back runs" in pcie["metrics"]["nvml_d2h_bytes"]["note"]
+    assert pcie["metrics"]["d2h_agreement"]["value"] == pytest.approx(310_000 / 300_000)
+    assert pcie["conditions"]["valid"] is True
+    assert "divided by K" in pcie["conditions"]["note"]
+    skip_pcie = round_trips(bench_pipelines.pcie_record(spec, "skip_copy", skip_t, skip_bytes, "bytes"))
+    assert skip_pcie["metrics"]["d2h_agreement"]["value"] is None  # runtime counted 0 d2h bytes
+
+    saving = round_trips(bench_pipelines.saving_record(spec, copy_bytes, skip_bytes, copy_t, skip_t))
+    assert saving["name"] == "pipelines[llm-float32-skip_copy_saving]"
+    m = saving["metrics"]
+    assert m["d2h_saved_runtime"]["value"] == 300_000
+    assert m["d2h_saved_nvml"]["value"] == pytest.approx(306_000)
+    assert m["d2h_saved_agreement"]["value"] == pytest.approx(306_000 / 300_000)
+    assert m["h2d_saved_runtime"]["value"] == 149_700
+    assert m["d2h_saved_nvml"]["spread"] > 0
+
+
+def test_pipeline_records_without_nvml_say_why() -> None:
+    spec = bench_pipelines.PIPELINES[0]
+    counted = bench_pipelines.RunBytes(h2d=10_000, d2h=20_000, executes=7)
+    none = bench_pipelines.PerRunTraffic.unsupported("NVML library not found")
+    pcie = round_trips(bench_pipelines.pcie_record(spec, "copy", none, counted, "bytes"))
+    for key in ("nvml_d2h_bytes", "nvml_h2d_bytes", "d2h_agreement", "h2d_agreement"):
+        assert pcie["metrics"][key]["value"] is None
+        assert pcie["metrics"][key]["note"] == "unsupported: NVML library not found"
+    assert pcie["metrics"]["runtime_d2h_bytes"]["value"] == 20_000
+    invalid = bench_pipelines.PerRunTraffic.from_measurement(_traffic(1e6, 1e6, valid=False), 10)
+    saving = round_trips(bench_pipelines.saving_record(spec, counted, counted, invalid, invalid))
+    assert saving["metrics"]["d2h_saved_nvml"]["value"] is None
+    assert saving["metrics"]["d2h_saved_nvml"]["note"] == "invalid: missed polls"
+    assert saving["conditions"]["valid"] is False
+
+
+def test_pipeline_modes_name_the_right_methods() -> None:
+    asr, llm = bench_pipelines.PIPELINES
+    assert (asr.option_value("copy"), asr.option_value("skip_copy")) == ("", "encoder")
+    assert llm.option_value("skip_copy") == "prefill,decode"
+    with pytest.raises(ValueError, match="mode"):
+        asr.option_value("fast")
+
+
+# ---------------------------------------------------------------------------------------------- view_pass
+
+
+class _NoOptions:
+    name, version = "no-options", "0"
+
+    def lower(self, methods: Any, *, device: str) -> bytes:
+        return b""
+
+
+class _WithOptions:
+    name, version = "options", "0"
+
+    def lower(self, methods: Any, *, device: str, options: dict[str, Any] | None = None) -> bytes:
+        return b""
+
+
+class _OnlyKwargs:
+    name, version = "kwargs", "0"
+
+    def lower(self, methods: Any, *, device: str, **kwargs: Any) -> bytes:
+        return b""
+
+
+def test_lower_accepts_options_only_an_explicit_keyword() -> None:
+    assert bench_view_pass.lower_accepts_options(_WithOptions()) == (True, "")
+    for backend in (_NoOptions(), _OnlyKwargs()):
+        ok, why = bench_view_pass.lower_accepts_options(backend)
+        assert not ok
+        assert "no 'options' keyword" in why
+    assert bench_view_pass.lower_accepts_options(object())[0] is False
+
+
+def test_view_pass_record_shapes() -> None:
+    with_pass, without = _latency(20e-6), _latency(30e-6)
+    full = round_trips(
+        bench_view_pass.view_pass_record(
+            with_pass, without, (23, 55, 32), dram={"with_pass": 1.5, "without_pass": None}
+        )
+    )
+    assert full["name"] == "view_pass[slicing_block-float32]"
+    assert full["metrics"]["speed_from_pass"]["value"] == pytest.approx(1.5, rel=0.05)
+    assert full["metrics"]["rewrites"]["value"] == 23
+    assert full["metrics"]["copies"]["value"] == 55
+    assert "dram_bw_util_with_pass" in full["metrics"]
+    assert "dram_bw_util_without_pass" not in full["metrics"]  # not measurable: omitted
+    unsupported = round_trips(
+        bench_view_pass.view_pass_record(
+            with_pass, None, "no view_copy_pass", unsupported="unsupported by backend 'x': no options"
+        )
+    )
+    for key in ("time_without_pass", "speed_from_pass"):
+        assert unsupported["metrics"][key]["value"] is None
+        assert unsupported["metrics"][key]["note"].startswith("unsupported by backend")
+    assert unsupported["metrics"]["rewrites"]["note"] == "no view_copy_pass"
+
+
+@dataclass
+class _Outcome:
+    graph_module: Any
+    rewritten: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+class _CountingPass:
+    name, version = "counting", "0"
+
+    def view_copy_pass(self, graph_module: Any) -> _Outcome:
+        from conformance.view_pass_cases import view_twin
+
+        copies = [n.name for n in graph_module.graph.nodes if view_twin(n.target) is not None]
+        return _Outcome(graph_module, copies[:3], {name: "kept" for name in copies[3:]})
+
+
+def test_count_rewrites_runs_the_backend_pass_on_the_block() -> None:
+    import torch
+
+    done, copies, refused = bench_view_pass.count_rewrites(_CountingPass(), torch.float32)
+    assert done == 3
+    assert copies > 10  # the block is slicing-heavy
+    assert refused == copies - 3
+    assert "view_copy_pass" in bench_view_pass.count_rewrites(_NoOptions(), torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------- lowering
+
+
+class FakeBackend:
+    """Lowers to the method names, loads instantly: exercises the lowering workers without a compile."""
+
+    name, version = "fake-bench", "0"
+
+    def lower(self, methods: Any, *, device: str) -> bytes:
+        return ("fake:" + device + ":" + ",".join(methods)).encode()
+
+    def init(self, program: bytes, method: str) -> object:
+        if method.encode() not in program:
+            raise ValueError(f"method {method!r} not in the program")
+        return [method]
+
+    def destroy(self, handle: object) -> None:
+        pass
+
+
+FAKE_BACKEND = FakeBackend()
+
+
+def test_cold_env_redirects_every_cache_and_leaves_ours_alone(tmp_path: Path) -> None:
+    before = dict(os.environ)
+    env = bench_lowering.cold_env(tmp_path, {"PYTHONPATH": "/x", "CONFORMANCE_CACHE_DIR": "/home/u/cache"})
+    assert env["CONFORMANCE_CACHE_DIR"] == str(tmp_path / "artifacts")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+    assert env["PYTHONPATH"] == f"{ROOT}{os.pathsep}/x"
+    assert dict(os.environ) == before
+
+
+def test_lowering_workers_with_a_fake_backend_on_the_cpu() -> None:
+    repeats = bench_lowering.Repeats(cold=1, warm=2, load_processes=1, warm_loads=3)
+    logged: list[str] = []
+    costs = bench_lowering.measure_model(
+        "tests.test_bench_suites:FAKE_BACKEND", "llm", -1, repeats, logged.append, timeout_s=120
+    )
+    assert costs.methods == ["prefill", "decode"]
+    assert len(costs.cold_s) == 1
+    assert len(costs.warm_s) == 2
+    assert costs.program_bytes == [len(b"fake:cpu:prefill,decode")]
+    assert len(costs.first_load_s) == 1
+    assert len(costs.warm_load_s) == 3
+    assert set(costs.first_load_per_method_s[0]) == {"prefill", "decode"}
+    assert costs.warm_identical == [True]
+    assert any("cold compile" in line for line in logged)
+    data = round_trips(bench_lowering.lowering_record(costs, repeats))
+    assert data["name"] == "lowering[llm-float32]"
+    assert data["primary"] == "compile_cold"
+    assert data["metrics"]["program_size"]["value"] == len(b"fake:cpu:prefill,decode")
+    assert data["metrics"]["program_size"]["spread"] == 0.0
+    assert data["metrics"]["warm_load"]["n"] == 3
+
+
+def test_lowering_worker_failure_carries_its_stderr() -> None:
+    repeats = bench_lowering.Repeats(cold=1, warm=0, load_processes=0, warm_loads=0)
+    with pytest.raises(bench_lowering.WorkerFailed, match="no_such_backend_module"):
+        bench_lowering.measure_model("no_such_backend_module:X", "linear", -1, repeats, timeout_s=120)
+
+
+def test_lowering_record_without_samples_says_why() -> None:
+    costs = bench_lowering.ModelCosts("linear")
+    data = round_trips(bench_lowering.lowering_record(costs, bench_lowering.QUICK_REPEATS))
+    assert data["metrics"]["compile_cold"]["value"] is None
+    assert data["metrics"]["program_size"]["note"] == "no program was produced"
