@@ -154,3 +154,10 @@ def pytest_terminal_summary(
             reason, n = reasons[chapter].most_common(1)[0]
             line += f" — {n} skipped because: {reason}"
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _float32_means_float32() -> None:
+    """TF32 off for the whole suite: cuDNN allows it by default, which would blur every float32 check."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False

@@ -1,0 +1,442 @@
+"""Chapter multi_method — multi-method models end to end (SPEC §1b, §2; protocol part ``runtime``).
+
+The zoo's two multi-method models run as real pipelines through ``conformance/pipelines.py``: ASR (encoder
+once, then the decoder for ``ASR_STEPS`` greedy steps on the growing sequence) and LLM (prefill the prompt,
+then decode through the KV cache, ``LLM_STEPS`` tokens). Every check names its rule, ``multi-method/<rule>``.
+
+Oracle, and why half precision is judged differently
+    Eager PyTorch runs the very same greedy loops (``conformance.models``) on the same modules, with SDPA's
+    math kernel (what the lowering compiles). float32 tokens must match **exactly**: the suite checks itself
+    (``test_suite_self_check_float32_paths_have_no_near_ties``) that no step of these paths has its two best
+    logits closer than float32 rounding could move them, so any difference is a bug.
+    In float16 and bfloat16 a compiler that fuses ops rounds at other places than eager does (both are
+    ~1e-3 / ~1e-2 off float64), so a step whose two best logits are that close may legitimately pick the
+    other token — and from there the rest of that row differs. A fixed "agreement ≥ x %" would be arbitrary
+    (one legitimate flip at step 0 leaves a row 0 % in agreement; garbage can agree by chance), so the rule
+    is instead: (1) the first step's logits are within ``MODEL_TOLERANCES`` of float64 eager, and (2) in each
+    row, the first token that differs from eager must sit on a **near-tie**: in float64, with the common
+    prefix teacher-forced, the logits of the two candidate tokens differ by at most
+    ``2 · tol · ‖logits‖₂`` — the most that two computations each within the norm-wise tolerance can move
+    them (each elementwise error is bounded by the norm). The agreement fraction is recorded, not judged.
+
+Data movement (CUDA)
+    With skip-copy on both LLM methods, the KV cache never leaves the GPU: per decode step ``d2h_bytes == 0``
+    and ``h2d_bytes`` is only the token and position. With ``encoder`` skipped, the decoder consumes the
+    encoder's GPU output as it is: per decoder step ``h2d_bytes`` is only the token ids. Byte totals and
+    end-to-end latency (median of ``TIMED_REPEATS`` runs after a warm-up, ``time.perf_counter``) with and
+    without skip are recorded on the case (``user_properties`` and result-file params).
+
+Programs lowered: ``asr`` and ``llm`` in float32 for the CPU (2); on CUDA also ``asr``/``llm`` × float32,
+float16, bfloat16 (6) — the same ones ``test_runtime_options.py`` uses, so they are lowered once.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from conformance.checks import fail
+from conformance.conftest import require_part
+from conformance.models import asr_greedy, llm_greedy
+from conformance.models.asr import ASR_BOS
+from conformance.pipelines import CallStats, asr_transcribe, llm_generate
+from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
+from conformance.protocol import Backend, missing_attributes
+from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
+from harness.pytest_plugin import set_case_params
+
+SKIP = SKIP_COPY_OPTION
+DTYPES = list(DTYPES_BY_NAME)
+ASR_STEPS, LLM_STEPS = 6, 8
+STEPS = {"asr": ASR_STEPS, "llm": LLM_STEPS}
+METHODS = {"asr": ("encoder", "decoder"), "llm": ("prefill", "decode")}
+TIMED_REPEATS = 5
+#: A legitimate half-precision flip: float64 logits of the two tokens within 2·tol·‖logits‖₂ (see above).
+NEAR_TIE_FACTOR = 2.0
+INT64_BYTES = 8
+
+PIPELINE_CASES = [
+    pytest.param("cpu", "float32", id="cpu-float32"),
+    *(pytest.param("cuda", dt, marks=pytest.mark.gpu, id=f"cuda-{dt}") for dt in DTYPES),
+]
+
+Methods = dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]
+
+
+# ================================================================================================ helpers
+
+
+@pytest.fixture
+def mm_backend(backend: Backend) -> Backend:
+    require_part(backend, "runtime")
+    require_part(backend, "lowering")
+    return backend
+
+
+@pytest.fixture(autouse=True)
+def _restore_skip_option(backend: Backend) -> Iterator[None]:
+    if missing_attributes(backend, "runtime"):
+        yield
+        return
+    try:
+        before = backend.get_option(SKIP)  # type: ignore[attr-defined]
+    except Exception:
+        yield
+        return
+    yield
+    backend.set_option(SKIP, before)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _float32_without_tf32() -> Iterator[None]:
+    """float32 means float32: PyTorch lets cuDNN convolutions (the asr encoder's conv1d) use TF32 by default,
+    ~1e-3 off. Eager and an ATen-based backend share these process-wide switches, so both are held to it."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> LoweredModel:
+    try:
+        return lowered(backend, model, DTYPES_BY_NAME[dtype], device)
+    except Exception as exc:
+        fail("runtime/lower", f"lower({model}, {dtype}, device={device!r})", f"{type(exc).__name__}: {exc}")
+    raise AssertionError("unreachable")
+
+
+def record(request: pytest.FixtureRequest, **values: Any) -> None:
+    """Figures for the lead/dashboard: on the case's ``user_properties`` and as result-file params."""
+    for name, value in values.items():
+        request.node.user_properties.append((name, value))
+    set_case_params(request.node, values)
+
+
+def host_inputs(eager: Methods, method: str) -> list[torch.Tensor]:
+    """The example inputs as an application holds them: host tensors."""
+    return [t.detach().cpu() for t in eager[method][1]]
+
+
+def run_pipeline(
+    backend: Backend, model: str, eager: Methods, made: Sequence[object], stats: CallStats | None = None
+) -> torch.Tensor:
+    first, second = made
+    if model == "asr":
+        features = host_inputs(eager, "encoder")[0]
+        return asr_transcribe(backend, first, second, features, ASR_STEPS, stats)
+    prompt = host_inputs(eager, "prefill")[0]
+    return llm_generate(backend, first, second, prompt, LLM_STEPS, stats)
+
+
+def eager_tokens(model: str, eager: Methods) -> torch.Tensor:
+    """The oracle: the same greedy loop on the eager modules, SDPA's math kernel (as the lowering uses)."""
+    first, second = (eager[m][0] for m in METHODS[model])
+    loop = asr_greedy if model == "asr" else llm_greedy
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        return loop(first, second, eager[METHODS[model][0]][1][0], STEPS[model])
+
+
+def _float64(eager: Methods, method: str) -> nn.Module:
+    return copy.deepcopy(eager[method][0]).to(device="cpu", dtype=torch.float64).eval()
+
+
+def _as64(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu()
+    return t.double() if t.is_floating_point() else t
+
+
+def float64_path_logits(model: str, eager: Methods, tokens: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced float64 logits ``[B, steps, V]``: step s sees the prompt and ``tokens[:, :s]``."""
+    steps = tokens.shape[1]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        if model == "asr":
+            hidden = _float64(eager, "encoder")(_as64(eager["encoder"][1][0]))
+            bos = torch.full((tokens.shape[0], 1), ASR_BOS, dtype=torch.int64)
+            sequence = torch.cat([bos, tokens[:, : steps - 1].cpu()], dim=1)
+            return _float64(eager, "decoder")(sequence, hidden)
+        prefill, decode = _float64(eager, "prefill"), _float64(eager, "decode")
+        prompt = _as64(eager["prefill"][1][0])
+        logits, k_cache, v_cache = prefill(prompt)
+        rows = [logits[:, -1]]
+        for s in range(1, steps):
+            where = torch.tensor([prompt.shape[1] + s - 1], dtype=torch.int64)
+            logits, k_cache, v_cache = decode(tokens[:, s - 1 : s].cpu(), where, k_cache, v_cache)
+            rows.append(logits[:, -1])
+        return torch.stack(rows, dim=1)
+
+
+def first_step_logits(
+    backend: Backend, model: str, lm: LoweredModel, made: Sequence[object]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(backend, float64 eager) logits of the pipeline's first step: the decoder on [BOS] after the encoder,
+    or prefill over the prompt."""
+    eager = lm.eager
+    first, second = made
+    if model == "asr":
+        features = host_inputs(eager, "encoder")
+        hidden = backend.execute(first, features)[0]  # type: ignore[attr-defined]
+        bos = torch.full((features[0].shape[0], 1), ASR_BOS, dtype=torch.int64)
+        got = backend.execute(second, [bos, hidden])[0]  # type: ignore[attr-defined]
+        with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+            ref = _float64(eager, "decoder")(bos, _float64(eager, "encoder")(_as64(features[0])))
+        return got, ref
+    prompt = host_inputs(eager, "prefill")
+    got = backend.execute(first, prompt)[0]  # type: ignore[attr-defined]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        ref = _float64(eager, "prefill")(prompt[0])[0]
+    return got, ref
+
+
+def first_difference(got: torch.Tensor, want: torch.Tensor, row: int) -> int | None:
+    diff = (got[row] != want[row]).nonzero()
+    return int(diff[0]) if len(diff) else None
+
+
+def check_tokens(
+    model: str, lm: LoweredModel, got: torch.Tensor, want: torch.Tensor, call: str
+) -> list[tuple[int, int, float, float]]:
+    """float32: ``got == want`` exactly. Half precision: each row's first difference is a near-tie.
+    Returns the accepted near-tie flips as (row, step, gap, bound)."""
+    if got.shape != want.shape or got.dtype != torch.int64:
+        fail(
+            "multi-method/tokens", call, f"tokens {got.dtype}{list(got.shape)}, want int64{list(want.shape)}"
+        )
+    flips: list[tuple[int, int, float, float]] = []
+    for row in range(got.shape[0]):
+        step = first_difference(got, want, row)
+        if step is None:
+            continue
+        a, b = int(want[row, step]), int(got[row, step])
+        if lm.dtype == torch.float32:
+            fail(
+                "multi-method/tokens",
+                call,
+                f"row {row} differs from eager first at step {step}: token {b}, eager {a} "
+                f"(backend {got[row].tolist()}, eager {want[row].tolist()}); float32 must match exactly",
+            )
+        logits = float64_path_logits(model, lm.eager, want)[row, step]
+        gap = float((logits[a] - logits[b]).abs())
+        bound = NEAR_TIE_FACTOR * MODEL_TOLERANCES[lm.dtype] * float(logits.norm())
+        if gap > bound:
+            fail(
+                "multi-method/tokens",
+                call,
+                f"row {row} differs from eager first at step {step}: token {b}, eager {a}; their float64 "
+                f"logits differ by {gap:.4g} > {bound:.4g} (= {NEAR_TIE_FACTOR:g}·tol·‖logits‖): not a "
+                f"rounding near-tie (backend {got[row].tolist()}, eager {want[row].tolist()})",
+            )
+        flips.append((row, step, gap, bound))
+    return flips
+
+
+# ========================================================================================== token parity
+
+
+@pytest.mark.parametrize(("device", "dtype"), PIPELINE_CASES)
+@pytest.mark.parametrize("model", ["asr", "llm"])
+def test_pipeline_tokens_match_eager(
+    mm_backend: Backend, model: str, device: str, dtype: str, request: pytest.FixtureRequest
+) -> None:
+    """multi-method/tokens: the greedy pipeline through the protocol gives eager PyTorch's tokens (float32:
+    exactly; half precision: first-step logits within tolerance, differences only from near-ties); on a CPU
+    target every execute moves 0 bytes, with skip-copy or without."""
+    backend = mm_backend
+    lm = lower_or_fail(backend, model, dtype, device)
+    call = f"{model} pipeline ({dtype}, {device}, {STEPS[model]} steps)"
+    want = eager_tokens(model, lm.eager).cpu()
+    with handles(backend, lm.program, *METHODS[model]) as made:
+        with option(backend, SKIP, ""):
+            stats: CallStats = []
+            got = run_pipeline(backend, model, lm.eager, made, stats)
+            if lm.dtype != torch.float32:
+                first_got, first_ref = first_step_logits(backend, model, lm, made)
+        if lm.dtype != torch.float32:
+            err = float((first_got.detach().cpu().double() - first_ref).norm() / first_ref.norm())
+            record(request, first_step_logits_error=round(err, 6))
+            tol = MODEL_TOLERANCES[lm.dtype]
+            if not err <= tol:
+                why = f"relative L2 error {err:.3g} against float64 eager exceeds {tol:g}"
+                fail("multi-method/first-step-logits", call, why)
+        if got.shape == want.shape:
+            record(request, token_agreement=round(float((got == want).double().mean()), 4))
+        flips = check_tokens(model, lm, got, want, call)
+        record(request, near_tie_flips=len(flips))
+        if device != "cpu":
+            return
+        # A CPU target: the option changes nothing, and no execute moves a byte.
+        with option(backend, SKIP, ",".join(METHODS[model])):
+            skipped = run_pipeline(backend, model, lm.eager, made, stats)
+    if not torch.equal(skipped, got):
+        fail("multi-method/skip-invariant", call, "tokens changed when skip-copy was set on a CPU target")
+    moved = [(m, s) for m, s in stats if s.get("h2d_bytes") != 0 or s.get("d2h_bytes") != 0]
+    if moved:
+        fail("multi-method/cpu-target", call, f"a CPU target moved bytes: {moved[:3]}")
+
+
+@pytest.mark.parametrize("model", ["asr", "llm"])
+def test_suite_self_check_float32_paths_have_no_near_ties(model: str) -> None:
+    """suite/self-check (no backend): along eager's float32 greedy paths, every step's best logit beats the
+    runner-up by more than float32 rounding could bridge, so exact float32 token checks are sound."""
+    from conformance.models import get_model
+
+    eager = get_model(model).build(torch.float32, "cpu")
+    tokens = eager_tokens(model, eager)
+    logits = float64_path_logits(model, eager, tokens)
+    top2 = logits.topk(2, dim=-1).values
+    gaps = top2[..., 0] - top2[..., 1]
+    bounds = NEAR_TIE_FACTOR * MODEL_TOLERANCES[torch.float32] * logits.norm(dim=-1)
+    if not torch.equal(logits.argmax(dim=-1), tokens):
+        fail(
+            "suite/self-check", f"{model} float32 path", "float64 argmax disagrees with eager float32's path"
+        )
+    if bool((gaps <= bounds).any()):
+        fail(
+            "suite/self-check", f"{model} float32 path", f"a near-tie: gaps {gaps.tolist()}, bounds {bounds}"
+        )
+
+
+# ====================================================================================== data movement
+
+
+@dataclass
+class Measured:
+    tokens: torch.Tensor
+    stats: CallStats
+    latency_s: float
+
+    def total(self, key: str) -> int:
+        return sum(s.get(key, 0) for _, s in self.stats)
+
+
+def measure(backend: Backend, value: str, pipeline: Callable[[CallStats | None], torch.Tensor]) -> Measured:
+    """With the skip option at ``value``: one run with stats (also the warm-up), then the median latency."""
+    with option(backend, SKIP, value):
+        stats: CallStats = []
+        tokens = pipeline(stats)
+        times = []
+        for _ in range(TIMED_REPEATS):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            pipeline(None)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    return Measured(tokens, stats, statistics.median(times))
+
+
+def record_measured(request: pytest.FixtureRequest, plain: Measured, kept: Measured) -> None:
+    record(
+        request,
+        d2h_bytes_skip=kept.total("d2h_bytes"),
+        h2d_bytes_skip=kept.total("h2d_bytes"),
+        d2h_bytes_noskip=plain.total("d2h_bytes"),
+        h2d_bytes_noskip=plain.total("h2d_bytes"),
+        latency_s_skip=round(kept.latency_s, 6),
+        latency_s_noskip=round(plain.latency_s, 6),
+        latency_repeats=TIMED_REPEATS,
+    )
+
+
+def check_rows(call: str, rows: CallStats, want: list[tuple[str, dict[str, int]]], rule: str) -> None:
+    """Per-execute stats, in call order, against the expected (method, {counter: bytes}) rows."""
+    if [m for m, _ in rows] != [m for m, _ in want]:
+        fail(rule, call, f"executes {[m for m, _ in rows]}, expected {[m for m, _ in want]}")
+    for index, ((method, got), (_, expected)) in enumerate(zip(rows, want, strict=True)):
+        for key, value in expected.items():
+            if got.get(key) != value:
+                fail(rule, call, f"execute #{index} ({method}): {key} = {got.get(key)}, want {value}")
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_llm_kv_cache_stays_on_gpu(mm_backend: Backend, dtype: str, request: pytest.FixtureRequest) -> None:
+    """multi-method/kv-cache-on-device: with prefill and decode both skipped, no execute copies anything to
+    the host and each decode step uploads only its token and position; tokens are those of the copying
+    run. Without skip, the caches make the round trip every step (and are counted)."""
+    backend = mm_backend
+    lm = lower_or_fail(backend, "llm", dtype, "cuda")
+    call = f"llm pipeline ({dtype}, cuda, {LLM_STEPS} steps)"
+    prompt = host_inputs(lm.eager, "prefill")[0]
+    batch = prompt.shape[0]
+    cache_bytes = sum(nbytes(t) for t in lm.eager["decode"][1][2:])
+    step_bytes = batch * INT64_BYTES + INT64_BYTES  # token [B, 1] and position [1], int64
+    with handles(backend, lm.program, "prefill", "decode") as made:
+
+        def pipeline(stats: CallStats | None) -> torch.Tensor:
+            return run_pipeline(backend, "llm", lm.eager, made, stats)
+
+        plain = measure(backend, "", pipeline)
+        kept = measure(backend, "prefill,decode", pipeline)
+    record_measured(request, plain, kept)
+    if not torch.equal(kept.tokens, plain.tokens):
+        fail(
+            "multi-method/skip-invariant",
+            call,
+            f"tokens {kept.tokens.tolist()} with skip, {plain.tokens.tolist()}",
+        )
+    decodes = LLM_STEPS - 1
+    want = [("prefill", {"d2h_bytes": 0, "h2d_bytes": nbytes(prompt)})]
+    want += [("decode", {"d2h_bytes": 0, "h2d_bytes": step_bytes})] * decodes
+    check_rows(
+        call + " with skip-copy on prefill,decode", kept.stats, want, "multi-method/kv-cache-on-device"
+    )
+    want = [("prefill", {"h2d_bytes": nbytes(prompt)})]
+    want += [("decode", {"h2d_bytes": step_bytes + cache_bytes})] * decodes
+    check_rows(call + " without skip-copy", plain.stats, want, "multi-method/h2d-bytes")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_asr_decoder_consumes_encoder_output_on_gpu(
+    mm_backend: Backend, dtype: str, request: pytest.FixtureRequest
+) -> None:
+    """multi-method/device-input: with ``encoder`` skipped, its output stays on the GPU and every decoder
+    step uploads only the token ids, not the hidden states; the decoder's logits are still copied out as
+    without skip; tokens are those of the copying run."""
+    backend = mm_backend
+    lm = lower_or_fail(backend, "asr", dtype, "cuda")
+    call = f"asr pipeline ({dtype}, cuda, {ASR_STEPS} steps)"
+    features = host_inputs(lm.eager, "encoder")[0]
+    batch = features.shape[0]
+    hidden_bytes = nbytes(lm.eager["decoder"][1][1])  # the example hidden states: the encoder's output shape
+    with handles(backend, lm.program, "encoder", "decoder") as made:
+
+        def pipeline(stats: CallStats | None) -> torch.Tensor:
+            return run_pipeline(backend, "asr", lm.eager, made, stats)
+
+        plain = measure(backend, "", pipeline)
+        kept = measure(backend, "encoder", pipeline)
+    record_measured(request, plain, kept)
+    if not torch.equal(kept.tokens, plain.tokens):
+        fail(
+            "multi-method/skip-invariant",
+            call,
+            f"tokens {kept.tokens.tolist()} with skip, {plain.tokens.tolist()}",
+        )
+    tokens_bytes = [batch * (step + 1) * INT64_BYTES for step in range(ASR_STEPS)]
+    logits_bytes = [s.get("d2h_bytes") for m, s in plain.stats if m == "decoder"]
+    want = [("encoder", {"d2h_bytes": 0, "h2d_bytes": nbytes(features)})]
+    want += [
+        ("decoder", {"h2d_bytes": t, "d2h_bytes": d})
+        for t, d in zip(tokens_bytes, logits_bytes, strict=False)
+    ]
+    check_rows(call + " with skip-copy on encoder", kept.stats, want, "multi-method/device-input")
+    want = [("encoder", {"d2h_bytes": hidden_bytes, "h2d_bytes": nbytes(features)})]
+    want += [("decoder", {"h2d_bytes": t + hidden_bytes}) for t in tokens_bytes]
+    check_rows(call + " without skip-copy", plain.stats, want, "multi-method/h2d-bytes")
+    if any(not d for d in logits_bytes):
+        fail("multi-method/d2h-bytes", call, f"decoder logits copied to the host count {logits_bytes} bytes")

@@ -1,0 +1,553 @@
+"""Chapter runtime_options — runtime options and skip-copy (SPEC §1b; protocol part ``runtime``).
+
+Two sections, every check naming its rule:
+
+* **options API** (``options/<rule>``): ``set_option`` / ``get_option`` before and after ``init``, effective
+  on the next execute and never retroactively; non-string values, over-long keys (> 63 characters) and values
+  (> 255 characters) and unknown keys are invalid-argument errors that name the key and change nothing
+  (all or nothing, no truncation). Unknown keys are rejected — the suite's documented decision, because a
+  misspelt ``skip_copy_output_to_cpu_for_methods`` that were silently accepted would quietly keep copying
+  every output to the host. List values: tokens trimmed, empties ignored, exact case-sensitive match.
+* **skip-copy matrix** (``skip-copy/<rule>``): option unset / each method / both / a list with spaces / an
+  unknown method / the empty string × dtypes × the two multi-method models (``asr``: encoder → decoder,
+  ``llm``: prefill → decode). Every method runs once, chained as in real use (the decoder gets the
+  encoder's output, decode gets prefill's caches), and is held to: where its outputs live, their values
+  against eager PyTorch in float64 (``MODEL_TOLERANCES``), ``execute_stats`` byte counters, and — with the
+  torch profiler — that a skipped method makes no device→host copy at all while a copied one does.
+
+Programs lowered (each once per process; the reference backend also caches them on disk): CPU runs need
+``asr`` and ``llm`` in float32 for the CPU (2 programs); CUDA runs add ``asr`` and ``llm`` × float32,
+float16, bfloat16 for CUDA (6 programs). ``test_multi_method.py`` uses the very same ones.
+The CPU target runs the matrix in float32 only: its outputs are always host tensors and its counters 0,
+whatever the option says; the device-specific checks are marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from conformance.checks import assert_model_output_close, assert_raises_invalid_argument, fail, snapshot
+from conformance.conftest import require_part
+from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered
+from conformance.protocol import Backend, missing_attributes
+from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
+
+SKIP = SKIP_COPY_OPTION
+DTYPES = list(DTYPES_BY_NAME)
+#: The CPU target runs float32 only: it keeps the CPU part to two programs (half precision is a GPU matter).
+CPU_DTYPES = ["float32"]
+#: Upstream's C buffers: 64-byte keys and 256-byte values, NUL included.
+MAX_KEY_CHARS, MAX_VALUE_CHARS = 63, 255
+MODEL_METHODS: dict[str, tuple[str, str]] = {"asr": ("encoder", "decoder"), "llm": ("prefill", "decode")}
+#: How one method's outputs feed the next: method → {input index: (source method, output index)}.
+FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
+    "asr": {"decoder": {1: ("encoder", 0)}},  # hidden states ← encoder output
+    "llm": {"decode": {2: ("prefill", 1), 3: ("prefill", 2)}},  # k/v caches ← prefill's caches
+}
+
+
+# ================================================================================================ helpers
+
+
+@pytest.fixture
+def rt(backend: Backend) -> Backend:
+    require_part(backend, "runtime")
+    return backend
+
+
+@pytest.fixture
+def rt_lowering(rt: Backend) -> Backend:
+    require_part(rt, "lowering")
+    return rt
+
+
+@pytest.fixture(autouse=True)
+def _restore_skip_option(backend: Backend) -> Iterator[None]:
+    """Every case leaves the skip option as it found it, whatever it did or broke."""
+    if missing_attributes(backend, "runtime"):
+        yield
+        return
+    try:
+        before = backend.get_option(SKIP)  # type: ignore[attr-defined]
+    except Exception:  # the case itself reports a broken get_option
+        yield
+        return
+    yield
+    backend.set_option(SKIP, before)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _float32_without_tf32() -> Iterator[None]:
+    """float32 means float32: PyTorch lets cuDNN convolutions (the asr encoder's conv1d) use TF32 by default,
+    ~1e-3 off. Eager and an ATen-based backend share these process-wide switches, so both are held to it."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def methods_named(value: object) -> set[str]:
+    """The method names an option value selects, by the spec's rule (trim tokens, drop empties)."""
+    return {t.strip() for t in value.split(",") if t.strip()} if isinstance(value, str) else set()
+
+
+def get_skip(backend: Backend, rule: str) -> object:
+    try:
+        return backend.get_option(SKIP)  # type: ignore[attr-defined]
+    except Exception as exc:
+        fail(rule, f"get_option({SKIP!r})", f"a known key must be readable, but it raised {exc!r}")
+    raise AssertionError("unreachable")
+
+
+def set_skip(backend: Backend, value: str, rule: str) -> None:
+    try:
+        backend.set_option(SKIP, value)  # type: ignore[attr-defined]
+    except Exception as exc:
+        fail(rule, f"set_option({SKIP!r}, {value!r})", f"a valid value was rejected: {exc!r}")
+
+
+def check_round_trip(backend: Backend, value: str, rule: str = "options/round-trip") -> None:
+    got = get_skip(backend, rule)
+    if not isinstance(got, str) or methods_named(got) != methods_named(value):
+        fail(rule, f"get_option({SKIP!r})", f"after set_option(..., {value!r}) it returned {got!r}")
+
+
+def check_unchanged(backend: Backend, before: object, call: str) -> None:
+    after = get_skip(backend, "options/all-or-nothing")
+    if after != before:
+        fail("options/all-or-nothing", call, f"failed, yet changed the option from {before!r} to {after!r}")
+
+
+def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> LoweredModel:
+    try:
+        return lowered(backend, model, DTYPES_BY_NAME[dtype], device)
+    except Exception as exc:
+        fail("runtime/lower", f"lower({model}, {dtype}, device={device!r})", f"{type(exc).__name__}: {exc}")
+    raise AssertionError("unreachable")
+
+
+def nbytes(tensors: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def cuda_device() -> torch.device:
+    """The device a handle made by ``init`` runs on: the current CUDA device (``init`` takes no device)."""
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@dataclass
+class MethodRun:
+    method: str
+    handle: object
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+    stats: dict[str, int]
+
+
+def run_methods(backend: Backend, lm: LoweredModel, made: Sequence[object]) -> dict[str, MethodRun]:
+    """Execute every method once, in order: host copies of the example inputs, chained through ``FEEDS``."""
+    runs: dict[str, MethodRun] = {}
+    for method, handle in zip(lm.methods, made, strict=True):
+        inputs = [t.detach().cpu() for t in lm.eager[method][1]]
+        for index, (source, output) in FEEDS.get(lm.model.name, {}).get(method, {}).items():
+            inputs[index] = runs[source].outputs[output]
+        outputs = list(backend.execute(handle, inputs))  # type: ignore[attr-defined]
+        stats = dict(backend.execute_stats(handle))  # type: ignore[attr-defined]
+        runs[method] = MethodRun(method, handle, inputs, outputs, stats)
+    return runs
+
+
+def float64_reference(lm: LoweredModel, method: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Eager PyTorch in float64 on the CPU, same (already rounded) weights and inputs, SDPA's math kernel."""
+    module = copy.deepcopy(lm.eager[method][0]).to(device="cpu", dtype=torch.float64)
+    args = [t.detach().cpu().double() if t.is_floating_point() else t.detach().cpu() for t in inputs]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        out = module(*args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    g, r = got.detach().cpu().double(), ref.detach().cpu().double()
+    return float((g - r).norm() / r.norm().clamp_min(1e-300))
+
+
+def check_values(rule: str, call: str, lm: LoweredModel, run: MethodRun) -> None:
+    """Each output in the program's dtype, and norm-wise within ``MODEL_TOLERANCES`` of float64 eager."""
+    refs = float64_reference(lm, run.method, run.inputs)
+    if len(run.outputs) != len(refs):
+        fail(rule, call, f"returned {len(run.outputs)} outputs, eager returns {len(refs)}")
+    for index, (got, ref) in enumerate(zip(run.outputs, refs, strict=True)):
+        if got.dtype != lm.dtype:
+            fail(rule, call, f"output {index} is {got.dtype}, eager gives {lm.dtype}")
+        assert_model_output_close(rule, f"{call}: output {index}", got, ref)
+
+
+def devices(tensors: Sequence[torch.Tensor]) -> list[str]:
+    return [str(t.device) for t in tensors]
+
+
+def device_memcpy_names(fn: Callable[[], object]) -> tuple[list[str], int]:
+    """Run ``fn`` under the torch profiler: (names of device→host memcpy activities, count of GPU activities).
+
+    CUPTI names copies like ``Memcpy DtoH (Device -> Pinned)`` / ``Memcpy DtoH (Device -> Pageable)``
+    (and ``Memcpy HtoD (Pinned -> Device)`` the other way); they appear as device events and as the
+    kernels attached to the CPU op that launched them.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names: list[str] = []
+    for event in prof.events():
+        if event.device_type != DeviceType.CPU:
+            names.append(event.name)
+        names.extend(kernel.name for kernel in getattr(event, "kernels", []))
+    return [n for n in names if "Memcpy DtoH" in n], len(names)
+
+
+# ============================================================================================ options API
+
+KEY_64 = SKIP + "_" * (MAX_KEY_CHARS + 1 - len(SKIP))
+KEY_63 = SKIP + "_" * (MAX_KEY_CHARS - len(SKIP))
+#: 255 characters naming decoder and encoder, and the same list one comma longer (256): truncating that one
+#: to 255 characters would keep a valid-looking list ending in "encode", so truncation cannot hide.
+VALUE_255 = "decoder" + "," * (MAX_VALUE_CHARS - 14) + "encoder"
+VALUE_256 = "decoder" + "," * (MAX_VALUE_CHARS + 1 - 14) + "encoder"
+WRONG_TYPES = {"int": 1, "None": None, "bytes": b"decoder", "list": ["decoder"]}
+UNKNOWN_KEYS = {
+    "plural-typo": SKIP + "s",
+    "case": SKIP.upper(),
+    "trailing-space": SKIP + " ",
+    "63-chars": KEY_63,
+}
+#: value → the methods it selects. The spec: tokens trimmed, empties ignored, exact case-sensitive match.
+LIST_VALUES: dict[str, tuple[str, set[str]]] = {
+    "both-spaced": ("encoder, decoder", {"encoder", "decoder"}),
+    "padded": (" decoder ,", {"decoder"}),
+    "empties": (",,decoder,,", {"decoder"}),
+    "tabs-newlines": ("\tencoder\n", {"encoder"}),
+    "wrong-case": ("Decoder", set()),
+    "prefix-only": ("decode", set()),
+    "inner-space": ("encoder decoder", set()),
+    "empty-string": ("", set()),
+    "only-commas": (" , ,", set()),
+    "255-chars": (VALUE_255, {"decoder", "encoder"}),
+}
+
+
+def test_options_before_init(rt: Backend) -> None:
+    """options/round-trip: the option can be set and read with no handle in existence (backend-wide)."""
+    for value in ("decoder", "encoder,decoder", ""):
+        set_skip(rt, value, "options/before-init")
+        check_round_trip(rt, value)
+
+
+@pytest.mark.parametrize("label", list(LIST_VALUES))
+def test_list_values_are_accepted_and_read_back(rt: Backend, label: str) -> None:
+    """options/round-trip: every well-formed list (255 characters included) is accepted, and ``get_option``
+    returns a string naming the same methods."""
+    value, _ = LIST_VALUES[label]
+    set_skip(rt, value, "options/list-values")
+    check_round_trip(rt, value)
+
+
+@pytest.mark.parametrize("label", list(WRONG_TYPES))
+def test_non_string_value_changes_nothing(rt: Backend, label: str) -> None:
+    """options/non-string-value: a value that is not a str is an invalid-argument error naming the key, and
+    the option keeps its previous value (options/all-or-nothing)."""
+    value = WRONG_TYPES[label]
+    set_skip(rt, "encoder", "options/non-string-value")
+    call = f"set_option({SKIP!r}, {value!r})"
+    assert_raises_invalid_argument(
+        "options/non-string-value",
+        call,
+        lambda: rt.set_option(SKIP, value),  # type: ignore[attr-defined]
+        argument=SKIP,
+        keywords=("str", "string", "type"),
+    )
+    check_unchanged(rt, "encoder", call)
+
+
+@pytest.mark.parametrize("key", [None, 42], ids=["None", "int"])
+def test_non_string_key_is_rejected(rt: Backend, key: object) -> None:
+    """options/non-string-key: a key that is not a str is an invalid-argument error; nothing changes."""
+    set_skip(rt, "decoder", "options/non-string-key")
+    call = f"set_option({key!r}, 'encoder')"
+    assert_raises_invalid_argument(
+        "options/non-string-key",
+        call,
+        lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
+        argument="key",
+        keywords=("str", "string", "type"),
+    )
+    check_unchanged(rt, "decoder", call)
+
+
+def test_key_over_63_characters_is_rejected(rt: Backend) -> None:
+    """options/key-length: a 64-character key is an error naming the limit, never truncated to 63."""
+    set_skip(rt, "decoder", "options/key-length")
+    call = f"set_option({KEY_64!r}, 'encoder')"
+    assert_raises_invalid_argument(
+        "options/key-length",
+        call,
+        lambda: rt.set_option(KEY_64, "encoder"),  # type: ignore[attr-defined]
+        argument="key",
+        keywords=(str(MAX_KEY_CHARS), "too long", "limit"),
+    )
+    check_unchanged(rt, "decoder", call)
+
+
+def test_value_over_255_characters_is_rejected_not_truncated(rt: Backend) -> None:
+    """options/value-length: a 256-character value is an error naming the key; the option keeps its old
+    value (not the first 255 characters); exactly 255 characters are accepted."""
+    set_skip(rt, "decoder", "options/value-length")
+    call = f"set_option({SKIP!r}, <{len(VALUE_256)} characters>)"
+    assert_raises_invalid_argument(
+        "options/value-length",
+        call,
+        lambda: rt.set_option(SKIP, VALUE_256),  # type: ignore[attr-defined]
+        argument=SKIP,
+        keywords=(str(MAX_VALUE_CHARS), "too long", "limit"),
+    )
+    check_unchanged(rt, "decoder", call)
+    set_skip(rt, VALUE_255, "options/value-length")
+    check_round_trip(rt, VALUE_255, "options/value-length")
+
+
+@pytest.mark.parametrize("label", list(UNKNOWN_KEYS))
+def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
+    """options/unknown-key: ``set_option`` and ``get_option`` reject an unknown key (a 63-character one
+    too: within the length limit, but unknown) with an error naming it; nothing changes."""
+    key = UNKNOWN_KEYS[label]
+    set_skip(rt, "decoder", "options/unknown-key")
+    keywords = ("unknown", "not known", "unsupported", "not a valid", "invalid")
+    call = f"set_option({key!r}, 'encoder')"
+    assert_raises_invalid_argument(
+        "options/unknown-key",
+        call,
+        lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
+        argument=key,
+        keywords=keywords,
+    )
+    check_unchanged(rt, "decoder", call)
+    assert_raises_invalid_argument(
+        "options/unknown-key",
+        f"get_option({key!r})",
+        lambda: rt.get_option(key),  # type: ignore[attr-defined]
+        argument=key,
+        keywords=keywords,
+    )
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu-target", "cuda-target"]
+)
+def test_options_with_live_handles(rt_lowering: Backend, device: str) -> None:
+    """options/after-init: with handles alive the option is set and read back, and executes keep working and
+    stay correct (float32 ``llm``). On a CPU target outputs stay host tensors whatever the option says."""
+    rt = rt_lowering
+    lm = lower_or_fail(rt, "llm", "float32", device)
+    with handles(rt, lm.program, *lm.methods) as made:
+        for value in ("prefill", "prefill, decode", "decode", ""):
+            set_skip(rt, value, "options/after-init")
+            check_round_trip(rt, value)
+            runs = run_methods(rt, lm, made)
+            for method, run in runs.items():
+                call = f"execute({method}) with {SKIP}={value!r}"
+                check_values("options/after-init", call, lm, run)
+                skipped = device == "cuda" and method in methods_named(value)
+                want = str(cuda_device()) if skipped else "cpu"
+                if any(d != want for d in devices(run.outputs)):
+                    fail("skip-copy/output-device", call, f"outputs on {devices(run.outputs)}, want {want}")
+
+
+@pytest.mark.gpu
+def test_option_change_applies_to_next_execute_only(rt_lowering: Backend) -> None:
+    """options/next-execute: a change takes effect on the next execute; options/not-retroactive: outputs
+    already returned stay where they are, with the same contents."""
+    rt = rt_lowering
+    lm = lower_or_fail(rt, "llm", "float32", "cuda")
+    inputs = [t.detach().cpu() for t in lm.eager["prefill"][1]]
+    call = "execute(prefill)"
+    set_skip(rt, "", "options/next-execute")
+    with handles(rt, lm.program, "prefill") as (prefill,):
+        host = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
+        host_before = [snapshot(t) for t in host]
+        set_skip(rt, "prefill", "options/next-execute")
+        if devices(host) != ["cpu"] * len(host) or not all(
+            torch.equal(a, b) for a, b in zip(host, host_before, strict=True)
+        ):
+            fail("options/not-retroactive", call, "outputs returned before set_option moved or changed")
+        kept = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
+        if any(d != str(cuda_device()) for d in devices(kept)):
+            fail("options/next-execute", call, f"after naming prefill, outputs are on {devices(kept)}")
+        kept_before = [snapshot(t) for t in kept]
+        set_skip(rt, "", "options/next-execute")
+        if any(d != str(cuda_device()) for d in devices(kept)) or not all(
+            torch.equal(a, b) for a, b in zip(kept, kept_before, strict=True)
+        ):
+            fail("options/not-retroactive", call, "device outputs moved or changed when the option changed")
+        again = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
+        if devices(again) != ["cpu"] * len(again):
+            fail("options/next-execute", call, f"after clearing the option, outputs are on {devices(again)}")
+        for index, (got, ref) in enumerate(zip(again, kept, strict=True)):
+            err = relative_error(got, ref)
+            if not err <= MODEL_TOLERANCES[torch.float32]:
+                fail(
+                    "options/next-execute",
+                    call,
+                    f"output {index}: copied and kept results differ ({err:.3g})",
+                )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("label", list(LIST_VALUES))
+def test_list_parsing_selects_methods(rt_lowering: Backend, label: str) -> None:
+    """options/list-parsing: set before ``init``, a list keeps exactly the methods it names on the GPU
+    (tokens trimmed, empties ignored, case-sensitive, whole-name match); the others are copied out."""
+    rt = rt_lowering
+    value, expected = LIST_VALUES[label]
+    lm = lower_or_fail(rt, "asr", "float32", "cuda")
+    set_skip(rt, value, "options/list-parsing")
+    with handles(rt, lm.program, *lm.methods) as made:
+        runs = run_methods(rt, lm, made)
+    for method, run in runs.items():
+        want = str(cuda_device()) if method in expected else "cpu"
+        if any(d != want for d in devices(run.outputs)):
+            fail(
+                "options/list-parsing",
+                f"execute({method}) with {SKIP}={value!r}",
+                f"outputs on {devices(run.outputs)}; {method!r} is {'' if method in expected else 'not '}"
+                f"named, so they belong on {want}",
+            )
+
+
+# ========================================================================================= skip-copy matrix
+
+
+def _skip_cases() -> list:
+    cases = []
+    for model, (first, second) in MODEL_METHODS.items():
+        rows = [
+            ("unset", None, set()),
+            (first, first, {first}),
+            (second, second, {second}),
+            ("both", f"{first},{second}", {first, second}),
+            ("both-spaced", f" {first} , {second} ", {first, second}),
+            ("unknown-method", "forward", set()),
+            ("empty", "", set()),
+        ]
+        cases += [pytest.param(model, v, s, id=f"{model}-{label}") for label, v, s in rows]
+    return cases
+
+
+SKIP_CASES = _skip_cases()
+
+
+def _apply_skip(rt: Backend, model: str, value: str | None) -> None:
+    """Set the option (after ``init``: handles exist), or for ``unset`` check the default names nothing."""
+    if value is not None:
+        set_skip(rt, value, "skip-copy/option")
+        return
+    default = get_skip(rt, "options/default")
+    named = methods_named(default) & set(MODEL_METHODS[model])
+    if named:
+        fail("options/default", f"get_option({SKIP!r})", f"never set, yet it names {sorted(named)}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_skip_copy_matrix(
+    rt_lowering: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+) -> None:
+    """skip-copy/*: a method named in the option returns CUDA tensors on the handle's device and moves no
+    byte device→host (counter and profiler); any other returns host tensors and counts their bytes; inputs
+    already on the device are not copied; values match float64 eager either way."""
+    rt = rt_lowering
+    lm = lower_or_fail(rt, model, dtype, "cuda")
+    with handles(rt, lm.program, *lm.methods) as made:
+        _apply_skip(rt, model, value)
+        runs = run_methods(rt, lm, made)
+        for method, run in runs.items():
+            call = f"execute({model}.{method}, {dtype}) with {SKIP}={value!r}"
+            is_skipped = method in skipped
+            want = str(cuda_device()) if is_skipped else "cpu"
+            got = devices(run.outputs)
+            if any(d != want for d in got):
+                why = "named in" if is_skipped else "not named in"
+                fail(
+                    "skip-copy/output-device", call, f"method {why} the option: outputs on {got}, want {want}"
+                )
+            check_values("skip-copy/values", call, lm, run)
+            d2h = run.stats.get("d2h_bytes")
+            want_d2h = 0 if is_skipped else nbytes(run.outputs)
+            if d2h != want_d2h:
+                fail("skip-copy/d2h-bytes", call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
+            h2d = run.stats.get("h2d_bytes")
+            want_h2d = nbytes([t for t in run.inputs if t.device.type == "cpu"])
+            if h2d != want_h2d:
+                fail(
+                    "skip-copy/h2d-bytes",
+                    call,
+                    f"execute_stats h2d_bytes = {h2d}, want {want_h2d} (the host inputs' bytes; inputs "
+                    f"on {devices(run.inputs)}, device inputs are used without a copy)",
+                )
+        # Each execute again, under the profiler: what actually crosses PCIe device→host.
+        for method, run in runs.items():
+            call = f"execute({model}.{method}, {dtype}) with {SKIP}={value!r}"
+            check_profiled_copies(rt, call, run, method in skipped)
+
+
+def check_profiled_copies(rt: Backend, call: str, run: MethodRun, is_skipped: bool) -> None:
+    def again() -> object:
+        return rt.execute(run.handle, run.inputs)  # type: ignore[attr-defined]
+
+    dtoh, activities = device_memcpy_names(again)
+    if activities == 0:
+        pytest.skip("the torch profiler recorded no CUDA activity (CUPTI unavailable?): copies not observed")
+    if is_skipped and dtoh:
+        fail("skip-copy/no-d2h-copy", call, f"the profiler saw device→host copies: {sorted(set(dtoh))}")
+    if not is_skipped and not dtoh:
+        fail(
+            "skip-copy/d2h-copy", call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'"
+        )
+
+
+@pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_skip_copy_matrix_cpu_target(
+    rt_lowering: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+) -> None:
+    """skip-copy/cpu-target: on a program lowered for the CPU the option changes nothing: every output is a
+    host tensor, both byte counters are 0, and values match float64 eager."""
+    rt = rt_lowering
+    lm = lower_or_fail(rt, model, dtype, "cpu")
+    with handles(rt, lm.program, *lm.methods) as made:
+        _apply_skip(rt, model, value)
+        runs = run_methods(rt, lm, made)
+    for method, run in runs.items():
+        call = f"execute({model}.{method}, {dtype}, cpu target) with {SKIP}={value!r}"
+        if any(d != "cpu" for d in devices(run.outputs)):
+            fail(
+                "skip-copy/cpu-target",
+                call,
+                f"outputs on {devices(run.outputs)}; a CPU target returns host tensors",
+            )
+        stats = {k: run.stats.get(k) for k in ("h2d_bytes", "d2h_bytes")}
+        if stats != {"h2d_bytes": 0, "d2h_bytes": 0}:
+            fail(
+                "skip-copy/cpu-target", call, f"execute_stats {stats}: a CPU target moves nothing across PCIe"
+            )
+        check_values("skip-copy/values", call, lm, run)
