@@ -29,3 +29,20 @@ def test_view_pass_copy_keeps_signature_and_graph_names_in_step() -> None:
     placeholders = [n.name for n in result.graph.nodes if n.op == "placeholder"]
     assert [spec.arg.name for spec in result.graph_signature.input_specs] == placeholders
     assert torch.equal(result.module()(*inputs), module(*inputs))
+
+
+def test_copies_the_pass_keeps_become_view_plus_clone() -> None:
+    """A kept select_copy (no AOTInductor C shim) becomes select + clone: same values, no copy op left."""
+    from reference_impl.lowering.edge import COPY_TO_VIEW, materialize_remaining_copies
+
+    class TwoHeads(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.select(1, 0).unsqueeze(0) + x.select(1, 1)
+
+    x = torch.randn(4, 3, 5)
+    edge = to_edge_graph(TwoHeads(), (x,))
+    assert any(n.target == torch.ops.aten.select_copy.int for n in edge.graph.nodes)
+    expected = edge.module()(x)
+    assert materialize_remaining_copies(edge.graph_module) > 0
+    assert not any(n.target in COPY_TO_VIEW for n in edge.graph.nodes)
+    assert torch.equal(edge.module()(x), expected)

@@ -164,6 +164,36 @@ def _fake_value(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     )
 
 
+def materialize_remaining_copies(graph_module: torch.fx.GraphModule) -> int:
+    """Rewrite each ``*_copy`` node the view pass kept as ``view`` + ``clone``; returns how many.
+
+    Same value (a copy op is its view, cloned contiguous) and no aliasing (the clone is fresh), but
+    inductor compiles ``clone`` itself, whereas some copy ops have no AOTInductor C shim and would go
+    through the proxy executor (``aten.select_copy.int`` does, in torch 2.11 and 2.13). Ops with more
+    than one output (``split_copy``, ``unbind_copy``) are left as they are.
+    """
+    changed = 0
+    for node in list(graph_module.graph.nodes):
+        view = COPY_TO_VIEW.get(node.target) if node.op == "call_function" else None
+        if view is None or "out" in node.kwargs or len(view._schema.returns) != 1:
+            continue
+        if str(view._schema.returns[0].type) != "Tensor":
+            continue
+        node.target = view
+        with graph_module.graph.inserting_after(node):
+            clone = graph_module.graph.call_function(
+                torch.ops.aten.clone.default, (node,), {"memory_format": torch.contiguous_format}
+            )
+        node.replace_all_uses_with(clone, delete_user_cb=lambda user, fresh=clone: user is not fresh)
+        recompute_node_val(node)
+        recompute_node_val(clone)
+        changed += 1
+    if changed:
+        graph_module.graph.lint()
+        graph_module.recompile()
+    return changed
+
+
 def refresh_fake_meta(
     graph_module: torch.fx.GraphModule, fallback_nodes: Sequence[torch.fx.Node] = ()
 ) -> bool:

@@ -49,7 +49,7 @@ from reference_impl.lowering.artifact_cache import (
 )
 from reference_impl.lowering.blob import DEVICE_TYPES, pack_blob
 from reference_impl.lowering.compile_spec import CompileSpec, find_method_name, validate_method_name
-from reference_impl.lowering.edge import quiet_pytree_deprecation, to_edge_graph
+from reference_impl.lowering.edge import materialize_remaining_copies, quiet_pytree_deprecation, to_edge_graph
 from reference_impl.lowering.errors import MethodNameMismatchError
 from reference_impl.lowering.fallback_kernels import (
     KernelInventory,
@@ -251,6 +251,8 @@ def preprocess(
     report: ViewPassReport | None = None
     if view_pass:
         edge, report = run_view_copy_pass(edge)
+    # Copies the pass kept (or all, without it) become view + clone, which inductor compiles itself.
+    materialize_remaining_copies(edge.graph_module)
 
     parts = partition(edge, method_name=name, compile_specs=compile_specs)
     if parts.untagged_nodes:
