@@ -13,6 +13,16 @@ import torch
 
 from conformance.tolerances import MODEL_TOLERANCES, TOLERANCES
 
+#: Words of which an error for a corrupt program file must contain one: it says what is wrong with it ...
+CORRUPT_PROGRAM_WORDS = (
+    "corrupt", "tamper", "truncat", "magic", "checksum", "sha-256", "sha256", "hash", "malformed",
+    "version", "shorter", "empty", "trailing", "invalid", "not valid",
+)  # fmt: skip
+#: ... and one of these: it blames the program.
+PROGRAM_WORDS = ("program", "file", "manifest", "blob", "artifact", "header")
+#: An unknown method name at init.
+UNKNOWN_METHOD_WORDS = ("no method", "unknown", "not found", "no such", "available")
+
 
 class CheckFailure(AssertionError):
     """A conformance rule was broken; the message names the rule."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from conformance.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
+from conformance.programs import SKIP_COPY_OPTION
 from conformance.protocol import Backend, missing_attributes
 
 #: Set by ``nox -s conformance`` on multi-GPU machines: the GPU ids the xdist workers share out, one each.
@@ -25,6 +27,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--backend",
         default=None,
         help=f"backend under test as module:attr (default: $CONFORMANCE_BACKEND or {DEFAULT_BACKEND})",
+    )
+    group.addoption(
+        "--no-preflight",
+        action="store_true",
+        help="skip the backend's toolchain preflight (run once before any case when it has one)",
     )
     group.addoption(
         "--dtype",
@@ -76,6 +83,24 @@ def pytest_configure(config: pytest.Config) -> None:
             add_run_metadata(config, "worker_gpus", pinned)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Toolchain preflight, once, in the controller, before any case: a broken compiler stops the run
+    with the backend's diagnosis instead of crashing workers mid-run (SPEC §3)."""
+    config = session.config
+    backend = config.stash[BACKEND_KEY]
+    if hasattr(config, "workerinput") or config.getoption("--no-preflight"):
+        return
+    if missing_attributes(backend, "preflight") or config.getoption("--collect-only"):
+        return
+    device = "cuda" if cuda_device_count() else "cpu"
+    ok, message = backend.preflight(device)  # type: ignore[attr-defined]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"preflight [{device}]: {message.splitlines()[0] if message else ok}")
+    if not ok:
+        pytest.exit(f"toolchain preflight failed for {device}; no case was run.\n{message}", returncode=3)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     backend = config.stash[BACKEND_KEY]
     gpus = [torch.cuda.get_device_name(i) for i in range(cuda_device_count())]
@@ -119,6 +144,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def backend(request: pytest.FixtureRequest) -> Backend:
     """The backend under test, loaded once from --backend / $CONFORMANCE_BACKEND."""
     return request.config.stash[BACKEND_KEY]
+
+
+@pytest.fixture
+def runtime(backend: Backend) -> Backend:
+    """The backend, for chapters that lower programs and run them (parts ``lowering`` and ``runtime``)."""
+    require_part(backend, "lowering")
+    require_part(backend, "runtime")
+    return backend
+
+
+@pytest.fixture(autouse=True)
+def _restore_skip_option(backend: Backend) -> Iterator[None]:
+    """Every case leaves the skip-copy option as it found it, whatever it did or broke."""
+    if missing_attributes(backend, "runtime"):
+        yield
+        return
+    try:
+        before = backend.get_option(SKIP_COPY_OPTION)  # type: ignore[attr-defined]
+    except Exception:  # the case itself reports a broken get_option
+        yield
+        return
+    yield
+    backend.set_option(SKIP_COPY_OPTION, before)  # type: ignore[attr-defined]
 
 
 def require_part(backend: Backend, part: str) -> None:

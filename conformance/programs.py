@@ -12,6 +12,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pytest
 import torch
 from torch import nn
 
@@ -48,6 +49,27 @@ def _lower(backend: Backend, model: str, dtype: torch.dtype, device: str) -> Low
 def lowered(backend: Backend, model: str, dtype: torch.dtype, device: str) -> LoweredModel:
     """The zoo model ``model`` in ``dtype``, lowered by ``backend`` for ``device`` ("cpu" or "cuda")."""
     return _lower(backend, model, dtype, device)
+
+
+def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> LoweredModel:
+    """``lowered`` for a chapter: a backend that cannot lower the model fails the case, naming it."""
+    from conformance.checks import fail
+    from conformance.tolerances import DTYPES_BY_NAME
+
+    try:
+        return lowered(backend, model, DTYPES_BY_NAME[dtype], device)
+    except Exception as exc:
+        fail("runtime/lower", f"lower({model}, {dtype}, device={device!r})", f"{type(exc).__name__}: {exc}")
+    raise AssertionError("unreachable")
+
+
+def record(request: pytest.FixtureRequest, **values: object) -> None:
+    """Figures a case measured, as result-file params (and JUnit properties) for reports and notes."""
+    from harness.pytest_plugin import set_case_params
+
+    for name, value in values.items():
+        request.node.user_properties.append((name, value))
+    set_case_params(request.node, values)
 
 
 @contextlib.contextmanager

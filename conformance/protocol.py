@@ -32,6 +32,11 @@ Part ``view_pass`` (chapter ``lowering``; SPEC §1a)
     returns an object with ``graph_module`` (the result, runnable), ``rewritten`` (names of nodes turned
     into views) and ``refused`` (node name → reason). The suite checks both the verdicts and the numerics.
 
+Part ``preflight`` (optional; SPEC §3)
+    ``preflight(device) -> (ok, message)``: prove the toolchain can build and load an artifact for
+    ``device`` without risking the caller (e.g. in a subprocess). The suite calls it once before any case
+    runs and stops with ``message`` when ``ok`` is false, instead of crashing mid-run.
+
 Part ``lowering`` (chapter ``lowering``; SPEC §1a)
     ``lower(methods, *, device) -> bytes``: ``methods`` maps a method name to ``(nn.Module, example
     inputs)`` or ``(nn.Module, example inputs, dynamic_shapes)`` (``dynamic_shapes`` as ``torch.export``
@@ -80,6 +85,7 @@ class MmOutBackend(Backend, Protocol):
 PARTS: dict[str, tuple[str, ...]] = {
     "mm_out": ("mm_out",),
     "view_pass": ("view_copy_pass",),
+    "preflight": ("preflight",),
     "lowering": ("lower",),
     "runtime": ("init", "execute", "destroy", "set_option", "get_option", "execute_stats"),
 }

@@ -25,13 +25,15 @@ import pytest
 import torch
 
 from conformance.checks import (
+    CORRUPT_PROGRAM_WORDS,
+    PROGRAM_WORDS,
+    UNKNOWN_METHOD_WORDS,
     assert_exact,
     assert_raises_invalid_argument,
     assert_untouched,
     fail,
     snapshot,
 )
-from conformance.conftest import require_part
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
 from conformance.protocol import Backend
 
@@ -54,32 +56,7 @@ SEQUENCE_WORDS = ("list", "tuple", "sequence")
 DEVICE_WORDS = ("device",)
 DESTROYED_WORDS = ("destroy",)
 NOT_A_HANDLE_WORDS = ("init", "not a handle", "handle type")
-UNKNOWN_METHOD_WORDS = ("no method", "unknown", "not found", "no such", "available")
 METHOD_TYPE_WORDS = ("str", "string", "type")
-CORRUPT_WORDS = (
-    "corrupt",
-    "tamper",
-    "truncat",
-    "magic",
-    "checksum",
-    "sha-256",
-    "sha256",
-    "hash",
-    "malformed",
-    "version",
-    "shorter",
-    "invalid",
-    "not valid",
-)
-# A corrupt program must be blamed on the program: one of these words names it.
-PROGRAM_WORDS = ("program", "file", "manifest", "blob", "artifact", "header")
-
-
-@pytest.fixture
-def runtime(backend: Backend) -> Backend:
-    require_part(backend, "lowering")
-    require_part(backend, "runtime")
-    return backend
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -163,7 +140,7 @@ def assert_still_healthy(
 
 def assert_program_rejected(rule: str, call: str, fn: Callable[[], object]) -> BaseException:
     """``fn()`` (an ``init`` of a corrupt program) raises an invalid-argument error blaming the program."""
-    exc = assert_raises_invalid_argument(rule, call, fn, argument="", keywords=CORRUPT_WORDS)
+    exc = assert_raises_invalid_argument(rule, call, fn, argument="", keywords=CORRUPT_PROGRAM_WORDS)
     if not any(word in str(exc).lower() for word in PROGRAM_WORDS):
         fail(rule, call, f"the error must say the program is at fault (one of {list(PROGRAM_WORDS)}): {exc}")
     return exc

@@ -25,7 +25,7 @@ from torch.fx import GraphModule, Interpreter, Node
 from conformance.checks import assert_model_output_close, fail
 from conformance.conftest import require_part
 from conformance.models import ZOO
-from conformance.programs import handles, lowered
+from conformance.programs import handles, lowered, record
 from conformance.protocol import Backend
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.view_pass_cases import (
@@ -260,8 +260,7 @@ def test_view_pass_slicing_heavy_kv_cache(view_pass: ViewPassBackend, request: p
     run = run_pass(view_pass, "kv-cache-attention", "view-pass/slicing-heavy", original, inputs)
     rewritten = _rewritten_in_result(run)
     copies = [n for n in original.graph.nodes if view_twin(n.target) is not None]
-    request.node.user_properties.append(("rewrites", len(rewritten)))
-    request.node.user_properties.append(("copies", len(copies)))
+    record(request, rewrites=len(rewritten), copies=len(copies))
     stale = sorted(written_back_copies(original) & rewritten)
     if stale:
         fail(
@@ -294,13 +293,6 @@ def test_view_pass_slicing_heavy_kv_cache(view_pass: ViewPassBackend, request: p
 MODEL_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-@pytest.fixture
-def lowering(backend: Backend) -> Backend:
-    require_part(backend, "lowering")
-    require_part(backend, "runtime")
-    return backend
-
-
 def eager_float64(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The oracle: the same module and inputs, upcast to float64, run eagerly on the CPU."""
     reference = copy.deepcopy(module).cpu().double()
@@ -315,15 +307,15 @@ def eager_float64(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> li
 @pytest.mark.parametrize("model", list(ZOO))
 @pytest.mark.parametrize("dtype", list(DTYPES_BY_NAME))
 def test_zoo_model_lowers_runs_and_matches_eager(
-    lowering: Backend, dtype: str, model: str, device: str, request: pytest.FixtureRequest
+    runtime: Backend, dtype: str, model: str, device: str, request: pytest.FixtureRequest
 ) -> None:
     """lowering/zoo: the model lowers for the device, every method runs, outputs match eager float64."""
-    program = lowered(lowering, model, DTYPES_BY_NAME[dtype], device)
-    request.node.user_properties.append(("program_bytes", len(program.program)))
+    program = lowered(runtime, model, DTYPES_BY_NAME[dtype], device)
+    record(request, program_bytes=len(program.program))
     for method, (module, inputs) in program.eager.items():
         call = f"lower({model}, {dtype}, device={device}) then execute({method!r})"
-        with handles(lowering, program.program, method) as (handle,):
-            outputs = lowering.execute(handle, [t.cpu() for t in inputs])  # type: ignore[attr-defined]
+        with handles(runtime, program.program, method) as (handle,):
+            outputs = runtime.execute(handle, [t.cpu() for t in inputs])  # type: ignore[attr-defined]
         expected = eager_float64(module, inputs)
         if len(outputs) != len(expected):
             fail("lowering/zoo", call, f"{len(outputs)} outputs, eager gives {len(expected)}")

@@ -35,9 +35,8 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import torch
@@ -45,14 +44,12 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.checks import fail
-from conformance.conftest import require_part
 from conformance.models import asr_greedy, llm_greedy
 from conformance.models.asr import ASR_BOS
 from conformance.pipelines import CallStats, asr_transcribe, llm_generate
-from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
-from conformance.protocol import Backend, missing_attributes
+from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
+from conformance.protocol import Backend
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
-from harness.pytest_plugin import set_case_params
 
 SKIP = SKIP_COPY_OPTION
 DTYPES = list(DTYPES_BY_NAME)
@@ -73,54 +70,6 @@ Methods = dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
 
 # ================================================================================================ helpers
-
-
-@pytest.fixture
-def mm_backend(backend: Backend) -> Backend:
-    require_part(backend, "runtime")
-    require_part(backend, "lowering")
-    return backend
-
-
-@pytest.fixture(autouse=True)
-def _restore_skip_option(backend: Backend) -> Iterator[None]:
-    if missing_attributes(backend, "runtime"):
-        yield
-        return
-    try:
-        before = backend.get_option(SKIP)  # type: ignore[attr-defined]
-    except Exception:
-        yield
-        return
-    yield
-    backend.set_option(SKIP, before)  # type: ignore[attr-defined]
-
-
-@pytest.fixture(autouse=True)
-def _float32_without_tf32() -> Iterator[None]:
-    """float32 means float32: PyTorch lets cuDNN convolutions (the asr encoder's conv1d) use TF32 by default,
-    ~1e-3 off. Eager and an ATen-based backend share these process-wide switches, so both are held to it."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> LoweredModel:
-    try:
-        return lowered(backend, model, DTYPES_BY_NAME[dtype], device)
-    except Exception as exc:
-        fail("runtime/lower", f"lower({model}, {dtype}, device={device!r})", f"{type(exc).__name__}: {exc}")
-    raise AssertionError("unreachable")
-
-
-def record(request: pytest.FixtureRequest, **values: Any) -> None:
-    """Figures for the lead/dashboard: on the case's ``user_properties`` and as result-file params."""
-    for name, value in values.items():
-        request.node.user_properties.append((name, value))
-    set_case_params(request.node, values)
 
 
 def host_inputs(eager: Methods, method: str) -> list[torch.Tensor]:
@@ -246,12 +195,12 @@ def check_tokens(
 @pytest.mark.parametrize(("device", "dtype"), PIPELINE_CASES)
 @pytest.mark.parametrize("model", ["asr", "llm"])
 def test_pipeline_tokens_match_eager(
-    mm_backend: Backend, model: str, device: str, dtype: str, request: pytest.FixtureRequest
+    runtime: Backend, model: str, device: str, dtype: str, request: pytest.FixtureRequest
 ) -> None:
     """multi-method/tokens: the greedy pipeline through the protocol gives eager PyTorch's tokens (float32:
     exactly; half precision: first-step logits within tolerance, differences only from near-ties); on a CPU
     target every execute moves 0 bytes, with skip-copy or without."""
-    backend = mm_backend
+    backend = runtime
     lm = lower_or_fail(backend, model, dtype, device)
     call = f"{model} pipeline ({dtype}, {device}, {STEPS[model]} steps)"
     want = eager_tokens(model, lm.eager).cpu()
@@ -363,11 +312,11 @@ def nbytes(t: torch.Tensor) -> int:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_llm_kv_cache_stays_on_gpu(mm_backend: Backend, dtype: str, request: pytest.FixtureRequest) -> None:
+def test_llm_kv_cache_stays_on_gpu(runtime: Backend, dtype: str, request: pytest.FixtureRequest) -> None:
     """multi-method/kv-cache-on-device: with prefill and decode both skipped, no execute copies anything to
     the host and each decode step uploads only its token and position; tokens are those of the copying
     run. Without skip, the caches make the round trip every step (and are counted)."""
-    backend = mm_backend
+    backend = runtime
     lm = lower_or_fail(backend, "llm", dtype, "cuda")
     call = f"llm pipeline ({dtype}, cuda, {LLM_STEPS} steps)"
     prompt = host_inputs(lm.eager, "prefill")[0]
@@ -402,12 +351,12 @@ def test_llm_kv_cache_stays_on_gpu(mm_backend: Backend, dtype: str, request: pyt
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_asr_decoder_consumes_encoder_output_on_gpu(
-    mm_backend: Backend, dtype: str, request: pytest.FixtureRequest
+    runtime: Backend, dtype: str, request: pytest.FixtureRequest
 ) -> None:
     """multi-method/device-input: with ``encoder`` skipped, its output stays on the GPU and every decoder
     step uploads only the token ids, not the hidden states; the decoder's logits are still copied out as
     without skip; tokens are those of the copying run."""
-    backend = mm_backend
+    backend = runtime
     lm = lower_or_fail(backend, "asr", dtype, "cuda")
     call = f"asr pipeline ({dtype}, cuda, {ASR_STEPS} steps)"
     features = host_inputs(lm.eager, "encoder")[0]

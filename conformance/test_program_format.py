@@ -38,8 +38,14 @@ import pytest
 import torch
 from torch import nn
 
-from conformance.checks import assert_exact, assert_raises_invalid_argument, fail
-from conformance.conftest import require_part
+from conformance.checks import (
+    CORRUPT_PROGRAM_WORDS,
+    PROGRAM_WORDS,
+    UNKNOWN_METHOD_WORDS,
+    assert_exact,
+    assert_raises_invalid_argument,
+    fail,
+)
 from conformance.models import get_model
 from conformance.programs import SKIP_COPY_OPTION, lowered, option
 from conformance.protocol import Backend
@@ -54,35 +60,6 @@ TARGETS = [
     pytest.param("cpu", id="cpu-program"),
     pytest.param("cuda", id="cuda-program", marks=pytest.mark.gpu),
 ]
-
-CORRUPT_WORDS = (
-    "corrupt",
-    "tamper",
-    "truncat",
-    "magic",
-    "checksum",
-    "sha-256",
-    "sha256",
-    "hash",
-    "malformed",
-    "version",
-    "shorter",
-    "empty",
-    "trailing",
-    "invalid",
-    "not valid",
-)
-"""An error for a bad file must say what is wrong with it: one of these words (case-insensitive)."""
-PROGRAM_WORDS = ("program", "file", "manifest", "blob", "artifact", "header")
-"""... and that the program is at fault: one of these."""
-UNKNOWN_METHOD_WORDS = ("no method", "unknown", "not found", "no such", "available")
-
-
-@pytest.fixture
-def runtime(backend: Backend) -> Backend:
-    require_part(backend, "lowering")
-    require_part(backend, "runtime")
-    return backend
 
 
 # ------------------------------------------------------------------------------------------------ programs
@@ -143,7 +120,7 @@ def check_runs(runtime: Backend, rule: str, data: bytes, prog: Program, method: 
 
 
 def assert_program_rejected(
-    rule: str, call: str, fn: Callable[[], object], keywords: tuple[str, ...] = CORRUPT_WORDS
+    rule: str, call: str, fn: Callable[[], object], keywords: tuple[str, ...] = CORRUPT_PROGRAM_WORDS
 ) -> None:
     """``fn()`` (an ``init``) raises an invalid-argument error that blames the program and says why."""
     exc = assert_raises_invalid_argument(rule, call, fn, argument="", keywords=keywords)
@@ -157,7 +134,7 @@ def reject_everywhere(
     bad: bytes,
     what: str,
     prog: Program,
-    keywords: tuple[str, ...] = CORRUPT_WORDS,
+    keywords: tuple[str, ...] = CORRUPT_PROGRAM_WORDS,
 ) -> None:
     """``init(bad, m)`` is rejected for every method ``m``; then the intact program still loads and runs."""
     for method in prog.eager:
@@ -278,7 +255,7 @@ def test_trailing_bytes(runtime: Backend) -> None:
     invalid-argument error blaming the program, for every method."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     bad = prog.data + b"\0"
-    keywords = (*CORRUPT_WORDS, "follow", "must end", "extra", "after the end")
+    keywords = (*CORRUPT_PROGRAM_WORDS, "follow", "must end", "extra", "after the end")
     reject_everywhere(runtime, "format/trailing-data", bad, "program + one zero byte", prog, keywords)
 
 

@@ -25,7 +25,7 @@ whatever the option says; the device-specific checks are marked ``gpu``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -34,8 +34,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.checks import assert_model_output_close, assert_raises_invalid_argument, fail, snapshot
 from conformance.conftest import require_part
-from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered
-from conformance.protocol import Backend, missing_attributes
+from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail
+from conformance.protocol import Backend
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
 SKIP = SKIP_COPY_OPTION
@@ -59,39 +59,6 @@ FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
 def rt(backend: Backend) -> Backend:
     require_part(backend, "runtime")
     return backend
-
-
-@pytest.fixture
-def rt_lowering(rt: Backend) -> Backend:
-    require_part(rt, "lowering")
-    return rt
-
-
-@pytest.fixture(autouse=True)
-def _restore_skip_option(backend: Backend) -> Iterator[None]:
-    """Every case leaves the skip option as it found it, whatever it did or broke."""
-    if missing_attributes(backend, "runtime"):
-        yield
-        return
-    try:
-        before = backend.get_option(SKIP)  # type: ignore[attr-defined]
-    except Exception:  # the case itself reports a broken get_option
-        yield
-        return
-    yield
-    backend.set_option(SKIP, before)  # type: ignore[attr-defined]
-
-
-@pytest.fixture(autouse=True)
-def _float32_without_tf32() -> Iterator[None]:
-    """float32 means float32: PyTorch lets cuDNN convolutions (the asr encoder's conv1d) use TF32 by default,
-    ~1e-3 off. Eager and an ATen-based backend share these process-wide switches, so both are held to it."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def methods_named(value: object) -> set[str]:
@@ -124,14 +91,6 @@ def check_unchanged(backend: Backend, before: object, call: str) -> None:
     after = get_skip(backend, "options/all-or-nothing")
     if after != before:
         fail("options/all-or-nothing", call, f"failed, yet changed the option from {before!r} to {after!r}")
-
-
-def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> LoweredModel:
-    try:
-        return lowered(backend, model, DTYPES_BY_NAME[dtype], device)
-    except Exception as exc:
-        fail("runtime/lower", f"lower({model}, {dtype}, device={device!r})", f"{type(exc).__name__}: {exc}")
-    raise AssertionError("unreachable")
 
 
 def nbytes(tensors: Sequence[torch.Tensor]) -> int:
@@ -353,10 +312,10 @@ def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
 @pytest.mark.parametrize(
     "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu-target", "cuda-target"]
 )
-def test_options_with_live_handles(rt_lowering: Backend, device: str) -> None:
+def test_options_with_live_handles(runtime: Backend, device: str) -> None:
     """options/after-init: with handles alive the option is set and read back, and executes keep working and
     stay correct (float32 ``llm``). On a CPU target outputs stay host tensors whatever the option says."""
-    rt = rt_lowering
+    rt = runtime
     lm = lower_or_fail(rt, "llm", "float32", device)
     with handles(rt, lm.program, *lm.methods) as made:
         for value in ("prefill", "prefill, decode", "decode", ""):
@@ -373,10 +332,10 @@ def test_options_with_live_handles(rt_lowering: Backend, device: str) -> None:
 
 
 @pytest.mark.gpu
-def test_option_change_applies_to_next_execute_only(rt_lowering: Backend) -> None:
+def test_option_change_applies_to_next_execute_only(runtime: Backend) -> None:
     """options/next-execute: a change takes effect on the next execute; options/not-retroactive: outputs
     already returned stay where they are, with the same contents."""
-    rt = rt_lowering
+    rt = runtime
     lm = lower_or_fail(rt, "llm", "float32", "cuda")
     inputs = [t.detach().cpu() for t in lm.eager["prefill"][1]]
     call = "execute(prefill)"
@@ -413,10 +372,10 @@ def test_option_change_applies_to_next_execute_only(rt_lowering: Backend) -> Non
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("label", list(LIST_VALUES))
-def test_list_parsing_selects_methods(rt_lowering: Backend, label: str) -> None:
+def test_list_parsing_selects_methods(runtime: Backend, label: str) -> None:
     """options/list-parsing: set before ``init``, a list keeps exactly the methods it names on the GPU
     (tokens trimmed, empties ignored, case-sensitive, whole-name match); the others are copied out."""
-    rt = rt_lowering
+    rt = runtime
     value, expected = LIST_VALUES[label]
     lm = lower_or_fail(rt, "asr", "float32", "cuda")
     set_skip(rt, value, "options/list-parsing")
@@ -470,12 +429,12 @@ def _apply_skip(rt: Backend, model: str, value: str | None) -> None:
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_skip_copy_matrix(
-    rt_lowering: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+    runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
     """skip-copy/*: a method named in the option returns CUDA tensors on the handle's device and moves no
     byte device→host (counter and profiler); any other returns host tensors and counts their bytes; inputs
     already on the device are not copied; values match float64 eager either way."""
-    rt = rt_lowering
+    rt = runtime
     lm = lower_or_fail(rt, model, dtype, "cuda")
     with handles(rt, lm.program, *lm.methods) as made:
         _apply_skip(rt, model, value)
@@ -528,11 +487,11 @@ def check_profiled_copies(rt: Backend, call: str, run: MethodRun, is_skipped: bo
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_skip_copy_matrix_cpu_target(
-    rt_lowering: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+    runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
     """skip-copy/cpu-target: on a program lowered for the CPU the option changes nothing: every output is a
     host tensor, both byte counters are 0, and values match float64 eager."""
-    rt = rt_lowering
+    rt = runtime
     lm = lower_or_fail(rt, model, dtype, "cpu")
     with handles(rt, lm.program, *lm.methods) as made:
         _apply_skip(rt, model, value)

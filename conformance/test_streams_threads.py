@@ -45,7 +45,6 @@ import torch
 from torch import nn
 
 from conformance.checks import assert_exact, fail
-from conformance.conftest import require_part
 from conformance.models import get_model
 from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option
 from conformance.protocol import Backend
@@ -59,13 +58,6 @@ POISON_BLOCKS = 8
 THREAD_TIMEOUT_S = {"cpu": 120.0, "cuda": 300.0}
 CHAIN_METHODS = {"mul_add": "add_mul", "plus": "add"}
 """The two-method program: method name → zoo model."""
-
-
-@pytest.fixture
-def runtime(backend: Backend) -> Backend:
-    require_part(backend, "lowering")
-    require_part(backend, "runtime")
-    return backend
 
 
 # ------------------------------------------------------------------------------------------------ helpers
