@@ -62,6 +62,13 @@ class ReferenceBackend:
             plain, device=device, dynamic_shapes=shapes or None, view_pass=bool(opts.get("view_pass", True))
         )
 
+    def preflight(self, device: str) -> tuple[bool, str]:
+        """Compile, load and run a trivial artifact in a subprocess (a broken compiler cannot kill us)."""
+        from reference_impl.lowering.preflight import check_toolchain
+
+        report = check_toolchain(device)
+        return report.ok, report.render()
+
     # Runtime part: thin forwards, imported on use so that loading the backend stays cheap.
     def init(self, program: bytes, method: str) -> object:
         from reference_impl import runtime

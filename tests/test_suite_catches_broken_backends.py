@@ -165,3 +165,28 @@ def test_backend_ignoring_source_mutation_fails_exactly_the_rules_it_ignores(
         assert f"[view-pass/{rule}] view_copy_pass(" in message, message
     assert "must stay a copy" in failed[lowering_case("test_view_pass_verdicts", "source-mutated/add_")]
     assert "elements differ" in failed[lowering_case(behaviour, "source-mutated/add_")]
+
+
+def test_broken_toolchain_stops_the_run_before_any_case(tmp_path: Path) -> None:
+    """SPEC §3: a compiler that cannot build artifacts is reported by the preflight, not mid-run."""
+    broken = tmp_path / "broken-cxx"
+    broken.write_text("#!/bin/sh\necho 'this compiler is broken' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    results = tmp_path / "results.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "CXX": str(broken),
+        "CONFORMANCE_CACHE_DIR": str(tmp_path / "cache"),  # a cached artifact would hide the compiler
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/test_mm_out.py", "-p", "harness.pytest_plugin",
+         f"--results-json={results}", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 3, output
+    assert "toolchain preflight failed" in output
+    assert str(broken) in output
+    if results.exists():  # the recorder may still write the (empty) run
+        assert load_results(results).cases == []
