@@ -84,6 +84,22 @@ def call_text(out: torch.Tensor | None, a: torch.Tensor | None, b: torch.Tensor 
 
 CUDA = torch.device("cuda")
 
+
+def check_values(
+    mm: MmOutBackend, dtype: str, shape: tuple[int, int, int], layout_self: str, layout_mat2: str, seed: str
+) -> None:
+    """Random operands in the given layouts, out poisoned with NaN, result against float64."""
+    m, k, n = shape
+    dt = DTYPES_BY_NAME[dtype]
+    gen = generator(seed, CUDA)
+    a = make_operand(m, k, layout_self, dt, gen, CUDA)
+    b = make_operand(k, n, layout_mat2, dt, gen, CUDA)
+    out = poisoned_out(m, n, dt, CUDA)
+    mm.mm_out(out, a, b)
+    torch.cuda.synchronize()
+    assert_matmul_close("mm_out/values", call_text(out, a, b), out, a, b)
+
+
 # ---------------------------------------------------------------------------------------------- values
 
 
@@ -95,15 +111,9 @@ def test_values_match_float64_reference(
     mm: MmOutBackend, dtype: str, shape: tuple[int, int, int], layout_self: str, layout_mat2: str
 ) -> None:
     """mm_out/values: out ≈ self @ mat2 within the dtype's tolerance, for every layout; out never read."""
-    m, k, n = shape
-    dt = DTYPES_BY_NAME[dtype]
-    gen = generator(f"{dtype}-{shape}-{layout_self}-{layout_mat2}", CUDA)
-    a = make_operand(m, k, layout_self, dt, gen, CUDA)
-    b = make_operand(k, n, layout_mat2, dt, gen, CUDA)
-    out = poisoned_out(m, n, dt, CUDA)
-    mm.mm_out(out, a, b)
-    torch.cuda.synchronize()
-    assert_matmul_close("mm_out/values", call_text(out, a, b), out, a, b)
+    check_values(
+        mm, dtype, shape, layout_self, layout_mat2, seed=f"{dtype}-{shape}-{layout_self}-{layout_mat2}"
+    )
 
 
 @pytest.mark.gpu
@@ -112,15 +122,9 @@ def test_values_match_float64_reference(
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_large_4096_cubed(mm: MmOutBackend, dtype: str, layout_self: str, layout_mat2: str) -> None:
     """mm_out/values-large: 4096³ within tolerance (tiles, split-K and workspace paths)."""
-    m, k, n = LARGE_SHAPE
-    dt = DTYPES_BY_NAME[dtype]
-    gen = generator(f"large-{dtype}-{layout_self}-{layout_mat2}", CUDA)
-    a = make_operand(m, k, layout_self, dt, gen, CUDA)
-    b = make_operand(k, n, layout_mat2, dt, gen, CUDA)
-    out = poisoned_out(m, n, dt, CUDA)
-    mm.mm_out(out, a, b)
-    torch.cuda.synchronize()
-    assert_matmul_close("mm_out/values", call_text(out, a, b), out, a, b)
+    check_values(
+        mm, dtype, LARGE_SHAPE, layout_self, layout_mat2, seed=f"large-{dtype}-{layout_self}-{layout_mat2}"
+    )
 
 
 @pytest.mark.gpu

@@ -310,6 +310,27 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def copied_and_kept(
+    request: pytest.FixtureRequest, backend: Backend, model: str, lm: LoweredModel, skip: str, call: str
+) -> tuple[Measured, Measured]:
+    """The pipeline measured without skip-copy and with ``skip``; figures recorded; tokens must agree."""
+    with handles(backend, lm.program, *METHODS[model]) as made:
+
+        def pipeline(stats: CallStats | None) -> torch.Tensor:
+            return run_pipeline(backend, model, lm.eager, made, stats)
+
+        plain = measure(backend, "", pipeline)
+        kept = measure(backend, skip, pipeline)
+    record_measured(request, plain, kept)
+    if not torch.equal(kept.tokens, plain.tokens):
+        fail(
+            "multi-method/skip-invariant",
+            call,
+            f"tokens {kept.tokens.tolist()} with skip, {plain.tokens.tolist()}",
+        )
+    return plain, kept
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_llm_kv_cache_stays_on_gpu(runtime: Backend, dtype: str, request: pytest.FixtureRequest) -> None:
@@ -323,20 +344,7 @@ def test_llm_kv_cache_stays_on_gpu(runtime: Backend, dtype: str, request: pytest
     batch = prompt.shape[0]
     cache_bytes = sum(nbytes(t) for t in lm.eager["decode"][1][2:])
     step_bytes = batch * INT64_BYTES + INT64_BYTES  # token [B, 1] and position [1], int64
-    with handles(backend, lm.program, "prefill", "decode") as made:
-
-        def pipeline(stats: CallStats | None) -> torch.Tensor:
-            return run_pipeline(backend, "llm", lm.eager, made, stats)
-
-        plain = measure(backend, "", pipeline)
-        kept = measure(backend, "prefill,decode", pipeline)
-    record_measured(request, plain, kept)
-    if not torch.equal(kept.tokens, plain.tokens):
-        fail(
-            "multi-method/skip-invariant",
-            call,
-            f"tokens {kept.tokens.tolist()} with skip, {plain.tokens.tolist()}",
-        )
+    plain, kept = copied_and_kept(request, backend, "llm", lm, "prefill,decode", call)
     decodes = LLM_STEPS - 1
     want = [("prefill", {"d2h_bytes": 0, "h2d_bytes": nbytes(prompt)})]
     want += [("decode", {"d2h_bytes": 0, "h2d_bytes": step_bytes})] * decodes
@@ -362,20 +370,7 @@ def test_asr_decoder_consumes_encoder_output_on_gpu(
     features = host_inputs(lm.eager, "encoder")[0]
     batch = features.shape[0]
     hidden_bytes = nbytes(lm.eager["decoder"][1][1])  # the example hidden states: the encoder's output shape
-    with handles(backend, lm.program, "encoder", "decoder") as made:
-
-        def pipeline(stats: CallStats | None) -> torch.Tensor:
-            return run_pipeline(backend, "asr", lm.eager, made, stats)
-
-        plain = measure(backend, "", pipeline)
-        kept = measure(backend, "encoder", pipeline)
-    record_measured(request, plain, kept)
-    if not torch.equal(kept.tokens, plain.tokens):
-        fail(
-            "multi-method/skip-invariant",
-            call,
-            f"tokens {kept.tokens.tolist()} with skip, {plain.tokens.tolist()}",
-        )
+    plain, kept = copied_and_kept(request, backend, "asr", lm, "encoder", call)
     tokens_bytes = [batch * (step + 1) * INT64_BYTES for step in range(ASR_STEPS)]
     logits_bytes = [s.get("d2h_bytes") for m, s in plain.stats if m == "decoder"]
     want = [("encoder", {"d2h_bytes": 0, "h2d_bytes": nbytes(features)})]
