@@ -144,7 +144,9 @@ def tests(session: nox.Session) -> None:
     """Self-tests of our own machinery; run on any CPU machine."""
     _install(session, extras="test")
     _ensure_chromium(session)
-    session.run(_python(session), "-m", "pytest", "tests", *session.posargs)
+    # Several self-tests compile real artifacts or run the suite in a subprocess: spread them out.
+    workers = str(min(4, os.cpu_count() or 1))
+    session.run(_python(session), "-m", "pytest", "tests", "-n", workers, *session.posargs)
 
 
 @nox.session
