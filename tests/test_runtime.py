@@ -9,12 +9,9 @@ compiling the same artifact twice.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import inspect
-import json
 import os
+import tempfile
 import threading
 import time
 import warnings
@@ -28,6 +25,7 @@ import torch._inductor
 import torch.nn.attention
 from torch import nn
 
+from reference_impl.lowering.artifact_cache import ArtifactCache, make_key
 from reference_impl.lowering.blob import pack_blob
 from reference_impl.lowering.errors import LoweringFormatError
 from reference_impl.lowering.program import build_program, program_to_bytes
@@ -73,53 +71,37 @@ def _two_out_export_args(device: str) -> tuple[nn.Module, tuple[Any, ...], Any]:
 # --- artifact cache -------------------------------------------------------------------------------------
 
 
-def _toolchain_key(device: str) -> str:
-    parts = [torch.__version__, device, str(torch.version.cuda)]
-    if device == "cuda":
-        parts.append(".".join(map(str, torch.cuda.get_device_capability())))
-    return "|".join(parts)
-
-
-def _source_key(name: str) -> str:
-    """What the artifact is built from: this file's toy model."""
-    digest = hashlib.sha256(name.encode())
-    digest.update(inspect.getsource(TwoOut).encode())
-    digest.update(inspect.getsource(_two_out_export_args).encode())
-    return digest.hexdigest()
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _key(name: str, device: str) -> str:
+    """What the artifact is built from (this file's toy model) and with (torch, CUDA, device)."""
+    return make_key(
+        {
+            "model": inspect.getsource(TwoOut) + inspect.getsource(_two_out_export_args),
+            "name": name,
+            "device": device,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "capability": torch.cuda.get_device_capability() if device == "cuda" else None,
+        }
+    )
 
 
 def compiled_artifact(name: str, make: Callable[[str], Any], device: str) -> tuple[bytes, dict[str, Any]]:
     """(AOTInductor package bytes, io spec JSON) for one method, compiled at most once per toolchain."""
-    key = hashlib.sha256(f"{_source_key(name)}|{_toolchain_key(device)}".encode()).hexdigest()[:32]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    pt2, meta = CACHE / f"{name}-{device}-{key}.pt2", CACHE / f"{name}-{device}-{key}.io.json"
-    with _file_lock(CACHE / f"{name}-{device}-{key}.lock"):
-        if not (pt2.exists() and meta.exists()):
-            module, example, dynamic = make(device)
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from torch.nn.attention import SDPBackend, sdpa_kernel
+    module, example, dynamic = make(device)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
 
-                with sdpa_kernel(SDPBackend.MATH):
-                    ep = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
-                    io = io_spec_from_exported_program(ep).to_json()
-                    tmp = CACHE / f".{os.getpid()}.{pt2.name}"  # the packager wants a name ending in .pt2
-                    torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp))
-            os.replace(tmp, pt2)
-            tmp_meta = CACHE / f".{meta.name}.{os.getpid()}.tmp"
-            tmp_meta.write_text(json.dumps(io))
-            os.replace(tmp_meta, meta)
-    return pt2.read_bytes(), json.loads(meta.read_text())
+    def build() -> bytes:
+        with tempfile.TemporaryDirectory() as folder, torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            package = Path(folder) / "artifact.pt2"  # the packager wants a name ending in .pt2
+            torch._inductor.aoti_compile_and_package(ep, package_path=str(package))
+            return package.read_bytes()
+
+    # The project's content-addressed cache: atomic entries, per-key lock across xdist workers.
+    artifact = ArtifactCache(CACHE).get_or_build(_key(name, device), build).data
+    return artifact, io_spec_from_exported_program(ep).to_json()
 
 
 def make_program(methods: dict[str, tuple[bytes, dict[str, Any] | None]], device: str) -> bytes:
