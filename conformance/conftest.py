@@ -96,7 +96,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     ok, message = backend.preflight(device)  # type: ignore[attr-defined]
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"preflight [{device}]: {message.splitlines()[0] if message else ok}")
+        first = message.splitlines()[0] if message else f"ok={ok}"
+        reporter.write_line(first if first.startswith("preflight") else f"preflight [{device}]: {first}")
     if not ok:
         pytest.exit(f"toolchain preflight failed for {device}; no case was run.\n{message}", returncode=3)
 

@@ -386,6 +386,8 @@ def worker_rows(run: RunResult) -> list[WorkerRow]:
         if target.isdigit() and int(target) < len(gpus):
             gpu = gpus[int(target)]
             label = f"{gpu.get('name', '?')} {gpu.get('uuid', '')}".strip()
+        elif not gpus:
+            label = "CPU only"
         else:
             label = target or "every visible GPU"
         rows.append(WorkerRow(worker, f"CUDA_VISIBLE_DEVICES={target}" if target else "not pinned", label, n))

@@ -422,3 +422,16 @@ def test_shards_of_one_machine_count_each_gpu_once_and_show_the_worker_pinning()
         ("shard1/gw1", "CUDA_VISIBLE_DEVICES=1", "NVIDIA H200 GPU-b"),
         ("shard2/gw0", "not pinned", "every visible GPU"),
     }
+
+
+def test_cpu_only_workers_are_not_said_to_use_gpus() -> None:
+    import dataclasses as _dc
+
+    from harness.results import CaseResult, new_run
+    from reports import views
+
+    case = CaseResult("t::a", "mm_out", {}, "passed", "", "", 0.1, "gw0")
+    run = _dc.replace(new_run({"hostname": "laptop", "gpus": []}, {}), cases=[case])
+    assert [(r.worker, r.pinned_to, r.gpu) for r in views.worker_rows(run)] == [
+        ("gw0", "not pinned", "CPU only")
+    ]
