@@ -380,16 +380,21 @@ def _version_output(path: str, _stamp: tuple[int, int]) -> tuple[int | None, str
     return done.returncode, (done.stdout + done.stderr).strip()
 
 
-def compiler_identity(cxx: str | None = None) -> dict[str, Any]:
-    """Resolved compiler path, its real path, and its ``--version`` exit code and output."""
-    path = resolve_cxx(cxx)
-    real = os.path.realpath(path) if os.path.exists(path) else None
+def compiler_version(path: str) -> tuple[int | None, str]:
+    """``path --version``: exit code (None if it cannot run) and output; cached until the file changes."""
     try:
         stat = os.stat(path)
         stamp = (stat.st_mtime_ns, stat.st_size)
     except OSError:
         stamp = (0, 0)
-    returncode, version = _version_output(path, stamp)
+    return _version_output(path, stamp)
+
+
+def compiler_identity(cxx: str | None = None) -> dict[str, Any]:
+    """Resolved compiler path, its real path, and its ``--version`` exit code and output."""
+    path = resolve_cxx(cxx)
+    real = os.path.realpath(path) if os.path.exists(path) else None
+    returncode, version = compiler_version(path)
     return {"path": path, "realpath": real, "version_rc": returncode, "version": version}
 
 

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from reference_impl.lowering.artifact_cache import compiler_version
+
 __all__ = [
     "KNOWN_GOOD_CXX",
     "PreflightReport",
@@ -102,23 +104,10 @@ def _fmt(seconds: float | None) -> str:
 
 
 def _resolve(cxx: str | None) -> str:
+    # Not artifact_cache.resolve_cxx: that reads inductor's config, whose import this parent avoids;
+    # the child compiles with $CXX, which inductor's config is read from.
     candidate = cxx or os.environ.get("CXX") or "g++"
     return shutil.which(candidate) or candidate
-
-
-def _compiler_version(path: str) -> tuple[int | None, str]:
-    try:
-        done = subprocess.run(
-            [path, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={**os.environ, "LC_ALL": "C"},
-        )
-    except (OSError, subprocess.SubprocessError) as error:
-        return None, f"{type(error).__name__}: {error}"
-    return done.returncode, (done.stdout + done.stderr).strip()
 
 
 def _fix_suggestion(cxx: str) -> str:
@@ -152,7 +141,7 @@ def check_toolchain(
     """
     start = time.monotonic()
     compiler = _resolve(cxx)
-    rc, version = _compiler_version(compiler)
+    rc, version = compiler_version(compiler)
     if rc != 0:
         how = "cannot be run" if rc is None else f"exits {rc} on `--version`"
         return PreflightReport(
