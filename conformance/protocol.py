@@ -91,6 +91,11 @@ PARTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def part_attributes(*parts: str) -> tuple[str, ...]:
+    """Every attribute the named protocol parts need, in order, without repeats."""
+    return tuple(dict.fromkeys(attr for part in parts for attr in PARTS[part]))
+
+
 def missing_attributes(backend: object, part: str) -> list[str]:
     """The attributes of protocol part ``part`` that ``backend`` lacks (empty when it implements it)."""
     return [attr for attr in PARTS[part] if not callable(getattr(backend, attr, None))]

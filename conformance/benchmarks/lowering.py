@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
 from harness.records import BenchRecord, Metric, case_name
 from harness.timing import summarize
@@ -55,7 +56,8 @@ COLD_CACHE_VARS = {
 }
 WORKER_TIMEOUT_S = 1200.0
 
-NEEDS = ("lower", "init", "destroy")
+# Protocol parts are all-or-nothing, as for the chapters.
+NEEDS = part_attributes("lowering", "runtime")
 
 
 @dataclass(frozen=True)

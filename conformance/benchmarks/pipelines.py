@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from conformance.benchmarks import exact_metric, ratio_metric
+from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
 from harness.gpu_state import capture_gpu_state
 from harness.records import BenchRecord, Metric, case_name
@@ -69,7 +70,8 @@ QUICK_NVML_TARGET_BYTES = 16 << 20
 QUICK_NVML_TIME_CAP_S = 2.0
 NVML_MAX_RUNS = 100_000
 
-NEEDS = ("lower", "init", "execute", "destroy", "set_option", "get_option", "execute_stats")
+# Protocol parts are all-or-nothing, as for the chapters.
+NEEDS = part_attributes("lowering", "runtime")
 
 
 @dataclass(frozen=True)

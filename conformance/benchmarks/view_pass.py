@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite, SuiteSkipped
 from harness.records import BenchRecord, Metric, case_name
 from harness.timing import Measurement, paired_ratio
@@ -52,7 +53,8 @@ QUICK_DRAM_WINDOW_S = 0.2
 # |with − without| / max|with| above this means the two programs do not compute the same thing.
 OUTPUT_TOLERANCE = 1e-4
 
-NEEDS = ("lower", "init", "execute", "destroy", "set_option", "get_option")
+# Protocol parts are all-or-nothing, as for the chapters.
+NEEDS = part_attributes("lowering", "runtime")
 
 
 def lower_accepts_options(backend: object) -> tuple[bool, str]:
