@@ -16,8 +16,11 @@ import pytest
 import torch
 from torch import nn
 
+from conformance.checks import fail
 from conformance.models import ZooModel, get_model
 from conformance.protocol import Backend
+from conformance.tolerances import DTYPES_BY_NAME
+from harness.pytest_plugin import set_case_params
 
 SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 
@@ -53,9 +56,6 @@ def lowered(backend: Backend, model: str, dtype: torch.dtype, device: str) -> Lo
 
 def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> LoweredModel:
     """``lowered`` for a chapter: a backend that cannot lower the model fails the case, naming it."""
-    from conformance.checks import fail
-    from conformance.tolerances import DTYPES_BY_NAME
-
     try:
         return lowered(backend, model, DTYPES_BY_NAME[dtype], device)
     except Exception as exc:
@@ -65,8 +65,6 @@ def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> Lowe
 
 def record(request: pytest.FixtureRequest, **values: object) -> None:
     """Figures a case measured, as result-file params (and JUnit properties) for reports and notes."""
-    from harness.pytest_plugin import set_case_params
-
     for name, value in values.items():
         request.node.user_properties.append((name, value))
     set_case_params(request.node, values)
