@@ -1,9 +1,16 @@
 """GPU timing with CUDA events: warm-up, L2 flush before every sample, median and IQR, adaptive repeats.
 
 The statistics and the stopping rule are pure functions (tested on CPU with synthetic samples); only
-``time_cuda`` / ``time_cuda_interleaved`` touch the GPU. Every figure is a ``Measurement``: the median
-with the interquartile range as its noise figure, in a stated unit, plus the raw samples, why sampling
-stopped, and the GPU's clocks and throttle reasons when it did.
+``time_cuda`` / ``time_cuda_interleaved`` / ``time_host_per_call`` touch the GPU. Every figure is a
+``Measurement``: the median with the interquartile range as its noise figure, in a stated unit, plus the
+raw samples, why sampling stopped, and the GPU's clocks and throttle reasons when it did.
+
+Two clocks, kept apart as nvbench keeps them: *GPU time* (``time_cuda_interleaved`` with
+``hide_launch_overhead=True``) is what the work costs on the device: each batch is queued behind a
+blocking kernel (``torch.cuda._sleep``), so the host's launch cost never shows up as an idle gap between
+a start event and the kernel. *Host time* (``time_host_per_call``) is what one call costs the calling
+thread to enqueue. For a call that returns before the GPU finishes, the two together are its cost; a
+call that waits for the GPU (a synchronous ``execute``) is timed end to end instead (the default).
 """
 
 from __future__ import annotations
@@ -198,6 +205,73 @@ def l2_flusher(device_index: int) -> L2Flusher:
     return _flushers[device_index]
 
 
+class LaunchBlocker:
+    """Holds the stream with a spin kernel while the host enqueues a batch (nvbench's blocking kernel).
+
+    ``hold()`` queues ``torch.cuda._sleep`` for ``hold_s``; work enqueued after it starts only when the
+    spin ends, so the events around each call time the device alone. ``released_early(event)`` tells,
+    once the batch is queued, whether the GPU already reached the batch's first event, i.e. the hold was
+    shorter than the host's enqueueing; then the hold doubles (up to ``MAX_HOLD_S``) for the next batch.
+    """
+
+    MIN_HOLD_S = 1e-3
+    MAX_HOLD_S = 0.2
+    MAX_ATTEMPTS = 8  # per batch; 1 ms doubled 8 times passes MAX_HOLD_S
+
+    def __init__(self, device_index: int) -> None:
+        self.device_index = device_index
+        self.cycles_per_s = self._calibrate()
+        self.hold_s = self.MIN_HOLD_S
+        self.batches = 0  # batches queued behind a hold
+        self.early = 0  # of those, discarded: the GPU reached them before they were fully queued
+        self.uncovered = 0  # kept although no hold covered them (the calls wait for the GPU)
+
+    def _calibrate(self) -> float:
+        """Spin-kernel cycles per second, measured once (the SM clock under a spin load)."""
+        import torch
+
+        cycles = 2_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)  # first launch loads the kernel
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / max(start.elapsed_time(end) / 1e3, 1e-6)
+
+    def hold(self) -> None:
+        import torch
+
+        torch.cuda._sleep(int(self.hold_s * self.cycles_per_s))
+
+    def released_early(self, first_event: Any, host_s: float) -> bool:
+        """Whether the batch behind the last hold was not fully queued in time; adapts the next hold."""
+        self.batches += 1
+        early = bool(first_event.query())
+        if early:
+            self.early += 1
+            self.hold_s = min(self.MAX_HOLD_S, max(2 * self.hold_s, 2 * host_s))
+        else:
+            self.hold_s = max(self.MIN_HOLD_S, min(self.hold_s, 2 * host_s))
+        return early
+
+    def conditions(self) -> dict[str, Any]:
+        covered = self.uncovered == 0
+        return {
+            "launch_overhead": (
+                "hidden: every batch queued behind a blocking kernel (GPU time only)"
+                if covered
+                else f"included in {self.uncovered} batch(es) no blocking kernel could cover"
+            ),
+            "blocking_kernel": {
+                "batches": self.batches,
+                "discarded_released_early": self.early,
+                "kept_uncovered": self.uncovered,
+                "last_hold_s": round(self.hold_s, 6),
+            },
+        }
+
+
 def warm_up(
     fns: Sequence[Callable[[], object]], device_index: int, min_calls: int = 3, min_s: float = 0.05
 ) -> None:
@@ -219,10 +293,15 @@ def time_cuda_interleaved(
     policy: StopPolicy = StopPolicy(),
     flush_l2: bool = True,
     warmup_calls: int = 3,
+    hide_launch_overhead: bool = False,
 ) -> dict[str, Measurement]:
     """Time several competitors with CUDA events, one sample each per round, order alternating by round.
 
     Before every sample L2 is flushed, so no competitor inherits warm operands from the one before.
+    With ``hide_launch_overhead`` each batch waits behind a ``LaunchBlocker``, so a sample is GPU time
+    only; a batch the blocker could not cover (the host took longer to queue it than the hold lasted, or
+    a competitor waited for the GPU) is discarded and the hold grows. When even the longest hold does
+    not cover a batch, the samples are kept end to end and the conditions say so.
     Each figure's ``conditions`` are the GPU's clocks and throttle reasons when sampling ended.
     """
     import torch
@@ -233,26 +312,75 @@ def time_cuda_interleaved(
     flush = l2_flusher(device_index) if flush_l2 else (lambda: None)
     warm_up(list(fns.values()), device_index, warmup_calls)
 
-    def take_batch(round_index: int) -> dict[str, list[float]]:
-        events: list[tuple[str, Any, Any]] = []
-        for i in range(policy.batch):
-            for name in interleaved_order(names, round_index * policy.batch + i):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                flush()
-                start.record()
-                fns[name]()
-                end.record()
-                events.append((name, start, end))
-        torch.cuda.synchronize(device_index)
-        out: dict[str, list[float]] = {name: [] for name in names}
-        for name, start, end in events:
-            out[name].append(start.elapsed_time(end) / 1e3)  # ms → s
-        return out
-
     with torch.cuda.device(device_index):
+        blocker = LaunchBlocker(device_index) if hide_launch_overhead else None
+
+        def enqueue_batch(round_index: int) -> tuple[list[tuple[str, Any, Any]], float]:
+            events: list[tuple[str, Any, Any]] = []
+            if blocker is not None:
+                blocker.hold()
+            began = time.perf_counter()
+            for i in range(policy.batch):
+                for name in interleaved_order(names, round_index * policy.batch + i):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    flush()
+                    start.record()
+                    fns[name]()
+                    end.record()
+                    events.append((name, start, end))
+            return events, time.perf_counter() - began
+
+        def take_batch(round_index: int) -> dict[str, list[float]]:
+            for _ in range(LaunchBlocker.MAX_ATTEMPTS):
+                events, host_s = enqueue_batch(round_index)
+                if blocker is None or not blocker.released_early(events[0][1], host_s):
+                    break
+                torch.cuda.synchronize(device_index)  # samples with host gaps in them: discarded
+            else:
+                assert blocker is not None  # without one the first attempt always breaks
+                blocker.uncovered += 1  # kept end to end; the conditions count them
+            torch.cuda.synchronize(device_index)
+            out: dict[str, list[float]] = {name: [] for name in names}
+            for name, start, end in events:
+                out[name].append(start.elapsed_time(end) / 1e3)  # ms → s
+            return out
+
         results = run_adaptive(take_batch, policy, unit="s")
     conditions = capture_gpu_state(device_index).to_conditions()
+    if blocker is not None:
+        conditions.update(blocker.conditions())
+    else:
+        conditions["launch_overhead"] = "included: samples run from the call's start event to its end event"
     return {name: replace(m, conditions=conditions) for name, m in results.items()}
+
+
+def time_host_per_call(
+    fns: Mapping[str, Callable[[], object]],
+    device_index: int,
+    calls: int = 50,
+    repeats: int = 21,
+) -> dict[str, Measurement]:
+    """Host seconds per call to enqueue each competitor, interleaved by repeat (median and IQR).
+
+    A repeat times ``calls`` back-to-back calls on the host clock with nothing waiting for the device
+    (the device drains between repeats, outside the clock): the calling thread's own cost per call.
+    Keep ``calls`` under the launch queue's depth (about a thousand) so the queue never pushes back.
+    """
+    import torch
+
+    names = list(fns)
+    warm_up(list(fns.values()), device_index)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    with torch.cuda.device(device_index):
+        for repeat in range(repeats):
+            for name in interleaved_order(names, repeat):
+                fn = fns[name]
+                began = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                samples[name].append((time.perf_counter() - began) / calls)
+                torch.cuda.synchronize(device_index)
+    return {name: summarize(values, "s") for name, values in samples.items()}
 
 
 def time_cuda(

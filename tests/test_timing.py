@@ -24,6 +24,8 @@ from harness.timing import (
     stop_reason,
     summarize,
     time_cuda,
+    time_cuda_interleaved,
+    time_host_per_call,
     transform,
 )
 
@@ -185,6 +187,57 @@ def test_time_cuda_needs_a_gpu() -> None:
     assert m.unit == "s"
     assert 0 < m.value < 0.1
     assert m.conditions.get("gpu_uuid")
+
+
+def _needs_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the blocking kernel runs on a GPU (`nox -s tests` there runs this)")
+
+
+def test_blocking_kernel_hides_launch_cost_and_host_timer_shows_it() -> None:
+    """A call with 200 µs of host work before a tiny kernel: GPU time stays tiny, host time does not."""
+    import time
+
+    import torch
+
+    _needs_cuda()
+    x = torch.randn(64, device="cuda")
+
+    def slow_host_tiny_kernel() -> None:
+        deadline = time.perf_counter() + 200e-6
+        while time.perf_counter() < deadline:
+            pass
+        x.add_(1.0)
+
+    policy = StopPolicy(min_samples=10, budget_s=0.3)
+    fns = {"slow": slow_host_tiny_kernel}
+    hidden = time_cuda_interleaved(fns, 0, policy, flush_l2=False, hide_launch_overhead=True)["slow"]
+    shown = time_cuda_interleaved(fns, 0, policy, flush_l2=False)["slow"]
+    assert hidden.value < 50e-6 < 200e-6 <= shown.value
+    assert hidden.conditions["launch_overhead"].startswith("hidden")
+    assert hidden.conditions["blocking_kernel"]["kept_uncovered"] == 0
+    assert shown.conditions["launch_overhead"].startswith("included")
+    host = time_host_per_call(fns, 0, calls=10, repeats=5)["slow"]
+    assert host.value >= 200e-6
+
+
+def test_blocking_kernel_says_when_calls_wait_for_the_gpu() -> None:
+    """A call that synchronises can never be queued behind a hold: kept end to end, and said so."""
+    import torch
+
+    _needs_cuda()
+    x = torch.randn(64, device="cuda")
+
+    def synchronous() -> None:
+        x.add_(1.0)
+        torch.cuda.synchronize()
+
+    policy = StopPolicy(min_samples=5, max_samples=5, budget_s=0.1)
+    m = time_cuda_interleaved({"sync": synchronous}, 0, policy, flush_l2=False, hide_launch_overhead=True)
+    assert m["sync"].conditions["blocking_kernel"]["kept_uncovered"] >= 1
+    assert m["sync"].conditions["launch_overhead"].startswith("included")
 
 
 # ---------------------------------------------------------------------------------------------- GPU state
