@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.benchmarks.mm import PEAK_SHAPE, flops, mm_record, mm_shapes, speedup
+from conformance.benchmarks.mm import PEAK_SHAPE, flops, host_calls, mm_record, mm_shapes, speedup
 from harness.bench import SUITE_MODULES, format_table, format_value, main
 from harness.records import BenchRecord, Metric, RecordError, case_name
 from harness.results import load_results
@@ -116,7 +116,8 @@ def test_mm_record_figures() -> None:
     ours = summarize([1.0e-4, 1.1e-4, 1.2e-4, 1.0e-4], "s")
     theirs = summarize([2.0e-4, 2.2e-4, 2.4e-4, 2.0e-4], "s")
     peak = flops(shape) / 0.5e-4 / 1e12  # a peak twice our speed
-    record = mm_record("bfloat16", shape, ours, theirs, peak, {"allow_tf32": False}).to_dict()
+    host = {"ours": summarize([8e-6, 9e-6, 8e-6], "s"), "torch": summarize([4e-6, 4.5e-6, 4e-6], "s")}
+    record = mm_record("bfloat16", shape, ours, theirs, peak, {"allow_tf32": False}, host).to_dict()
     assert record["name"] == "mm_out[bfloat16-1024x1024x1024]"
     assert record["params"] == {"dtype": "bfloat16", "shape": "1024x1024x1024"}
     metrics = record["metrics"]
@@ -125,6 +126,10 @@ def test_mm_record_figures() -> None:
     assert metrics["tflops"]["value"] == pytest.approx(flops(shape) / ours.value / 1e12, rel=0.05)
     assert metrics["pct_of_peak"]["value"] == pytest.approx(100 * 0.5e-4 / ours.value, rel=0.05)
     assert "8192x8192x8192" in record["conditions"]["peak_reference"]["what"]
+    # Host cost is its own figure: here our calls cost twice torch's on the host.
+    assert metrics["host_time"]["value"] == pytest.approx(8e-6)
+    assert metrics["host_speed_vs_torch_mm"]["value"] == pytest.approx(0.5)
+    assert metrics["host_speed_vs_torch_mm"]["better"] == "higher"
     for metric in metrics.values():
         assert metric["unit"]
         assert metric["spread"] is not None
@@ -132,7 +137,8 @@ def test_mm_record_figures() -> None:
 
 def test_mm_record_without_peak_says_why() -> None:
     m = summarize([1e-4, 1e-4], "s")
-    metric = mm_record("float32", (64, 64, 64), m, m, None, {}).to_dict()["metrics"]["pct_of_peak"]
+    host = {"ours": m, "torch": m}
+    metric = mm_record("float32", (64, 64, 64), m, m, None, {}, host).to_dict()["metrics"]["pct_of_peak"]
     assert metric["value"] is None
     assert "peak" in metric["note"]
 
@@ -219,3 +225,9 @@ def test_format_table_lists_records_and_cases(tmp_path: Path) -> None:
     text = format_table(run)
     assert "mm_out[bfloat16-8192x8192x8192]" in text
     assert "time=1.23 ms" in text
+
+
+def test_host_calls_cover_about_two_ms_of_gpu_work() -> None:
+    assert host_calls(5e-6) == 50  # small products: capped well under the launch queue's depth
+    assert host_calls(1e-4) == 20
+    assert host_calls(0.02) == 1  # 8192³ fp32: one call per repeat

@@ -2,11 +2,19 @@
 
 ``mm_out``: for each dtype and shape ``MxKxN`` (``out[M,N] = self[M,K] @ mat2[K,N]``) the two competitors
 are timed interleaved, one sample each per round with the order alternating, L2 flushed before every
-sample (``harness.timing``). Figures per case: ``time`` (ours), ``torch_mm_time``, ``speed_vs_torch_mm``
-(torch time / our time per round, so > 1 means we are faster), ``tflops`` and ``pct_of_peak``, where the
-peak is the best TFLOP/s ``torch.mm`` reached at 8192³ in that dtype *in the same run* (stated in each
-record's ``conditions.peak_reference``). fp32 runs with TF32 off for both, so both do real fp32.
-Inputs are random normal; outputs start as NaN and are checked against torch afterwards.
+sample (``harness.timing``). Two clocks, as nvbench keeps them:
+
+* GPU time: every batch is queued behind a blocking kernel, so a sample is the device's time for the
+  call, without the host's launch cost. ``time`` (ours), ``torch_mm_time``, ``speed_vs_torch_mm``
+  (torch time / our time per round, so > 1 means we are faster), ``tflops`` and ``pct_of_peak``, where
+  the peak is the best TFLOP/s ``torch.mm`` reached at 8192³ in that dtype *in the same run* (stated in
+  each record's ``conditions.peak_reference``).
+* Host time: what one call costs the calling thread to enqueue, back to back, interleaved by repeat:
+  ``host_time``, ``torch_mm_host_time`` and ``host_speed_vs_torch_mm``. A caller issuing small products
+  back to back is bound by this one; the ``threads`` suite shows the same from several threads.
+
+fp32 runs with TF32 off for both, so both do real fp32. Inputs are random normal; outputs start as NaN
+and are checked against torch afterwards.
 
 ``threads``: the backend's ``mm_out`` on small shapes from 1, 2, 4 and 8 threads, each thread on its own
 stream; total calls/s (median and IQR over repeats) and speedup over one thread.
@@ -25,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 from harness.bench import BenchContext, Suite
 from harness.gpu_state import capture_gpu_state
 from harness.records import BenchRecord, Metric, case_name
-from harness.timing import Measurement, paired_ratio, summarize, time_cuda_interleaved, transform
+from harness.timing import (
+    Measurement,
+    paired_ratio,
+    summarize,
+    time_cuda_interleaved,
+    time_host_per_call,
+    transform,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -42,6 +57,10 @@ LLM: list[Shape] = [(m, 2048, n) for m in (1, 16, 128, 2048) for n in (2048, 819
 QUICK_SHAPES: list[Shape] = [(64, 64, 64), (1, 4096, 4096), (128, 2048, 8192), (2048, 2048, 2048)]
 # Sanity bound on |ours - torch| / max|torch|: the timed call must have computed the product.
 CHECK_TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-3}
+
+# Host-time repeats, and calls per repeat: enough for ~2 ms of GPU work, at most HOST_MAX_CALLS.
+HOST_REPEATS = {True: 7, False: 21}
+HOST_MAX_CALLS = 50
 
 THREAD_COUNTS = (1, 2, 4, 8)
 THREAD_SHAPES: list[Shape] = [(64, 64, 64), (256, 256, 256)]
@@ -112,6 +131,11 @@ def check_product(ours: torch.Tensor, reference: torch.Tensor, dtype_name: str) 
     return None
 
 
+def host_calls(gpu_seconds: float) -> int:
+    """Calls per host-time repeat: about 2 ms of GPU work, between 1 and ``HOST_MAX_CALLS``."""
+    return max(1, min(HOST_MAX_CALLS, int(2e-3 / max(gpu_seconds, 1e-7))))
+
+
 def mm_record(
     dtype_name: str,
     shape: Shape,
@@ -119,8 +143,9 @@ def mm_record(
     theirs: Measurement,
     peak_tflops: float | None,
     settings: dict[str, Any],
+    host: dict[str, Measurement],
 ) -> BenchRecord:
-    """One ``mm_out`` case's figures from the two interleaved measurements."""
+    """One ``mm_out`` case's figures from the interleaved GPU-time and host-time measurements."""
     work = flops(shape)
     tflops = transform(ours, lambda s: work / s / 1e12, "TFLOP/s")
     if peak_tflops:
@@ -139,6 +164,9 @@ def mm_record(
             "speed_vs_torch_mm": paired_ratio(theirs, ours).to_metric("higher"),
             "tflops": tflops.to_metric("higher"),
             "pct_of_peak": pct,
+            "host_time": host["ours"].to_metric("lower"),
+            "torch_mm_host_time": host["torch"].to_metric("lower"),
+            "host_speed_vs_torch_mm": paired_ratio(host["torch"], host["ours"]).to_metric("higher"),
         },
         conditions={
             **ours.conditions,
@@ -150,7 +178,8 @@ def mm_record(
             "matmul_settings": settings,
             "converged": ours.converged and theirs.converged,
             "stop_reason": ours.stop_reason,
-            "spread": "IQR of per-sample values; speed_vs_torch_mm from per-round ratios",
+            "host_time": f"host seconds per call, {host['ours'].n} repeats of back-to-back calls",
+            "spread": "IQR of per-sample values; speed ratios from per-round (per-repeat) ratios",
         },
     )
 
@@ -166,23 +195,32 @@ def run_mm_out(ctx: BenchContext) -> None:
             peak: float | None = None
             for index, shape in enumerate(mm_shapes(ctx.quick)):
                 a, b, out_ours, out_torch = operands(shape, dtype, device, seed=index)
+                competitors = {
+                    "ours": lambda a=a, b=b, o=out_ours: mm(o, a, b),
+                    "torch": lambda a=a, b=b, o=out_torch: torch.mm(a, b, out=o),
+                }
                 timed = time_cuda_interleaved(
-                    {
-                        "ours": lambda a=a, b=b, o=out_ours: mm(o, a, b),
-                        "torch": lambda a=a, b=b, o=out_torch: torch.mm(a, b, out=o),
-                    },
+                    competitors, ctx.device_index, ctx.policy, hide_launch_overhead=True
+                )
+                host = time_host_per_call(
+                    competitors,
                     ctx.device_index,
-                    ctx.policy,
+                    calls=host_calls(timed["torch"].value),
+                    repeats=HOST_REPEATS[ctx.quick],
                 )
                 if shape == PEAK_SHAPE:
                     peak = flops(shape) / min(timed["torch"].samples) / 1e12
                 problem = check_product(out_ours, out_torch, dtype_name)
                 if problem:
                     ctx.fail(f"mm_out[{dtype_name}-{shape_text(shape)}]: {problem}")
-                record = mm_record(dtype_name, shape, timed["ours"], timed["torch"], peak, settings)
+                record = mm_record(dtype_name, shape, timed["ours"], timed["torch"], peak, settings, host)
                 ctx.emit(record, "benchmark")
                 speed = record.metrics["speed_vs_torch_mm"].value
-                ctx.log(f"  {record.name}: {timed['ours'].value * 1e6:.1f} µs, {speed:.3f}x torch.mm")
+                host_speed = record.metrics["host_speed_vs_torch_mm"].value
+                ctx.log(
+                    f"  {record.name}: GPU {timed['ours'].value * 1e6:.1f} µs, {speed:.3f}x torch.mm; "
+                    f"host {host['ours'].value * 1e6:.1f} µs/call, {host_speed:.3f}x torch.mm"
+                )
                 del a, b, out_ours, out_torch
             torch.cuda.empty_cache()
 
@@ -274,6 +312,7 @@ def run_threads(ctx: BenchContext) -> None:
                     return lambda: torch.mm(a, b, out=out)
 
                 base: Measurement | None = None
+                torch_base: Measurement | None = None
                 for threads in THREAD_COUNTS:
                     ours = summarize(
                         calls_per_second(ours_factory, threads, calls, repeats, ctx.device_index), "calls/s"
@@ -281,13 +320,14 @@ def run_threads(ctx: BenchContext) -> None:
                     theirs = summarize(
                         calls_per_second(torch_factory, threads, calls, repeats, ctx.device_index), "calls/s"
                     )
-                    base = base or ours
+                    base, torch_base = base or ours, torch_base or theirs
                     state = capture_gpu_state(ctx.device_index).to_conditions()
-                    ctx.emit(
-                        thread_record(dtype_name, shape, threads, ours, theirs, base, state), "benchmark"
-                    )
+                    record = thread_record(dtype_name, shape, threads, ours, theirs, base, torch_base, state)
+                    ctx.emit(record, "benchmark")
                     ctx.log(
-                        f"  threads[{dtype_name}-{shape_text(shape)}-{threads}]: {ours.value:,.0f} calls/s"
+                        f"  {record.name}: {ours.value:,.0f} calls/s "
+                        f"({record.metrics['speedup_vs_1_thread'].value:.2f}x one thread); torch.mm "
+                        f"{theirs.value:,.0f} ({record.metrics['torch_mm_speedup_vs_1_thread'].value:.2f}x)"
                     )
 
 
@@ -298,6 +338,7 @@ def thread_record(
     ours: Measurement,
     theirs: Measurement,
     base: Measurement,
+    torch_base: Measurement,
     gpu_conditions: dict[str, Any],
 ) -> BenchRecord:
     params = {"dtype": dtype_name, "shape": shape_text(shape), "threads": str(threads)}
@@ -310,6 +351,7 @@ def thread_record(
             "calls_per_s": ours.to_metric("higher"),
             "speedup_vs_1_thread": speedup(base, ours),
             "torch_mm_calls_per_s": theirs.to_metric("higher"),
+            "torch_mm_speedup_vs_1_thread": speedup(torch_base, theirs),
         },
         conditions={
             **gpu_conditions,
