@@ -61,6 +61,9 @@ WORKSPACE_BYTES = 32 * 1024 * 1024
 #: Streams whose workspace one (thread, device) handle keeps before it frees the least recently used.
 MAX_WORKSPACES_PER_HANDLE = 16
 
+#: alpha and beta values the shim passes, as host fp32 scalars built once.
+_SCALARS = {value: ctypes.pointer(ctypes.c_float(value)) for value in (1.0, -1.0, 0.0)}
+
 _REQUIRED_FUNCTIONS = (
     "cublasCreate_v2",
     "cublasDestroy_v2",
@@ -167,17 +170,18 @@ class CublasLibrary:
         alpha: float = 1.0,
     ) -> None:
         """``C = alpha·op(A)·op(B)`` with fp32 compute; ``C`` is never read (beta = 0)."""
-        # Host scalars (the default CUBLAS_POINTER_MODE_HOST): cuBLAS reads them before it returns.
-        alpha_f = ctypes.c_float(alpha)
-        beta = ctypes.c_float(0.0)
+        # Host scalars (the default CUBLAS_POINTER_MODE_HOST): cuBLAS reads them before it returns, so
+        # the shared read-only constants serve every thread; only an unusual alpha gets its own.
+        alpha_p = _SCALARS.get(alpha) or ctypes.pointer(ctypes.c_float(alpha))
         status = self._gemm_ex(
             handle, transa, transb, m, n, k,
-            ctypes.byref(alpha_f), a, data_type, lda,
+            alpha_p, a, data_type, lda,
             b, data_type, ldb,
-            ctypes.byref(beta), c, data_type, ldc,
+            _SCALARS[0.0], c, data_type, ldc,
             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
         )  # fmt: skip
-        self.check("cublasGemmEx", status)
+        if status:
+            self.check("cublasGemmEx", status)
 
 
 # ---------------------------------------------------------------------------------------------------
