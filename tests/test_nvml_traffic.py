@@ -551,3 +551,18 @@ def test_lock_file_name_is_per_uuid(tmp_path: Path) -> None:
     assert a != b
     assert a.parent == b.parent == tmp_path
     assert "/" not in b.name
+
+
+def test_drift_noise_is_the_rate_variation_not_the_rate() -> None:
+    from harness.nvml_traffic import Drift, drift_noise_bytes
+
+    # A fast but steady idle rate is corrected away; only its variation is uncertain.
+    drift = Drift(
+        tx_bytes_per_s=20e6,
+        rx_bytes_per_s=15e6,
+        tx_noise_bytes_per_s=2e5,
+        rx_noise_bytes_per_s=1e5,
+        duration_s=1.0,
+    )
+    assert drift_noise_bytes(5.0, drift, "tx") == pytest.approx(1e6)
+    assert drift_noise_bytes(5.0, drift, "rx") == pytest.approx(5e5)
