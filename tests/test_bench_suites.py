@@ -250,7 +250,11 @@ def test_view_pass_record_shapes() -> None:
     with_pass, without = _latency(20e-6), _latency(30e-6)
     full = round_trips(
         bench_view_pass.view_pass_record(
-            with_pass, without, (23, 55, 32), dram={"with_pass": 1.5, "without_pass": None}
+            with_pass,
+            without,
+            (23, 55, 32),
+            dram={"with_pass": 1.5, "without_pass": None},
+            peak_bytes={"with_pass": [4096, 4096, 4096], "without_pass": [9216, 9216, 8704]},
         )
     )
     assert full["name"] == "view_pass[slicing_block-float32]"
@@ -259,6 +263,17 @@ def test_view_pass_record_shapes() -> None:
     assert full["metrics"]["copies"]["value"] == 55
     assert "dram_bw_util_with_pass" in full["metrics"]
     assert "dram_bw_util_without_pass" not in full["metrics"]  # not measurable: omitted
+    assert full["metrics"]["peak_memory_with_pass"] | {"n": 3} == {
+        "unit": "B",
+        "value": 4096,
+        "spread": 0,
+        "better": "lower",
+        "n": 3,
+    }
+    assert (
+        full["metrics"]["peak_memory_without_pass"]["value"],
+        full["metrics"]["peak_memory_without_pass"]["spread"],
+    ) == (9216, 512)
     unsupported = round_trips(
         bench_view_pass.view_pass_record(
             with_pass, None, "no view_copy_pass", unsupported="unsupported by backend 'x': no options"

@@ -21,6 +21,10 @@ Figures (benchmark record ``view_pass[slicing_block-float32]``):
   ``view_copy_pass`` (protocol part ``view_pass``) turned into views, of how many that have a view twin.
   The edge graph is the suite's own (``conformance.view_pass_cases.edge_graph``) — the form every
   backend's pass is held to — not necessarily the exact graph the backend's ``lower`` builds.
+* ``peak_memory_with_pass`` / ``..._without_pass``: device bytes one ``execute`` allocates at its peak
+  beyond what was allocated before it (torch's caching-allocator statistics, which AOTInductor code
+  allocates through): the materialised copies the pass turns into views are what it saves. The same on
+  every call, so the spread is the range over 3 calls.
 * ``dram_bw_util_with_pass`` / ``..._without_pass`` (only where NVML GPM works: Hopper or newer, no
   MIG): DRAM bandwidth utilisation in % of peak over a window of back-to-back executes (~0.3 s, no L2
   flush). One reading each, no noise figure; omitted (reason in the conditions) where GPM is unsupported.
@@ -96,6 +100,7 @@ def view_pass_record(
     *,
     unsupported: str = "",
     dram: Mapping[str, float | None] | None = None,
+    peak_bytes: Mapping[str, list[int]] | None = None,
     conditions: Mapping[str, Any] | None = None,
 ) -> BenchRecord:
     """The suite's record; ``without_pass`` None (``unsupported`` says why) leaves those figures missing."""
@@ -115,6 +120,10 @@ def view_pass_record(
         done, copies, _ = rewrites
         metrics["rewrites"] = Metric(unit="nodes", value=done, spread=0.0, better="higher", n=1)
         metrics["copies"] = Metric(unit="nodes", value=copies, spread=0.0, better="lower", n=1)
+    for variant, samples in (peak_bytes or {}).items():
+        metrics[f"peak_memory_{variant}"] = Metric(
+            unit="B", value=max(samples), spread=max(samples) - min(samples), better="lower", n=len(samples)
+        )
     for variant, value in (dram or {}).items():
         if value is not None:
             metrics[f"dram_bw_util_{variant}"] = Metric(
@@ -144,6 +153,26 @@ def _max_relative_difference(a: Any, b: Any) -> float:
         scale = x.abs().max().float().item() or 1.0
         worst = max(worst, (x.float() - y.float()).abs().max().item() / scale)
     return worst
+
+
+def _peak_memory(
+    fns: Mapping[str, Callable[[], object]], device_index: int, calls: int = 3
+) -> dict[str, list[int]]:
+    """Per fn, the device bytes each call allocated at its peak beyond what was allocated before it."""
+    import torch
+
+    out: dict[str, list[int]] = {}
+    for name, fn in fns.items():
+        out[name] = []
+        for _ in range(calls):
+            torch.cuda.synchronize(device_index)
+            before = torch.cuda.memory_allocated(device_index)
+            torch.cuda.reset_peak_memory_stats(device_index)
+            result = fn()
+            torch.cuda.synchronize(device_index)
+            out[name].append(torch.cuda.max_memory_allocated(device_index) - before)
+            del result
+    return out
 
 
 def _dram_utilisation(
@@ -225,6 +254,7 @@ def run_view_pass(ctx: BenchContext) -> None:
                         f"difference {diff:.2e} > {OUTPUT_TOLERANCE}"
                     )
             timed = time_cuda_interleaved(fns, ctx.device_index, ctx.policy)
+            peak_bytes = _peak_memory(fns, ctx.device_index)
             dram, dram_reason = _dram_utilisation(ctx, fns, {name: m.value for name, m in timed.items()})
     record = view_pass_record(
         timed["with_pass"],
@@ -232,6 +262,7 @@ def run_view_pass(ctx: BenchContext) -> None:
         rewrites,
         unsupported=f"unsupported by backend {ctx.backend_spec!r}: {unsupported}" if not accepts else "",
         dram=dram,
+        peak_bytes=peak_bytes,
         conditions={
             "program_bytes": sizes,
             "programs_identical": None if not accepts else programs["with_pass"] == programs["without_pass"],
@@ -261,7 +292,9 @@ def _log(ctx: BenchContext, record: BenchRecord) -> None:
     ctx.log(
         f"  {record.name}: with pass {shown('time_with_pass', 1e6, ' µs')}, without "
         f"{shown('time_without_pass', 1e6, ' µs')}, speed from pass {shown('speed_from_pass', 1, 'x')}, "
-        f"rewrites {shown('rewrites')}/{shown('copies')}, DRAM util with/without "
+        f"rewrites {shown('rewrites')}/{shown('copies')}, peak memory with/without "
+        f"{shown('peak_memory_with_pass', 1, ' B')}/{shown('peak_memory_without_pass', 1, ' B')}, "
+        f"DRAM util with/without "
         f"{shown('dram_bw_util_with_pass', 1, '%')}/{shown('dram_bw_util_without_pass', 1, '%')}"
     )
 
@@ -271,7 +304,7 @@ SUITES: dict[str, Suite] = {
         name=SUITE,
         description=(
             "slicing_block lowered with and without the view-copy pass: execute latency, rewrites, "
-            "DRAM utilisation (GPM) where supported"
+            "peak device memory per execute, DRAM utilisation (GPM) where supported"
         ),
         run=run_view_pass,
         needs_backend=NEEDS,
