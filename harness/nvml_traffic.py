@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import itertools
 import math
 import statistics
@@ -735,6 +736,12 @@ class TrafficMeter:
     ) -> tuple[list[CounterSample], str | None]:
         assert self._read is not None
         poller = CounterPoller(self._read, self.poll_period_s)
+        # The poller is a Python thread, so whatever holds the GIL long starves it: poll gaps of 159-278 ms
+        # made ASR pipeline windows invalid on an H200. A full garbage collection in a process that
+        # imported torch's compiler is one such holder; collections wait until the window ends, as
+        # timeit does for its loops.
+        collecting = gc.isenabled()
+        gc.disable()
         poller.start()
         try:
             if fn is not None:
@@ -745,6 +752,8 @@ class TrafficMeter:
                 time.sleep(idle_s)
         finally:
             samples = poller.stop()
+            if collecting:
+                gc.enable()
         return samples, poller.error
 
     def _settle(self, poller: CounterPoller) -> None:

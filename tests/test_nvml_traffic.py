@@ -566,3 +566,24 @@ def test_drift_noise_is_the_rate_variation_not_the_rate() -> None:
     )
     assert drift_noise_bytes(5.0, drift, "tx") == pytest.approx(1e6)
     assert drift_noise_bytes(5.0, drift, "rx") == pytest.approx(5e5)
+
+
+def test_no_garbage_collection_inside_a_window(lock_dir: Path) -> None:
+    """A collection would hold the GIL and starve the poller thread; it waits for the window's end."""
+    import gc
+
+    link = SimulatedLink()
+    seen: list[bool] = []
+    with TrafficMeter(
+        "GPU-simulated-gc", counter_source=link.read, drift_s=0.05, calibrate=False, safe_gap_s=SIM_SAFE_GAP_S
+    ) as meter:
+        assert gc.isenabled()
+        meter.measure(lambda: seen.append(gc.isenabled()))
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            meter.measure(lambda: None)
+            assert not gc.isenabled()  # a caller's own choice is left alone
+        finally:
+            gc.enable()
+    assert seen == [False]
