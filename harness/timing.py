@@ -218,8 +218,7 @@ class LaunchBlocker:
     MAX_HOLD_S = 0.2
     MAX_ATTEMPTS = 8  # per batch; 1 ms doubled 8 times passes MAX_HOLD_S
 
-    def __init__(self, device_index: int) -> None:
-        self.device_index = device_index
+    def __init__(self) -> None:
         self.cycles_per_s = self._calibrate()
         self.hold_s = self.MIN_HOLD_S
         self.batches = 0  # batches queued behind a hold
@@ -227,7 +226,7 @@ class LaunchBlocker:
         self.uncovered = 0  # kept although no hold covered them (the calls wait for the GPU)
 
     def _calibrate(self) -> float:
-        """Spin-kernel cycles per second, measured once (the SM clock under a spin load)."""
+        """Spin-kernel cycles per second on the current device, measured once (SM clock under a spin load)."""
         import torch
 
         cycles = 2_000_000
@@ -313,7 +312,7 @@ def time_cuda_interleaved(
     warm_up(list(fns.values()), device_index, warmup_calls)
 
     with torch.cuda.device(device_index):
-        blocker = LaunchBlocker(device_index) if hide_launch_overhead else None
+        blocker = LaunchBlocker() if hide_launch_overhead else None
 
         def enqueue_batch(round_index: int) -> tuple[list[tuple[str, Any, Any]], float]:
             events: list[tuple[str, Any, Any]] = []

@@ -10,7 +10,6 @@ Pure inspection of tensor metadata, so everything here is testable on a CPU.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -77,25 +76,23 @@ def has_negative_view(out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor
 
 
 class CallCache:
-    """Key → ``FastCall``; shared by all threads (dict reads and writes are atomic under the GIL)."""
+    """Key → ``FastCall``; shared by all threads without a lock: dict reads and writes and the reset
+    (one assignment) are atomic under the GIL, and a lost entry only means one more full check."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
         self._entries: dict[Key, FastCall] = {}
-        self._lock = threading.Lock()  # only for the rare reset, never on a lookup
 
     def get(self, key: Key) -> FastCall | None:
         return self._entries.get(key)
 
     def put(self, key: Key, call: FastCall) -> None:
         if len(self._entries) >= self.max_entries:
-            with self._lock:
-                self._entries = {}
+            self._entries = {}
         self._entries[key] = call
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries = {}
+        self._entries = {}

@@ -180,8 +180,7 @@ class CublasLibrary:
             _SCALARS[0.0], c, data_type, ldc,
             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
         )  # fmt: skip
-        if status:
-            self.check("cublasGemmEx", status)
+        self.check("cublasGemmEx", status)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from reference_impl.shims import cublas_library
 from reference_impl.shims.call_cache import (
     CallCache,
     FastCall,
+    Key,
     call_key,
     extent_bytes,
     has_negative_view,
@@ -223,7 +224,7 @@ def mm_out(out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> Non
     _mm_out_checked(out, self_, mat2, key)
 
 
-def _mm_out_checked(out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, key: object) -> None:
+def _mm_out_checked(out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, key: Key | None) -> None:
     """The full path: every check, then scratch copies where the layout needs them, then cuBLAS."""
     M, N, _, plan = validate(out, self_, mat2)
     if M == 0 or N == 0:
