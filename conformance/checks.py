@@ -28,8 +28,21 @@ class CheckFailure(AssertionError):
     """A conformance rule was broken; the message names the rule."""
 
 
+class CoverageGap(Exception):
+    """The backend does not cover something (an op it does not map): reported as coverage, never a failure."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
 def fail(rule: str, call: str, message: str) -> None:
     raise CheckFailure(f"[{rule}] {call}: {message}")
+
+
+def coverage_gap(rule: str, call: str, message: str) -> None:
+    """Report that the backend does not cover what ``call`` exercises (e.g. an op it leaves unmapped)."""
+    raise CoverageGap(rule, f"[{rule}] {call}: {message}")
 
 
 def snapshot(t: torch.Tensor) -> torch.Tensor:

@@ -158,7 +158,7 @@ def runtime(backend: Backend) -> Backend:
 @pytest.fixture(autouse=True)
 def _restore_skip_option(backend: Backend) -> Iterator[None]:
     """Every case leaves the skip-copy option as it found it, whatever it did or broke."""
-    if missing_attributes(backend, "runtime"):
+    if missing_attributes(backend, "runtime_options"):
         yield
         return
     try:

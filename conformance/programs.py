@@ -18,7 +18,7 @@ from torch import nn
 
 from conformance.checks import fail
 from conformance.models import ZooModel, get_model
-from conformance.protocol import Backend
+from conformance.protocol import Backend, lowering_devices
 from conformance.tolerances import DTYPES_BY_NAME
 from harness.pytest_plugin import set_case_params
 
@@ -49,8 +49,16 @@ def _lower(backend: Backend, model: str, dtype: torch.dtype, device: str) -> Low
     return LoweredModel(entry, dtype, device, program, eager)
 
 
+def require_lowering_device(backend: Backend, device: str) -> None:
+    """Skip (never fail) a case whose target device the backend does not lower for."""
+    supported = lowering_devices(backend)
+    if device not in supported:
+        pytest.skip(f"backend {backend.name!r} lowers only for {', '.join(supported)}, not {device!r}")
+
+
 def lowered(backend: Backend, model: str, dtype: torch.dtype, device: str) -> LoweredModel:
     """The zoo model ``model`` in ``dtype``, lowered by ``backend`` for ``device`` ("cpu" or "cuda")."""
+    require_lowering_device(backend, device)
     return _lower(backend, model, dtype, device)
 
 

@@ -41,18 +41,40 @@ Part ``lowering`` (chapter ``lowering``; SPEC §1a)
     ``lower(methods, *, device) -> bytes``: ``methods`` maps a method name to ``(nn.Module, example
     inputs)`` or ``(nn.Module, example inputs, dynamic_shapes)`` (``dynamic_shapes`` as ``torch.export``
     takes it); the backend exports, transforms and compiles every method for ``device`` ("cpu" or "cuda")
-    and returns one program file (its format is the backend's own business). Optional keyword
-    ``options={"view_pass": False}`` lowers without the view-copy pass (the bench compares both). A backend
-    that cannot lower something raises ``ValueError`` (unsupported kernels, bad names) naming what and why.
+    and returns one program file (its format is the backend's own business). Optional keyword ``options``
+    (a mapping) carries the lowering options the backend lists in ``lower_options`` (below). A backend that
+    cannot lower something raises ``ValueError`` (unsupported kernels, bad names) naming what and why.
+    Optional attributes: ``lowering_devices`` (default ``("cpu", "cuda")``), the target devices it lowers
+    for — cases for another target are skipped with that reason; ``lower_options`` (default empty), the
+    option keys ``lower`` accepts:
 
-Part ``runtime`` (chapters ``runtime``, ``multi_method``, ``streams_threads``, ``bad_inputs``; SPEC §1b)
+    * ``"view_pass": bool`` — ``False`` lowers without the view-copy pass (the bench compares both).
+    * ``"skip_h2d_for_method_inputs"`` / ``"skip_d2h_for_method_outputs"`` — **export-time device
+      placement** (upstream ExecuTorch's ``PropagateDeviceConfig``, which replaced the runtime option in
+      June 2026): each a ``bool`` (every method) or a mapping ``{method name: bool}`` (methods not named:
+      ``False``). A method with ``skip_h2d`` takes its inputs on the device (the caller holds device
+      tensors; nothing is copied host→device, a host tensor is an invalid-argument error); a method with
+      ``skip_d2h`` returns its outputs as ordinary CUDA tensors (nothing copied device→host). An unknown
+      method name or a non-bool value is a ``ValueError`` naming the key and the rule, raised before
+      anything is compiled. On a CPU target the device is the host, so both are accepted and change
+      nothing. A backend that lists both keys implements part ``device_placement``.
+
+Part ``runtime`` (chapters ``runtime_options``, ``device_placement``, ``multi_method``, ``streams_threads``,
+``bad_inputs``; SPEC §1b)
     ``init(program: bytes, method: str) -> handle``; ``execute(handle, inputs, outputs=None) -> list of
-    tensors``; ``destroy(handle)``; ``set_option(key, value)`` / ``get_option(key)`` (backend-wide, before
-    and after init, effective on the next execute); ``execute_stats(handle) -> {"h2d_bytes": int,
-    "d2h_bytes": int}`` for the handle's last execute. Outputs are CPU tensors unless the handle's method
-    is named in option ``skip_copy_output_to_cpu_for_method``; then they are ordinary CUDA tensors, safe
-    to read on any stream once execute returns. A corrupt program, an unknown method, a destroyed handle
-    or wrong inputs raise ``ValueError`` naming the argument and the rule.
+    tensors``; ``destroy(handle)``; ``execute_stats(handle) -> {"h2d_bytes": int, "d2h_bytes": int}`` for
+    the handle's last execute. Outputs are CPU tensors unless the method keeps them on the device (export-
+    time ``skip_d2h_for_method_outputs``, or the runtime option below); then they are ordinary CUDA
+    tensors, safe to read on any stream once execute returns. Host copies go through pinned memory. A
+    corrupt program, an unknown method, a destroyed handle or wrong inputs raise ``ValueError`` naming the
+    argument and the rule.
+
+Part ``runtime_options`` (chapter ``runtime_options``; SPEC §1b — the seed's mechanism, deprecated upstream)
+    ``set_option(key, value)`` / ``get_option(key)``: backend-wide, before and after init, effective on the
+    next execute. Option ``skip_copy_output_to_cpu_for_method`` names (comma-separated) the methods whose
+    outputs stay on the device. Precedence: a method whose output placement was fixed at export time keeps
+    that placement; naming a method that was lowered with ``skip_d2h_for_method_outputs`` explicitly
+    ``False`` is a conflict that ``lower`` and ``init`` reject with a ``ValueError`` naming both keys.
 """
 
 from __future__ import annotations
@@ -87,8 +109,25 @@ PARTS: dict[str, tuple[str, ...]] = {
     "view_pass": ("view_copy_pass",),
     "preflight": ("preflight",),
     "lowering": ("lower",),
-    "runtime": ("init", "execute", "destroy", "set_option", "get_option", "execute_stats"),
+    "runtime": ("init", "execute", "destroy", "execute_stats"),
+    "runtime_options": ("set_option", "get_option"),
 }
+#: Export-time device placement: the ``lower`` option keys (upstream's ``PropagateDeviceConfig`` fields).
+SKIP_H2D = "skip_h2d_for_method_inputs"
+SKIP_D2H = "skip_d2h_for_method_outputs"
+#: Protocol part name → the ``lower_options`` keys a backend needs for that part (besides ``lower``).
+LOWER_OPTION_PARTS: dict[str, tuple[str, ...]] = {"device_placement": (SKIP_H2D, SKIP_D2H)}
+DEFAULT_LOWERING_DEVICES = ("cpu", "cuda")
+
+
+def lowering_devices(backend: object) -> tuple[str, ...]:
+    """The target devices ``backend.lower`` supports (protocol attribute ``lowering_devices``)."""
+    return tuple(getattr(backend, "lowering_devices", DEFAULT_LOWERING_DEVICES))
+
+
+def lower_options(backend: object) -> frozenset[str]:
+    """The option keys ``backend.lower(options=...)`` accepts (protocol attribute ``lower_options``)."""
+    return frozenset(getattr(backend, "lower_options", ()))
 
 
 def part_attributes(*parts: str) -> tuple[str, ...]:
@@ -97,5 +136,10 @@ def part_attributes(*parts: str) -> tuple[str, ...]:
 
 
 def missing_attributes(backend: object, part: str) -> list[str]:
-    """The attributes of protocol part ``part`` that ``backend`` lacks (empty when it implements it)."""
+    """What ``backend`` lacks of protocol part ``part``: attributes, or ``lower_options`` keys (empty when it
+    implements the part)."""
+    if part in LOWER_OPTION_PARTS:
+        lacking = missing_attributes(backend, "lowering")
+        keys = lower_options(backend)
+        return lacking + [f"lower_options[{k!r}]" for k in LOWER_OPTION_PARTS[part] if k not in keys]
     return [attr for attr in PARTS[part] if not callable(getattr(backend, attr, None))]

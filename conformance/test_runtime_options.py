@@ -57,7 +57,7 @@ FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
 
 @pytest.fixture
 def rt(backend: Backend) -> Backend:
-    require_part(backend, "runtime")
+    require_part(backend, "runtime_options")
     return backend
 
 

@@ -27,6 +27,8 @@ class ReferenceBackend:
 
     name = "reference_impl"
     version = __version__
+    lowering_devices = ("cpu", "cuda")
+    lower_options = frozenset({"view_pass", "skip_h2d_for_method_inputs", "skip_d2h_for_method_outputs"})
 
     def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
         # Imported on first use so that loading the backend never loads cuBLAS.
