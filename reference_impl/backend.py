@@ -51,17 +51,42 @@ class ReferenceBackend:
     ) -> bytes:
         """Lower every ``(module, inputs[, dynamic_shapes])`` method into one program file.
 
-        ``options``: ``{"view_pass": False}`` lowers without the view-copy pass (for the bench's A/B).
+        ``options`` (keys in ``lower_options``): ``view_pass: bool`` (False lowers without the view-copy
+        pass, for the bench's A/B); ``skip_h2d_for_method_inputs`` / ``skip_d2h_for_method_outputs``:
+        export-time device placement (``lowering/placement.py``), validated before anything compiles.
         """
         from reference_impl.lowering.lower import lower_program
+        from reference_impl.lowering.placement import PlacementError, placement_conflicts, resolve_placement
+        from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD, skip_copy_methods
 
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"lower: argument 'options' must be a mapping, got {type(options).__name__}")
         opts = dict(options or {})
-        if set(opts) - {"view_pass"} or not isinstance(opts.get("view_pass", True), bool):
-            raise ValueError(f"lower: argument 'options' accepts only {{'view_pass': bool}}, got {options!r}")
+        unknown = sorted(set(opts) - self.lower_options)
+        if unknown:
+            raise ValueError(
+                f"lower: argument 'options' has unknown key(s) {unknown}; known: {sorted(self.lower_options)}"
+            )
+        if not isinstance(opts.get("view_pass", True), bool):
+            raise ValueError(f"lower: option 'view_pass' must be a bool, got {opts['view_pass']!r}")
+        if not isinstance(methods, Mapping):
+            raise ValueError(f"lower: argument 'methods' must be a mapping, got {type(methods).__name__}")
+        placements = resolve_placement(opts, methods)
+        conflicts = placement_conflicts(placements, skip_copy_methods())
+        if conflicts:
+            raise PlacementError(
+                f"option 'skip_d2h_for_method_outputs' is False for {conflicts}, but the runtime option "
+                f"{SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD!r} names them: conflicting placement "
+                "(export time wins; drop one of the two)"
+            )
         plain = {name: (entry[0], entry[1]) for name, entry in methods.items()}
         shapes = {name: e[2] for name, e in methods.items() if len(e) > 2 and e[2] is not None}
         return lower_program(
-            plain, device=device, dynamic_shapes=shapes or None, view_pass=bool(opts.get("view_pass", True))
+            plain,
+            device=device,
+            dynamic_shapes=shapes or None,
+            view_pass=bool(opts.get("view_pass", True)),
+            placement=placements,
         )
 
     def preflight(self, device: str) -> tuple[bool, str]:

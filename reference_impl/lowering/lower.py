@@ -18,6 +18,7 @@ from torch import nn
 
 from reference_impl.lowering.compile_spec import validate_method_name
 from reference_impl.lowering.errors import EmptyProgramError
+from reference_impl.lowering.placement import MethodPlacement
 from reference_impl.lowering.preprocess import CacheArg, PreprocessResult, preprocess, resolve_device
 from reference_impl.lowering.program import Program, build_program, program_from_bytes, program_to_bytes
 
@@ -69,10 +70,15 @@ def lower_program_detailed(
     view_pass: bool = True,
     inductor_configs: Mapping[str, Any] | None = None,
     cxx: str | None = None,
+    placement: Mapping[str, MethodPlacement] | None = None,
 ) -> LoweredProgram:
     """Like ``lower_program``, returning the per-method results too."""
     checked = _check_methods(methods)
     target = resolve_device(device)
+    placements = dict(placement or {})
+    stray = sorted(set(placements) - set(checked))
+    if stray:
+        raise ValueError(f"placement names methods that are not lowered: {stray}; methods: {list(checked)}")
     shapes = dict(dynamic_shapes or {})
     unknown = sorted(set(shapes) - set(checked))
     if unknown:
@@ -93,6 +99,7 @@ def lower_program_detailed(
             inductor_configs=inductor_configs,
             cxx=cxx,
             cache=cache,
+            placement=placements.get(name),
         )
     program = build_program(
         ((name, result.blob) for name, result in results.items()),
@@ -113,12 +120,14 @@ def lower_program(
     view_pass: bool = True,
     inductor_configs: Mapping[str, Any] | None = None,
     cxx: str | None = None,
+    placement: Mapping[str, MethodPlacement] | None = None,
 ) -> bytes:
     """Lower every method for ``device`` ("cpu" or "cuda[:N]") into one program file.
 
     ``methods`` maps a method name to ``(module, example inputs)``. Raises ``ValueError`` subclasses naming
     what cannot be lowered (bad names or entries, unsupported fallback kernels, non-delegable nodes).
-    ``cache``: None = the default artifact cache, False = none, or an ``ArtifactCache``.
+    ``cache``: None = the default artifact cache, False = none, or an ``ArtifactCache``. ``placement``:
+    each method's export-time device placement (``placement.resolve_placement``).
     """
     return lower_program_detailed(
         methods,
@@ -129,4 +138,5 @@ def lower_program(
         view_pass=view_pass,
         inductor_configs=inductor_configs,
         cxx=cxx,
+        placement=placement,
     ).data

@@ -12,7 +12,8 @@ Steps, in order (SPEC §1a "Preprocess"):
    content-addressed artifact cache (a warm run does not recompile);
 5. the fallback-kernel inventory of the generated C++, checked against the provided-kernel set of *this call*
    (``UnsupportedKernelsError`` with the sorted missing kernels; nothing is remembered between calls);
-6. ``pack_blob`` with ``extra = {"fallback_kernels", "runtime_shims", "view_pass", "delegation"}``.
+6. ``pack_blob`` with ``extra = {"fallback_kernels", "runtime_shims", "view_pass", "io", "placement",
+   "delegation"}``.
 
 Provided-kernel policy (``provided_kernels``):
 
@@ -59,6 +60,7 @@ from reference_impl.lowering.fallback_kernels import (
     scan_package,
 )
 from reference_impl.lowering.partitioner import partition
+from reference_impl.lowering.placement import MethodPlacement
 from reference_impl.lowering.view_copy_pass import ViewPassReport, run_view_copy_pass
 from reference_impl.runtime.iospec import io_spec_from_exported_program
 
@@ -227,12 +229,15 @@ def preprocess(
     inductor_configs: Mapping[str, Any] | None = None,
     cxx: str | None = None,
     cache: CacheArg = None,
+    placement: MethodPlacement | None = None,
 ) -> PreprocessResult:
     """Lower one method to a processed blob (see the module doc for the steps and the kernel policy).
 
     ``method_name`` defaults to the ``method_name`` compile spec, else ``"forward"``. ``cxx`` overrides the
     C++ compiler for this compile (default: inductor's, i.e. ``$CXX`` at import, else ``g++``). ``cache``:
-    None for the default cache, False for none, or an ``ArtifactCache``.
+    None for the default cache, False for none, or an ``ArtifactCache``. ``placement``: the method's
+    export-time device placement (``placement.py``), recorded in the blob for the runtime; it does not
+    change the compiled artifact, so the cache serves every placement from one compile.
     """
     if not isinstance(module, nn.Module):
         raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
@@ -300,6 +305,7 @@ def preprocess(
             "view_pass": view_report_dict(report),
             # Input/output dtypes and shapes: the package records none, and the runtime checks inputs.
             "io": io_spec_from_exported_program(edge).to_json(),
+            "placement": (placement or MethodPlacement()).to_json(),
             "delegation": {
                 "tags": sorted(parts.partition_tags),
                 "nodes": len(parts.tagged_nodes),

@@ -6,8 +6,14 @@ Data movement (CUDA target)
       method expects) is copied to the device directly. An input already on the handle's device (the
       encoder's output fed to the decoder, a KV cache kept on the GPU) is used as is, without a copy.
     * Outputs are copied to fresh **pinned** CPU tensors (``non_blocking``, then one synchronisation), unless
-      the handle's method is named in option ``skip_copy_output_to_cpu_for_method`` (read once, at the start
-      of each execute), in which case they are returned as ordinary CUDA tensors.
+      the method keeps them on the device, in which case they are returned as ordinary CUDA tensors.
+    * **Export-time placement** (the blob's ``extra["placement"]``, ``lowering/placement.py``) comes first:
+      a method lowered with ``skip_h2d_for_method_inputs`` takes device inputs only (a host tensor is an
+      ``InputError``: nothing is copied host→device); one lowered with ``skip_d2h_for_method_outputs``
+      ``True`` / ``False`` keeps its outputs on the device / copies them out, whatever the runtime option
+      says. Only a method whose output placement was not fixed at export time follows the legacy option
+      ``skip_copy_output_to_cpu_for_method`` (read once, at the start of each execute). ``init`` rejects a
+      method fixed to host outputs that the option names (a conflict; after ``init``, export time wins).
     * ``execute_stats(handle)`` gives the bytes this handle's last successful execute moved host→device
       (``h2d_bytes``: CPU inputs) and device→host (``d2h_bytes``: outputs copied out); both are 0 for a CPU
       target.
@@ -58,6 +64,7 @@ from typing import Any
 
 import torch
 
+from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D, MethodPlacement
 from reference_impl.lowering.program import program_from_bytes
 from reference_impl.runtime.errors import (
     DestroyedHandleError,
@@ -66,7 +73,7 @@ from reference_impl.runtime.errors import (
     RuntimeArgumentError,
 )
 from reference_impl.runtime.iospec import IOSpec, TensorSpec
-from reference_impl.runtime.options import STORE, OptionStore
+from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD, STORE, OptionStore
 from reference_impl.runtime.package_loader import load_package_fast
 
 __all__ = [
@@ -95,6 +102,8 @@ class DelegateHandle:
     num_outputs: int
     artifact_sha256: str
     options: OptionStore = field(repr=False)
+    placement: MethodPlacement = field(default_factory=MethodPlacement)
+    """Export-time device placement from the blob (``None`` fields: not fixed, the runtime option decides)."""
     _runner: Any = field(default=None, repr=False)
     _state_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _staging_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -199,6 +208,14 @@ def init(
         raise
     dev = _resolve_device(contents.device, device, method)
     io = IOSpec.from_json(contents.extra["io"]) if "io" in contents.extra else None
+    placement = MethodPlacement.from_json(contents.extra.get("placement"))
+    store = STORE if options is None else options
+    if placement.outputs_on_device is False and store.should_skip_copy(contents.method_name):
+        raise RuntimeArgumentError(
+            f"method: {method!r} was lowered with {SKIP_D2H}=False (outputs copied to the host), but the "
+            f"runtime option {SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD!r} names it: conflicting placement "
+            "(export time wins; drop one of the two)"
+        )
     loader = _load_runner(contents.artifact, dev, method)
     spec_inputs, spec_outputs = _call_spec_leaves(loader)
     return DelegateHandle(
@@ -209,7 +226,8 @@ def init(
         num_inputs=len(io.inputs) if io is not None else spec_inputs,
         num_outputs=len(io.outputs) if io is not None else spec_outputs,
         artifact_sha256=contents.artifact_sha256,
-        options=STORE if options is None else options,
+        options=store,
+        placement=placement,
         _runner=loader,
     )
 
@@ -269,8 +287,15 @@ def _check_inputs(handle: DelegateHandle, inputs: object) -> list[torch.Tensor]:
         raise InputError(
             f"inputs: method {handle.method_name!r} takes {handle.num_inputs} tensor(s), got {len(tensors)}"
         )
+    device_only = handle.device.type == "cuda" and handle.placement.inputs_on_device is True
     for index, tensor in enumerate(tensors):
         dev = tensor.device
+        if device_only and dev != handle.device:
+            raise InputError(
+                f"inputs[{index}]: device must be {str(handle.device)!r}: method {handle.method_name!r} was "
+                f"lowered with {SKIP_H2D}=True, so its inputs arrive on the device and nothing is copied "
+                f"host→device; got {str(dev)!r}"
+            )
         if dev.type == "cpu" or (handle.device.type == "cuda" and dev == handle.device):
             continue
         allowed = (
@@ -295,16 +320,7 @@ def _check_outputs_before(
         )
     for index, tensor in enumerate(tensors):
         if tensor.device != out_device:
-            why = (
-                "the method is named in skip_copy_output_to_cpu_for_method"
-                if out_device.type == "cuda"
-                else "outputs are copied to the CPU"
-                + (
-                    ""
-                    if handle.device.type == "cpu"
-                    else " (method not named in skip_copy_output_to_cpu_for_method)"
-                )
-            )
+            why = _output_placement_reason(handle, out_device)
             got = str(tensor.device)
             raise OutputError(
                 f"outputs[{index}]: device must be {str(out_device)!r} because {why}; got {got!r}"
@@ -318,6 +334,24 @@ def _check_outputs_before(
                     f"outputs[{index}]: shape must be {list(spec.shape)}, got {list(tensor.shape)}"
                 )
     return tensors
+
+
+def _output_placement_reason(handle: DelegateHandle, out_device: torch.device) -> str:
+    if handle.device.type == "cpu":
+        return "outputs of a CPU target are host tensors"
+    fixed = handle.placement.outputs_on_device
+    if fixed is not None:
+        return f"the method was lowered with {SKIP_D2H}={fixed}"
+    named = "named" if out_device.type == "cuda" else "not named"
+    return f"the method is {named} in {SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD}"
+
+
+def keeps_outputs_on_device(handle: DelegateHandle) -> bool:
+    """Whether this execute returns device outputs: export-time placement first, then the runtime option."""
+    if handle.device.type != "cuda":
+        return False
+    fixed = handle.placement.outputs_on_device
+    return fixed if fixed is not None else handle.options.should_skip_copy(handle.method_name)
 
 
 def _check_outputs_after(provided: list[torch.Tensor], results: Sequence[torch.Tensor], method: str) -> None:
@@ -379,12 +413,12 @@ def execute(
 
     ``outputs``: optional tensors to fill in place (returned as the result); each must have the dtype and
     shape the method produces and live where outputs go this call — the CPU, or the handle's device when the
-    method is named in ``skip_copy_output_to_cpu_for_method``.
+    method keeps its outputs there (export-time placement, else ``skip_copy_output_to_cpu_for_method``).
     """
     runner = _live_runner(handle)
     tensors = _check_inputs(handle, inputs)
     on_cuda = handle.device.type == "cuda"
-    keep_on_device = on_cuda and handle.options.should_skip_copy(handle.method_name)
+    keep_on_device = keeps_outputs_on_device(handle)
     out_device = handle.device if (keep_on_device or not on_cuda) else torch.device("cpu")
     provided = None if outputs is None else _check_outputs_before(handle, outputs, out_device)
     with torch.no_grad():
