@@ -8,8 +8,7 @@ Backends that cache their own artifacts (the reference does, by content) make a 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -40,13 +39,27 @@ class LoweredModel:
         return list(self.eager)
 
 
-@functools.cache
-def _lower(backend: Backend, model: str, dtype: torch.dtype, device: str) -> LoweredModel:
-    entry = get_model(model)
-    eager = entry.build(dtype, torch.device(device))
-    spec = {name: (mod, inputs, entry.dynamic_shapes_for(name)) for name, (mod, inputs) in eager.items()}
-    program = backend.lower(spec, device=device)  # type: ignore[attr-defined]
-    return LoweredModel(entry, dtype, device, program, eager)
+_LOWERED: dict[tuple[object, ...], LoweredModel] = {}
+
+
+def _options_key(options: Mapping[str, object] | None) -> str:
+    return repr(
+        sorted((k, sorted(v.items()) if isinstance(v, Mapping) else v) for k, v in (options or {}).items())
+    )
+
+
+def _lower(
+    backend: Backend, model: str, dtype: torch.dtype, device: str, options: Mapping[str, object] | None
+) -> LoweredModel:
+    key = (id(backend), model, dtype, device, _options_key(options))
+    if key not in _LOWERED:
+        entry = get_model(model)
+        eager = entry.build(dtype, torch.device(device))
+        spec = {name: (mod, inputs, entry.dynamic_shapes_for(name)) for name, (mod, inputs) in eager.items()}
+        extra = {} if not options else {"options": dict(options)}
+        program = backend.lower(spec, device=device, **extra)  # type: ignore[attr-defined]
+        _LOWERED[key] = LoweredModel(entry, dtype, device, program, eager)
+    return _LOWERED[key]
 
 
 def require_lowering_device(backend: Backend, device: str) -> None:
@@ -56,18 +69,31 @@ def require_lowering_device(backend: Backend, device: str) -> None:
         pytest.skip(f"backend {backend.name!r} lowers only for {', '.join(supported)}, not {device!r}")
 
 
-def lowered(backend: Backend, model: str, dtype: torch.dtype, device: str) -> LoweredModel:
-    """The zoo model ``model`` in ``dtype``, lowered by ``backend`` for ``device`` ("cpu" or "cuda")."""
+def lowered(
+    backend: Backend,
+    model: str,
+    dtype: torch.dtype,
+    device: str,
+    options: Mapping[str, object] | None = None,
+) -> LoweredModel:
+    """The zoo model ``model`` in ``dtype``, lowered by ``backend`` for ``device`` ("cpu" or "cuda"), with
+    lowering ``options`` (the protocol's ``lower_options``), once per process."""
     require_lowering_device(backend, device)
-    return _lower(backend, model, dtype, device)
+    return _lower(backend, model, dtype, device, options)
 
 
-def lower_or_fail(backend: Backend, model: str, dtype: str, device: str) -> LoweredModel:
+def lower_or_fail(
+    backend: Backend, model: str, dtype: str, device: str, options: Mapping[str, object] | None = None
+) -> LoweredModel:
     """``lowered`` for a chapter: a backend that cannot lower the model fails the case, naming it."""
     try:
-        return lowered(backend, model, DTYPES_BY_NAME[dtype], device)
+        return lowered(backend, model, DTYPES_BY_NAME[dtype], device, options)
+    except pytest.skip.Exception:
+        raise
     except Exception as exc:
-        fail("runtime/lower", f"lower({model}, {dtype}, device={device!r})", f"{type(exc).__name__}: {exc}")
+        with_options = f", options={dict(options)!r}" if options else ""
+        call = f"lower({model}, {dtype}, device={device!r}{with_options})"
+        fail("runtime/lower", call, f"{type(exc).__name__}: {exc}")
     raise AssertionError("unreachable")
 
 

@@ -32,7 +32,6 @@ float16, bfloat16 (6) — the same ones ``test_runtime_options.py`` uses, so the
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -40,25 +39,32 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.checks import fail
-from conformance.models import asr_greedy, llm_greedy
 from conformance.models.asr import ASR_BOS
 from conformance.pipelines import CallStats, asr_transcribe, llm_generate
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
 from conformance.protocol import Backend
+from conformance.token_oracle import (
+    ASR_STEPS,
+    LLM_STEPS,
+    METHODS,
+    NEAR_TIE_FACTOR,
+    STEPS,
+    Methods,
+    as_float64,
+    check_tokens,
+    eager_tokens,
+    float64_module,
+    float64_path_logits,
+    host_inputs,
+)
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
 SKIP = SKIP_COPY_OPTION
 DTYPES = list(DTYPES_BY_NAME)
-ASR_STEPS, LLM_STEPS = 6, 8
-STEPS = {"asr": ASR_STEPS, "llm": LLM_STEPS}
-METHODS = {"asr": ("encoder", "decoder"), "llm": ("prefill", "decode")}
 TIMED_REPEATS = 5
-#: A legitimate half-precision flip: float64 logits of the two tokens within 2·tol·‖logits‖₂ (see above).
-NEAR_TIE_FACTOR = 2.0
 INT64_BYTES = 8
 
 PIPELINE_CASES = [
@@ -66,15 +72,8 @@ PIPELINE_CASES = [
     *(pytest.param("cuda", dt, marks=pytest.mark.gpu, id=f"cuda-{dt}") for dt in DTYPES),
 ]
 
-Methods = dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]
-
 
 # ================================================================================================ helpers
-
-
-def host_inputs(eager: Methods, method: str) -> list[torch.Tensor]:
-    """The example inputs as an application holds them: host tensors."""
-    return [t.detach().cpu() for t in eager[method][1]]
 
 
 def run_pipeline(
@@ -86,43 +85,6 @@ def run_pipeline(
         return asr_transcribe(backend, first, second, features, ASR_STEPS, stats)
     prompt = host_inputs(eager, "prefill")[0]
     return llm_generate(backend, first, second, prompt, LLM_STEPS, stats)
-
-
-def eager_tokens(model: str, eager: Methods) -> torch.Tensor:
-    """The oracle: the same greedy loop on the eager modules, SDPA's math kernel (as the lowering uses)."""
-    first, second = (eager[m][0] for m in METHODS[model])
-    loop = asr_greedy if model == "asr" else llm_greedy
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        return loop(first, second, eager[METHODS[model][0]][1][0], STEPS[model])
-
-
-def _float64(eager: Methods, method: str) -> nn.Module:
-    return copy.deepcopy(eager[method][0]).to(device="cpu", dtype=torch.float64).eval()
-
-
-def _as64(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().cpu()
-    return t.double() if t.is_floating_point() else t
-
-
-def float64_path_logits(model: str, eager: Methods, tokens: torch.Tensor) -> torch.Tensor:
-    """Teacher-forced float64 logits ``[B, steps, V]``: step s sees the prompt and ``tokens[:, :s]``."""
-    steps = tokens.shape[1]
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        if model == "asr":
-            hidden = _float64(eager, "encoder")(_as64(eager["encoder"][1][0]))
-            bos = torch.full((tokens.shape[0], 1), ASR_BOS, dtype=torch.int64)
-            sequence = torch.cat([bos, tokens[:, : steps - 1].cpu()], dim=1)
-            return _float64(eager, "decoder")(sequence, hidden)
-        prefill, decode = _float64(eager, "prefill"), _float64(eager, "decode")
-        prompt = _as64(eager["prefill"][1][0])
-        logits, k_cache, v_cache = prefill(prompt)
-        rows = [logits[:, -1]]
-        for s in range(1, steps):
-            where = torch.tensor([prompt.shape[1] + s - 1], dtype=torch.int64)
-            logits, k_cache, v_cache = decode(tokens[:, s - 1 : s].cpu(), where, k_cache, v_cache)
-            rows.append(logits[:, -1])
-        return torch.stack(rows, dim=1)
 
 
 def first_step_logits(
@@ -138,55 +100,15 @@ def first_step_logits(
         bos = torch.full((features[0].shape[0], 1), ASR_BOS, dtype=torch.int64)
         got = backend.execute(second, [bos, hidden])[0]  # type: ignore[attr-defined]
         with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-            ref = _float64(eager, "decoder")(bos, _float64(eager, "encoder")(_as64(features[0])))
+            ref = float64_module(eager, "decoder")(
+                bos, float64_module(eager, "encoder")(as_float64(features[0]))
+            )
         return got, ref
     prompt = host_inputs(eager, "prefill")
     got = backend.execute(first, prompt)[0]  # type: ignore[attr-defined]
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        ref = _float64(eager, "prefill")(prompt[0])[0]
+        ref = float64_module(eager, "prefill")(prompt[0])[0]
     return got, ref
-
-
-def first_difference(got: torch.Tensor, want: torch.Tensor, row: int) -> int | None:
-    diff = (got[row] != want[row]).nonzero()
-    return int(diff[0]) if len(diff) else None
-
-
-def check_tokens(
-    model: str, lm: LoweredModel, got: torch.Tensor, want: torch.Tensor, call: str
-) -> list[tuple[int, int, float, float]]:
-    """float32: ``got == want`` exactly. Half precision: each row's first difference is a near-tie.
-    Returns the accepted near-tie flips as (row, step, gap, bound)."""
-    if got.shape != want.shape or got.dtype != torch.int64:
-        fail(
-            "multi-method/tokens", call, f"tokens {got.dtype}{list(got.shape)}, want int64{list(want.shape)}"
-        )
-    flips: list[tuple[int, int, float, float]] = []
-    for row in range(got.shape[0]):
-        step = first_difference(got, want, row)
-        if step is None:
-            continue
-        a, b = int(want[row, step]), int(got[row, step])
-        if lm.dtype == torch.float32:
-            fail(
-                "multi-method/tokens",
-                call,
-                f"row {row} differs from eager first at step {step}: token {b}, eager {a} "
-                f"(backend {got[row].tolist()}, eager {want[row].tolist()}); float32 must match exactly",
-            )
-        logits = float64_path_logits(model, lm.eager, want)[row, step]
-        gap = float((logits[a] - logits[b]).abs())
-        bound = NEAR_TIE_FACTOR * MODEL_TOLERANCES[lm.dtype] * float(logits.norm())
-        if gap > bound:
-            fail(
-                "multi-method/tokens",
-                call,
-                f"row {row} differs from eager first at step {step}: token {b}, eager {a}; their float64 "
-                f"logits differ by {gap:.4g} > {bound:.4g} (= {NEAR_TIE_FACTOR:g}·tol·‖logits‖): not a "
-                f"rounding near-tie (backend {got[row].tolist()}, eager {want[row].tolist()})",
-            )
-        flips.append((row, step, gap, bound))
-    return flips
 
 
 # ========================================================================================== token parity

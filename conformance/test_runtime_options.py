@@ -24,17 +24,24 @@ whatever the option says; the device-specific checks are marked ``gpu``.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-
 import pytest
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.checks import assert_model_output_close, assert_raises_invalid_argument, fail, snapshot
+from conformance.checks import assert_raises_invalid_argument, fail, snapshot
 from conformance.conftest import require_part
-from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail
+from conformance.method_runs import (
+    MODEL_METHODS,
+    MethodRun,
+    check_pinned_copies,
+    check_values,
+    cuda_device,
+    devices,
+    memcpy_names,
+    nbytes,
+    relative_error,
+    run_methods,
+)
+from conformance.programs import SKIP_COPY_OPTION, handles, lower_or_fail
 from conformance.protocol import Backend
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
@@ -44,12 +51,6 @@ DTYPES = list(DTYPES_BY_NAME)
 CPU_DTYPES = ["float32"]
 #: Upstream's C buffers: 64-byte keys and 256-byte values, NUL included.
 MAX_KEY_CHARS, MAX_VALUE_CHARS = 63, 255
-MODEL_METHODS: dict[str, tuple[str, str]] = {"asr": ("encoder", "decoder"), "llm": ("prefill", "decode")}
-#: How one method's outputs feed the next: method → {input index: (source method, output index)}.
-FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
-    "asr": {"decoder": {1: ("encoder", 0)}},  # hidden states ← encoder output
-    "llm": {"decode": {2: ("prefill", 1), 3: ("prefill", 2)}},  # k/v caches ← prefill's caches
-}
 
 
 # ================================================================================================ helpers
@@ -91,88 +92,6 @@ def check_unchanged(backend: Backend, before: object, call: str) -> None:
     after = get_skip(backend, "options/all-or-nothing")
     if after != before:
         fail("options/all-or-nothing", call, f"failed, yet changed the option from {before!r} to {after!r}")
-
-
-def nbytes(tensors: Sequence[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def cuda_device() -> torch.device:
-    """The device a handle made by ``init`` runs on: the current CUDA device (``init`` takes no device)."""
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-@dataclass
-class MethodRun:
-    method: str
-    handle: object
-    inputs: list[torch.Tensor]
-    outputs: list[torch.Tensor]
-    stats: dict[str, int]
-
-
-def run_methods(backend: Backend, lm: LoweredModel, made: Sequence[object]) -> dict[str, MethodRun]:
-    """Execute every method once, in order: host copies of the example inputs, chained through ``FEEDS``."""
-    runs: dict[str, MethodRun] = {}
-    for method, handle in zip(lm.methods, made, strict=True):
-        inputs = [t.detach().cpu() for t in lm.eager[method][1]]
-        for index, (source, output) in FEEDS.get(lm.model.name, {}).get(method, {}).items():
-            inputs[index] = runs[source].outputs[output]
-        outputs = list(backend.execute(handle, inputs))  # type: ignore[attr-defined]
-        stats = dict(backend.execute_stats(handle))  # type: ignore[attr-defined]
-        runs[method] = MethodRun(method, handle, inputs, outputs, stats)
-    return runs
-
-
-def float64_reference(lm: LoweredModel, method: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Eager PyTorch in float64 on the CPU, same (already rounded) weights and inputs, SDPA's math kernel."""
-    module = copy.deepcopy(lm.eager[method][0]).to(device="cpu", dtype=torch.float64)
-    args = [t.detach().cpu().double() if t.is_floating_point() else t.detach().cpu() for t in inputs]
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        out = module(*args)
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    g, r = got.detach().cpu().double(), ref.detach().cpu().double()
-    return float((g - r).norm() / r.norm().clamp_min(1e-300))
-
-
-def check_values(rule: str, call: str, lm: LoweredModel, run: MethodRun) -> None:
-    """Each output in the program's dtype, and norm-wise within ``MODEL_TOLERANCES`` of float64 eager."""
-    refs = float64_reference(lm, run.method, run.inputs)
-    if len(run.outputs) != len(refs):
-        fail(rule, call, f"returned {len(run.outputs)} outputs, eager returns {len(refs)}")
-    for index, (got, ref) in enumerate(zip(run.outputs, refs, strict=True)):
-        if got.dtype != lm.dtype:
-            fail(rule, call, f"output {index} is {got.dtype}, eager gives {lm.dtype}")
-        assert_model_output_close(rule, f"{call}: output {index}", got, ref)
-
-
-def devices(tensors: Sequence[torch.Tensor]) -> list[str]:
-    return [str(t.device) for t in tensors]
-
-
-def device_memcpy_names(fn: Callable[[], object]) -> tuple[list[str], int]:
-    """Run ``fn`` under the torch profiler: (names of device→host memcpy activities, count of GPU activities).
-
-    CUPTI names copies like ``Memcpy DtoH (Device -> Pinned)`` / ``Memcpy DtoH (Device -> Pageable)``
-    (and ``Memcpy HtoD (Pinned -> Device)`` the other way); they appear as device events and as the
-    kernels attached to the CPU op that launched them.
-    """
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names: list[str] = []
-    for event in prof.events():
-        if event.device_type != DeviceType.CPU:
-            names.append(event.name)
-        names.extend(kernel.name for kernel in getattr(event, "kernels", []))
-    return [n for n in names if "Memcpy DtoH" in n], len(names)
 
 
 # ============================================================================================ options API
@@ -473,15 +392,17 @@ def check_profiled_copies(rt: Backend, call: str, run: MethodRun, is_skipped: bo
     def again() -> object:
         return rt.execute(run.handle, run.inputs)  # type: ignore[attr-defined]
 
-    dtoh, activities = device_memcpy_names(again)
+    copies, activities = memcpy_names(again)
     if activities == 0:
         pytest.skip("the torch profiler recorded no CUDA activity (CUPTI unavailable?): copies not observed")
+    dtoh = [n for n in copies if "Memcpy DtoH" in n]
     if is_skipped and dtoh:
         fail("skip-copy/no-d2h-copy", call, f"the profiler saw device→host copies: {sorted(set(dtoh))}")
     if not is_skipped and not dtoh:
         fail(
             "skip-copy/d2h-copy", call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'"
         )
+    check_pinned_copies(call, copies)
 
 
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)

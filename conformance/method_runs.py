@@ -1,0 +1,125 @@
+"""Run each method of a multi-method zoo program once, chained as in real use, and judge what came back.
+
+Shared by the chapters on where data lives (``runtime_options``: the runtime skip-copy option;
+``device_placement``: export-time placement): outputs' devices, values against eager float64, the
+backend's byte counters, and the copies the torch profiler saw.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from conformance.checks import assert_model_output_close, fail
+from conformance.programs import LoweredModel
+from conformance.protocol import Backend
+
+MODEL_METHODS: dict[str, tuple[str, str]] = {"asr": ("encoder", "decoder"), "llm": ("prefill", "decode")}
+#: How one method's outputs feed the next: method → {input index: (source method, output index)}.
+FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
+    "asr": {"decoder": {1: ("encoder", 0)}},  # hidden states ← encoder output
+    "llm": {"decode": {2: ("prefill", 1), 3: ("prefill", 2)}},  # k/v caches ← prefill's caches
+}
+
+
+def nbytes(tensors: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def cuda_device() -> torch.device:
+    """The device a handle made by ``init`` runs on: the current CUDA device (``init`` takes no device)."""
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@dataclass
+class MethodRun:
+    method: str
+    handle: object
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+    stats: dict[str, int]
+
+
+def run_methods(
+    backend: Backend, lm: LoweredModel, made: Sequence[object], device_inputs: Collection[str] = ()
+) -> dict[str, MethodRun]:
+    """Execute every method once, in order: host copies of the example inputs, chained through ``FEEDS``.
+
+    A method in ``device_inputs`` gets every input on the current CUDA device, as a caller that already
+    holds device tensors would pass them (the copy is the caller's, made before the execute).
+    """
+    runs: dict[str, MethodRun] = {}
+    for method, handle in zip(lm.methods, made, strict=True):
+        inputs = [t.detach().cpu() for t in lm.eager[method][1]]
+        for index, (source, output) in FEEDS.get(lm.model.name, {}).get(method, {}).items():
+            inputs[index] = runs[source].outputs[output]
+        if method in device_inputs:
+            inputs = [t.to(cuda_device()) for t in inputs]
+            torch.cuda.synchronize()
+        outputs = list(backend.execute(handle, inputs))  # type: ignore[attr-defined]
+        stats = dict(backend.execute_stats(handle))  # type: ignore[attr-defined]
+        runs[method] = MethodRun(method, handle, inputs, outputs, stats)
+    return runs
+
+
+def float64_reference(lm: LoweredModel, method: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Eager PyTorch in float64 on the CPU, same (already rounded) weights and inputs, SDPA's math kernel."""
+    module = copy.deepcopy(lm.eager[method][0]).to(device="cpu", dtype=torch.float64)
+    args = [t.detach().cpu().double() if t.is_floating_point() else t.detach().cpu() for t in inputs]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        out = module(*args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    g, r = got.detach().cpu().double(), ref.detach().cpu().double()
+    return float((g - r).norm() / r.norm().clamp_min(1e-300))
+
+
+def check_values(rule: str, call: str, lm: LoweredModel, run: MethodRun) -> None:
+    """Each output in the program's dtype, and norm-wise within ``MODEL_TOLERANCES`` of float64 eager."""
+    refs = float64_reference(lm, run.method, run.inputs)
+    if len(run.outputs) != len(refs):
+        fail(rule, call, f"returned {len(run.outputs)} outputs, eager returns {len(refs)}")
+    for index, (got, ref) in enumerate(zip(run.outputs, refs, strict=True)):
+        if got.dtype != lm.dtype:
+            fail(rule, call, f"output {index} is {got.dtype}, eager gives {lm.dtype}")
+        assert_model_output_close(rule, f"{call}: output {index}", got, ref)
+
+
+def devices(tensors: Sequence[torch.Tensor]) -> list[str]:
+    return [str(t.device) for t in tensors]
+
+
+def memcpy_names(fn: Callable[[], object]) -> tuple[list[str], int]:
+    """Run ``fn`` under the torch profiler: (names of the memcpy activities, count of GPU activities).
+
+    CUPTI names copies like ``Memcpy DtoH (Device -> Pinned)`` / ``Memcpy DtoH (Device -> Pageable)`` and
+    ``Memcpy HtoD (Pinned -> Device)`` / ``Memcpy HtoD (Pageable -> Device)``; they appear as device events
+    and as the kernels attached to the CPU op that launched them.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names: list[str] = []
+    for event in prof.events():
+        if event.device_type != DeviceType.CPU:
+            names.append(event.name)
+        names.extend(kernel.name for kernel in getattr(event, "kernels", []))
+    return [n for n in names if n.startswith("Memcpy")], len(names)
+
+
+def check_pinned_copies(call: str, copies: Sequence[str]) -> None:
+    """copies/pinned-host-memory: every host↔device copy the profiler saw used pinned host memory (a
+    pageable copy is correct but synchronous and ~35× slower device→host on an H200: SPEC §1b)."""
+    pageable = sorted({n for n in copies if "Pageable" in n})
+    if pageable:
+        fail("copies/pinned-host-memory", call, f"the profiler saw copies through pageable memory {pageable}")

@@ -1,0 +1,319 @@
+"""Chapter device_placement — export-time device placement of method inputs and outputs (SPEC §0, §1b;
+protocol parts ``device_placement`` and ``runtime``).
+
+Upstream ExecuTorch retired the runtime option ``skip_copy_output_to_cpu_for_method`` in June 2026 (#20239):
+where a method's inputs and outputs live is now chosen when the program is built, per method, with
+``skip_h2d_for_method_inputs`` and ``skip_d2h_for_method_outputs`` (upstream's ``PropagateDeviceConfig``;
+each a bool or ``{method: bool}``). The protocol passes them as ``lower(..., options={...})``. Every check
+names its rule, ``placement/<rule>``:
+
+* **validation** (any machine): an unknown method name, a non-bool value or a value of the wrong shape is
+  a ``ValueError`` naming the key and the rule; a method fixed to host outputs that the runtime option
+  names is a conflict (backends with part ``runtime_options``).
+* **matrix** (CUDA): configurations × the two multi-method models × dtypes. Each method runs once, chained
+  as in real use; a method with device inputs gets device tensors from its caller. Held to: where outputs
+  live, values against eager float64, ``execute_stats`` (0 host→device bytes for device inputs, 0
+  device→host bytes for kept outputs), and the torch profiler (no ``Memcpy HtoD`` / ``DtoH`` for them;
+  every copy that is made goes through pinned memory — rule ``copies/pinned-host-memory``).
+* **pipelines** (CUDA): ASR (encoder → decoder) and LLM (prefill → decode with its KV cache) with every
+  input and output on the device end to end: tokens equal eager, and no execute moves a byte.
+* **bad inputs** (CUDA): a host tensor, a tensor on another GPU, a wrong dtype for a device-input method
+  are ``ValueError``s naming the input, and nothing changes (the inputs, the byte counters, later results).
+* **CPU target**: the device is the host, so placement is accepted and changes nothing.
+
+Programs lowered: on CUDA, ``asr`` and ``llm`` × 3 dtypes × the matrix's configurations (a backend that
+caches compiled artifacts by content, as the reference does, compiles each model and dtype once); on the
+CPU, ``llm`` float32 once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+import torch
+
+from conformance.checks import assert_raises_invalid_argument, bits, fail, snapshot
+from conformance.conftest import cuda_device_count, require_part
+from conformance.method_runs import (
+    MODEL_METHODS,
+    MethodRun,
+    check_pinned_copies,
+    check_values,
+    cuda_device,
+    devices,
+    memcpy_names,
+    nbytes,
+    run_methods,
+)
+from conformance.pipelines import CallStats, asr_transcribe, llm_generate
+from conformance.programs import (
+    SKIP_COPY_OPTION,
+    LoweredModel,
+    handles,
+    lower_or_fail,
+    option,
+    record,
+    require_lowering_device,
+)
+from conformance.protocol import SKIP_D2H, SKIP_H2D, Backend, lowering_devices
+from conformance.token_oracle import STEPS, check_tokens, eager_tokens
+from conformance.tolerances import DTYPES_BY_NAME
+
+DTYPES = list(DTYPES_BY_NAME)
+Options = dict[str, object]
+
+
+@pytest.fixture
+def placing(backend: Backend) -> Backend:
+    """A backend with export-time placement and a runtime to run what it lowers."""
+    require_part(backend, "device_placement")
+    require_part(backend, "runtime")
+    return backend
+
+
+def covered(options: Mapping[str, object], key: str, method: str) -> bool:
+    """Whether flag ``key`` of ``options`` is True for ``method`` (bool: every method; mapping: by name)."""
+    value = options.get(key, False)
+    return bool(value.get(method, False)) if isinstance(value, Mapping) else bool(value)
+
+
+# ============================================================================================ validation
+
+#: label → (value, words of which the error must contain one). Lowered: ``llm`` (prefill + decode).
+BAD_VALUES: dict[str, tuple[object, tuple[str, ...]]] = {
+    "unknown-method": ({"decoder": True}, ("unknown", "not a method", "no method", "no such", "not found")),
+    "misspelt-case": ({"Decode": True}, ("unknown", "not a method", "no method", "no such", "not found")),
+    "int-in-mapping": ({"decode": 1}, ("bool",)),
+    "none-in-mapping": ({"decode": None}, ("bool",)),
+    "str": ("true", ("bool",)),
+    "int": (1, ("bool",)),
+    "list": (["decode"], ("bool",)),
+}
+
+
+def validation_device(backend: Backend) -> str:
+    """The cheapest target to validate against: the CPU where the backend lowers for it, else CUDA."""
+    for device in ("cpu", "cuda"):
+        if device in lowering_devices(backend) and (device == "cpu" or cuda_device_count()):
+            return device
+    pytest.skip(f"backend {backend.name!r} lowers only for {lowering_devices(backend)} and no GPU is present")
+    raise AssertionError("unreachable")
+
+
+def llm_methods(device: str) -> dict[str, tuple]:
+    from conformance.models import get_model
+
+    entry = get_model("llm")
+    eager = entry.build(torch.float32, torch.device(device))
+    return {name: (mod, inputs, entry.dynamic_shapes_for(name)) for name, (mod, inputs) in eager.items()}
+
+
+@pytest.mark.parametrize("key", [SKIP_H2D, SKIP_D2H])
+@pytest.mark.parametrize("label", list(BAD_VALUES))
+def test_placement_options_are_validated(backend: Backend, key: str, label: str) -> None:
+    """placement/validation: an unknown method name (case-sensitive) or a non-bool value is an
+    invalid-argument error naming the key and the rule (a misspelt method would silently keep the copy)."""
+    require_part(backend, "device_placement")
+    device = validation_device(backend)
+    value, words = BAD_VALUES[label]
+    assert_raises_invalid_argument(
+        "placement/validation",
+        f"lower(llm, device={device!r}, options={{{key!r}: {value!r}}})",
+        lambda: backend.lower(llm_methods(device), device=device, options={key: value}),  # type: ignore[attr-defined]
+        argument=key,
+        keywords=words,
+    )
+
+
+def test_placement_conflicting_with_the_runtime_option_is_rejected(backend: Backend) -> None:
+    """placement/conflict: lowering ``decode`` with host outputs while the runtime option names it is an
+    invalid-argument error naming both keys (export-time placement wins; the user must drop one)."""
+    require_part(backend, "device_placement")
+    require_part(backend, "runtime_options")
+    device = validation_device(backend)
+    options = {SKIP_D2H: {"decode": False}}
+    with option(backend, SKIP_COPY_OPTION, "decode"):
+        assert_raises_invalid_argument(
+            "placement/conflict",
+            f"lower(llm, options={options!r}) with {SKIP_COPY_OPTION}='decode'",
+            lambda: backend.lower(llm_methods(device), device=device, options=options),  # type: ignore[attr-defined]
+            argument=SKIP_D2H,
+            keywords=(SKIP_COPY_OPTION,),
+        )
+
+
+# ================================================================================================ matrix
+
+
+def configurations(first: str, second: str) -> dict[str, Options]:
+    return {
+        "outputs-first": {SKIP_D2H: {first: True}},
+        "chain": {SKIP_D2H: {first: True}, SKIP_H2D: {second: True}},
+        "inputs-all": {SKIP_H2D: True},
+        "device-end-to-end": {SKIP_H2D: True, SKIP_D2H: True},
+        "explicit-host": {SKIP_H2D: False, SKIP_D2H: False},
+    }
+
+
+MATRIX = [
+    pytest.param(model, label, opts, id=f"{model}-{label}")
+    for model, (first, second) in MODEL_METHODS.items()
+    for label, opts in configurations(first, second).items()
+]
+
+
+def check_run(call: str, lm: LoweredModel, run: MethodRun, keep: bool, device_in: bool) -> None:
+    want = str(cuda_device()) if keep else "cpu"
+    if any(d != want for d in devices(run.outputs)):
+        where = "kept on the device" if keep else "copied to the host"
+        fail("placement/output-device", call, f"outputs are {where}: want {want}, got {devices(run.outputs)}")
+    check_values("placement/values", call, lm, run)
+    d2h, want_d2h = run.stats.get("d2h_bytes"), 0 if keep else nbytes(run.outputs)
+    if d2h != want_d2h:
+        fail("placement/d2h-bytes", call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
+    h2d = run.stats.get("h2d_bytes")
+    want_h2d = nbytes([t for t in run.inputs if t.device.type == "cpu"])
+    if h2d != want_h2d:
+        why = "inputs arrive on the device" if device_in else "the host inputs' bytes"
+        fail("placement/h2d-bytes", call, f"execute_stats h2d_bytes = {h2d}, want {want_h2d} ({why})")
+
+
+def check_profiled(backend: Backend, call: str, run: MethodRun, keep: bool, device_in: bool) -> None:
+    copies, activities = memcpy_names(lambda: backend.execute(run.handle, run.inputs))  # type: ignore[attr-defined]
+    if activities == 0:
+        pytest.skip("the torch profiler recorded no CUDA activity (CUPTI unavailable?): copies not observed")
+    dtoh = sorted({n for n in copies if "DtoH" in n})
+    htod = sorted({n for n in copies if "HtoD" in n})
+    if keep and dtoh:
+        fail("placement/no-d2h-copy", call, f"outputs are kept on the device, yet the profiler saw {dtoh}")
+    if not keep and not dtoh:
+        fail(
+            "placement/d2h-copy", call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'"
+        )
+    if device_in and htod:
+        fail("placement/no-h2d-copy", call, f"inputs arrive on the device, yet the profiler saw {htod}")
+    check_pinned_copies(call, copies)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("model", "label", "options"), MATRIX)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_placement_matrix(placing: Backend, dtype: str, model: str, label: str, options: Options) -> None:
+    """placement/*: a method lowered with ``skip_d2h`` returns CUDA tensors and moves no byte device→host;
+    one lowered with ``skip_h2d`` takes device inputs and moves no byte host→device (counters and
+    profiler); every other copy goes through pinned memory; values match float64 eager."""
+    backend = placing
+    lm = lower_or_fail(backend, model, dtype, "cuda", options)
+    device_in = {m for m in lm.methods if covered(options, SKIP_H2D, m)}
+    with handles(backend, lm.program, *lm.methods) as made:
+        runs = run_methods(backend, lm, made, device_inputs=device_in)
+        for method, run in runs.items():
+            call = f"execute({model}.{method}, {dtype}) lowered with {options}"
+            keep = covered(options, SKIP_D2H, method)
+            check_run(call, lm, run, keep, method in device_in)
+            check_profiled(backend, call, run, keep, method in device_in)
+
+
+# ============================================================================================== pipelines
+
+END_TO_END: Options = {SKIP_H2D: True, SKIP_D2H: True}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", list(MODEL_METHODS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pipeline_stays_on_the_device(
+    placing: Backend, dtype: str, model: str, request: pytest.FixtureRequest
+) -> None:
+    """placement/pipeline: with every input and output on the device, the ASR encoder's output feeds the
+    decoder and the LLM's KV cache goes from prefill through every decode step without a host round trip:
+    each execute moves 0 bytes either way, and the tokens equal eager PyTorch's (float32 exactly)."""
+    backend = placing
+    lm = lower_or_fail(backend, model, dtype, "cuda", END_TO_END)
+    first = lm.eager[MODEL_METHODS[model][0]][1][0].detach().to(cuda_device())
+    call = f"{model} pipeline ({dtype}) lowered with {END_TO_END}"
+    stats: CallStats = []
+    with handles(backend, lm.program, *lm.methods) as made:
+        if model == "asr":
+            got = asr_transcribe(backend, made[0], made[1], first, STEPS[model], stats)
+        else:
+            got = llm_generate(backend, made[0], made[1], first, STEPS[model], stats)
+    moved = [(m, s) for m, s in stats if s.get("h2d_bytes") != 0 or s.get("d2h_bytes") != 0]
+    record(request, executes=len(stats))
+    if moved:
+        fail("placement/pipeline", call, f"{len(moved)} of {len(stats)} executes moved bytes: {moved[:3]}")
+    check_tokens(model, lm, got.cpu(), eager_tokens(model, lm.eager).cpu(), call)
+
+
+# ============================================================================================= bad inputs
+
+
+def _bad_input_cases() -> list:
+    cases = [pytest.param("host-tensor", id="host-tensor"), pytest.param("wrong-dtype", id="wrong-dtype")]
+    cases.append(pytest.param("other-gpu", marks=pytest.mark.multi_gpu, id="other-gpu"))
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", _bad_input_cases())
+def test_device_input_method_rejects_wrong_inputs(placing: Backend, kind: str) -> None:
+    """placement/bad-input: a method lowered with ``skip_h2d`` rejects a host tensor, a tensor on another
+    GPU and a wrong dtype with a ``ValueError`` naming the input; the inputs, the byte counters of the
+    last execute and later results are unchanged."""
+    backend = placing
+    lm = lower_or_fail(backend, "llm", "float32", "cuda", {SKIP_H2D: True})
+    here = cuda_device()
+    good = [t.detach().to(here) for t in lm.eager["prefill"][1]]
+    with handles(backend, lm.program, "prefill") as (prefill,):
+        reference = [t.cpu() for t in backend.execute(prefill, good)]  # type: ignore[attr-defined]
+        stats_before = dict(backend.execute_stats(prefill))  # type: ignore[attr-defined]
+        bad = list(good)
+        if kind == "host-tensor":
+            bad[0], keywords = good[0].cpu(), ("device", "cuda")
+        elif kind == "wrong-dtype":
+            bad[0], keywords = good[0].to(torch.int32), ("dtype", "int64")
+        else:
+            other = torch.device("cuda", (here.index + 1) % torch.cuda.device_count())
+            bad[0], keywords = good[0].to(other), ("device", str(here))
+        before = [snapshot(t) for t in bad]
+        call = f"execute(llm.prefill) lowered with {SKIP_H2D}=True, inputs[0] {kind}"
+        assert_raises_invalid_argument(
+            "placement/bad-input",
+            call,
+            lambda: backend.execute(prefill, bad),  # type: ignore[attr-defined]
+            argument="inputs",
+            keywords=keywords,
+        )
+        if any(not torch.equal(bits(a), bits(b)) for a, b in zip(before, bad, strict=True)):
+            fail("placement/bad-input", call, "the rejected call changed its inputs")
+        stats_after = dict(backend.execute_stats(prefill))  # type: ignore[attr-defined]
+        if stats_after != stats_before:
+            fail("placement/bad-input", call, f"execute_stats changed from {stats_before} to {stats_after}")
+        again = [t.cpu() for t in backend.execute(prefill, good)]  # type: ignore[attr-defined]
+    if any(not torch.equal(a, b) for a, b in zip(reference, again, strict=True)):
+        fail("placement/bad-input", call, "after the rejected call, the same inputs give different outputs")
+
+
+# ============================================================================================= CPU target
+
+
+def test_placement_on_a_cpu_target_changes_nothing(placing: Backend) -> None:
+    """placement/cpu-target: on a program lowered for the CPU both flags are accepted and change nothing:
+    outputs are host tensors, both byte counters are 0, values match float64 eager."""
+    backend = placing
+    require_lowering_device(backend, "cpu")
+    lm = lower_or_fail(backend, "llm", "float32", "cpu", END_TO_END)
+    with handles(backend, lm.program, *lm.methods) as made:
+        runs = run_methods(backend, lm, made)
+    for method, run in runs.items():
+        call = f"execute(llm.{method}, cpu target) lowered with {END_TO_END}"
+        if any(d != "cpu" for d in devices(run.outputs)):
+            fail(
+                "placement/cpu-target",
+                call,
+                f"outputs on {devices(run.outputs)}; a CPU target returns host tensors",
+            )
+        if {k: run.stats.get(k) for k in ("h2d_bytes", "d2h_bytes")} != {"h2d_bytes": 0, "d2h_bytes": 0}:
+            fail("placement/cpu-target", call, f"execute_stats {run.stats}: a CPU target moves nothing")
+        check_values("placement/values", call, lm, run)

@@ -1,0 +1,77 @@
+"""Broken backends for the device-placement rules: each wraps the reference and slips the way a real
+backend does. Used by ``tests/test_placement_broken_backends.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from reference_impl import BACKEND as REFERENCE
+from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D
+
+
+class _Wrapped:
+    """Forwards every protocol part to the reference; subclasses override one behaviour."""
+
+    version = "broken"
+    lowering_devices = REFERENCE.lowering_devices
+    lower_options = REFERENCE.lower_options
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(REFERENCE, attr)
+
+
+class DropsUnknownMethods(_Wrapped):
+    """Upstream's ``propagate_device_config.get(name, PropagateDeviceConfig())``: a placement naming a method
+    the program lacks is silently ignored, so a typo keeps every copy (breaks placement/validation)."""
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ):
+        cleaned = dict(options or {})
+        for key in (SKIP_H2D, SKIP_D2H):
+            value = cleaned.get(key)
+            if isinstance(value, Mapping):
+                cleaned[key] = {m: v for m, v in value.items() if m in methods}
+        return REFERENCE.lower(methods, device=device, options=cleaned)
+
+
+class CopiesThroughPageableMemory(_Wrapped):
+    """Keeps outputs on the device internally, then copies them out with ``.cpu()`` into pageable memory:
+    correct values and byte counts, but synchronous, slow copies (breaks copies/pinned-host-memory)."""
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        from reference_impl.runtime.delegate import keeps_outputs_on_device
+
+        if handle.device.type != "cuda" or keeps_outputs_on_device(handle):
+            return REFERENCE.execute(handle, inputs, outputs)
+        with handle.options.skip_copy_for([handle.method_name]):
+            kept = REFERENCE.execute(handle, inputs)
+        stats = handle._stats
+        host = [t.cpu() for t in kept]  # pageable: the bug
+        handle._stats = {**stats, "d2h_bytes": sum(t.numel() * t.element_size() for t in host)}
+        return host
+
+
+class AcceptsHostInputsForDeviceMethods(_Wrapped):
+    """Ignores ``skip_h2d_for_method_inputs`` at execute: host tensors are copied in silently, so a caller
+    who meant to hold device tensors never learns it pays a copy (breaks placement/bad-input)."""
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        if handle.device.type == "cuda" and handle.placement.inputs_on_device:
+            inputs = [t.to(handle.device) if t.device.type == "cpu" else t for t in inputs]
+        return REFERENCE.execute(handle, inputs, outputs)
+
+
+DROPS_UNKNOWN_METHODS = DropsUnknownMethods("drops-unknown-methods")
+COPIES_THROUGH_PAGEABLE_MEMORY = CopiesThroughPageableMemory("copies-through-pageable-memory")
+ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods("accepts-host-inputs-for-device-methods")
