@@ -187,6 +187,29 @@ def test_pipeline_records_have_the_documented_shape() -> None:
     assert m["d2h_saved_agreement"]["value"] == pytest.approx(306_000 / 300_000)
     assert m["h2d_saved_runtime"]["value"] == 149_700
     assert m["d2h_saved_nvml"]["spread"] > 0
+    assert saving["conditions"]["mechanism"] == "runtime option"
+
+
+def test_placed_saving_names_the_mechanism_and_the_saving_per_method() -> None:
+    spec = bench_pipelines.PIPELINES[1]
+    rows = {"prefill": {"calls": 1, "h2d_bytes": 100, "d2h_bytes": 40_000}}
+    rows["decode"] = {"calls": 8, "h2d_bytes": 260_000, "d2h_bytes": 80_000}
+    copy_bytes = bench_pipelines.RunBytes(h2d=260_100, d2h=120_000, executes=9, per_method=rows)
+    placed = {m: {"calls": r["calls"], "h2d_bytes": 0, "d2h_bytes": 0} for m, r in rows.items()}
+    placed_bytes = bench_pipelines.RunBytes(h2d=0, d2h=0, executes=9, per_method=placed)
+    none = bench_pipelines.PerRunTraffic.unsupported("no GPU")
+    saving = round_trips(
+        bench_pipelines.saving_record(spec, copy_bytes, placed_bytes, none, none, mode="placed")
+    )
+    assert saving["name"] == "pipelines[llm-float32-placed_saving]"
+    assert saving["conditions"]["mechanism"] == "export-time placement"
+    assert saving["conditions"]["placement"] == bench_pipelines.PLACED_OPTIONS
+    assert saving["conditions"]["runtime_saved_per_method"]["decode"] == {
+        "h2d_bytes": 260_000,
+        "d2h_bytes": 80_000,
+    }
+    assert saving["metrics"]["h2d_saved_runtime"]["value"] == 260_100
+    assert saving["metrics"]["d2h_saved_nvml"]["value"] is None
 
 
 def test_pipeline_records_without_nvml_say_why() -> None:

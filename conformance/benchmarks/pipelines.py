@@ -9,7 +9,11 @@ Pipelines (``conformance.pipelines``, driven through the backend protocol, float
 
 The pipeline's input (features / prompt) starts on the CPU, as a caller's data would; the loops return
 CPU token ids. Modes: ``copy`` (option ``skip_copy_output_to_cpu_for_method`` = ``""``, every output
-comes back to the CPU) and ``skip_copy``. Both modes run on the same handles and must give the same tokens.
+comes back to the CPU), ``skip_copy`` (the runtime option names the methods above) and ``placed`` (export-time
+placement, upstream's current mechanism: the program is lowered with ``skip_h2d_for_method_inputs`` and
+``skip_d2h_for_method_outputs`` both ``True``, and the caller holds the pipeline's input on the device, so
+nothing crosses PCIe in the runtime; only for backends with part ``device_placement``). ``copy`` and
+``skip_copy`` run on the same handles; every mode must give the same tokens.
 
 Figures, per pipeline and mode:
 
@@ -29,9 +33,10 @@ Figures, per pipeline and mode:
   ``[B, 1]`` int64 per step, to the host in ``skip_copy`` mode), kernel launch and synchronisation
   traffic. So agreement is expected a little above 1 in ``copy`` mode and far above it where the
   runtime counts almost nothing.
-* **saved by skip-copy** (traffic record ``pipelines[<p>-float32-skip_copy_saving]``): device→host and
-  host→device bytes per run, ``copy`` minus ``skip_copy``, from the runtime counters and from NVML, and
-  their agreement (NVML saving / runtime saving). Launch traffic, equal in both modes, cancels here.
+* **saved** (traffic records ``pipelines[<p>-float32-skip_copy_saving]`` and ``...-placed_saving]``):
+  device→host and host→device bytes per run, ``copy`` minus the mode, from the runtime counters and from
+  NVML, and their agreement (NVML saving / runtime saving); the runtime's saving per method is in the
+  conditions. Launch traffic, equal in both modes, cancels here.
 
 The dashboard's ``better`` on an agreement ratio is nominal (``lower``: unexplained bytes grew); what
 matters is closeness to 1.
@@ -62,7 +67,9 @@ DTYPE_NAME = "float32"
 SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 ASR_DECODER_STEPS = 6
 LLM_DECODE_STEPS = 8
-MODES = ("copy", "skip_copy")
+MODES = ("copy", "skip_copy", "placed")
+#: Export-time placement of the ``placed`` mode: every input and output of both methods on the device.
+PLACED_OPTIONS = {"skip_h2d_for_method_inputs": True, "skip_d2h_for_method_outputs": True}
 
 NVML_TARGET_BYTES = 64 << 20
 NVML_TIME_CAP_S = 10.0
@@ -334,9 +341,10 @@ def saving_record(
     skip_counted: RunBytes,
     copy_traffic: PerRunTraffic,
     skip_traffic: PerRunTraffic,
+    mode: str = "skip_copy",
 ) -> BenchRecord:
-    """Bytes per run that skip-copy saved (copy − skip_copy), runtime-counted and NVML-measured."""
-    params = params_for(pipeline.name, "skip_copy_saving")
+    """Bytes per run that ``mode`` saved (copy − mode), runtime-counted and NVML-measured."""
+    params = params_for(pipeline.name, f"{mode}_saving")
     missing = copy_traffic.why_missing if copy_traffic.d2h is None else skip_traffic.why_missing
     metrics: dict[str, Metric] = {}
     for direction, label in (("d2h", "device→host"), ("h2d", "host→device")):
@@ -370,16 +378,29 @@ def saving_record(
         primary="d2h_saved_nvml",
         metrics=metrics,
         conditions={
-            "skip_copy_option": pipeline.skip_methods,
+            "mechanism": "export-time placement" if mode == "placed" else "runtime option",
+            "skip_copy_option": pipeline.skip_methods if mode == "skip_copy" else "",
+            "placement": PLACED_OPTIONS if mode == "placed" else {},
+            "runtime_saved_per_method": per_method_saving(copy_counted, skip_counted),
             "valid": copy_traffic.valid and skip_traffic.valid,
-            "reasons": {"copy": copy_traffic.reason, "skip_copy": skip_traffic.reason},
+            "reasons": {"copy": copy_traffic.reason, mode: skip_traffic.reason},
             "runs_per_window": copy_traffic.runs,
             "note": (
-                "saved = copy mode minus skip_copy mode, per run; NVML figures from K-run windows divided "
+                f"saved = copy mode minus {mode} mode, per run; NVML figures from K-run windows divided "
                 "by K; agreement = NVML saving / runtime saving (traffic common to both modes cancels)"
             ),
         },
     )
+
+
+def per_method_saving(copy_counted: RunBytes, other: RunBytes) -> dict[str, dict[str, int]]:
+    """Runtime-counted bytes per run each method saved (copy − other), per direction."""
+    return {
+        method: {
+            key: row[key] - other.per_method.get(method, {}).get(key, 0) for key in ("h2d_bytes", "d2h_bytes")
+        }
+        for method, row in copy_counted.per_method.items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------- GPU parts
@@ -388,16 +409,25 @@ def saving_record(
 @dataclass
 class _Prepared:
     spec: PipelineSpec
-    handles: list[object]
-    host_input: Any
+    handles: dict[str, list[object]]
+    """mode → the handles it runs (``copy`` and ``skip_copy`` share one program's)."""
+    inputs: dict[str, Any]
+    """mode → the pipeline's input: on the host, or on the device for ``placed``."""
     counted: dict[str, RunBytes] = field(default_factory=dict)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return tuple(m for m in MODES if m in self.handles)
+
+    def run(self, backend: Any, mode: str, stats: Any = None) -> Any:
+        return self.spec.run(backend, self.handles[mode], self.inputs[mode], stats)
 
 
 def _run_in_mode(ctx: BenchContext, prepared: _Prepared, mode: str, stats: Any = None) -> Any:
     from conformance.programs import option
 
     with option(ctx.backend, SKIP_COPY_OPTION, prepared.spec.option_value(mode)):
-        return prepared.spec.run(ctx.backend, prepared.handles, prepared.host_input, stats)
+        return prepared.run(ctx.backend, mode, stats)
 
 
 def _time_modes(ctx: BenchContext, prepared: _Prepared) -> dict[str, Measurement]:
@@ -407,24 +437,22 @@ def _time_modes(ctx: BenchContext, prepared: _Prepared) -> dict[str, Measurement
     from conformance.programs import option
 
     backend, spec, device = ctx.backend, prepared.spec, ctx.device_index
-
-    def run_once() -> object:
-        return spec.run(backend, prepared.handles, prepared.host_input)
+    modes = prepared.modes
 
     def take_batch(round_index: int) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {mode: [] for mode in MODES}
+        out: dict[str, list[float]] = {mode: [] for mode in modes}
         for i in range(ctx.policy.batch):
-            for mode in interleaved_order(MODES, round_index * ctx.policy.batch + i):
+            for mode in interleaved_order(modes, round_index * ctx.policy.batch + i):
                 with option(backend, SKIP_COPY_OPTION, spec.option_value(mode)):
                     start = time.perf_counter()
-                    run_once()
+                    prepared.run(backend, mode)
                     torch.cuda.synchronize(device)
                     out[mode].append(time.perf_counter() - start)
         return out
 
-    for mode in MODES:
+    for mode in modes:
         with option(backend, SKIP_COPY_OPTION, spec.option_value(mode)):
-            warm_up([run_once], device, min_calls=3, min_s=0.1)
+            warm_up([lambda mode=mode: prepared.run(backend, mode)], device, min_calls=3, min_s=0.1)
     results = run_adaptive(take_batch, ctx.policy, unit="s")
     conditions = capture_gpu_state(device).to_conditions()
     return {mode: replace(m, conditions=conditions) for mode, m in results.items()}
@@ -441,7 +469,7 @@ def _measure_nvml(
 
         with option(ctx.backend, SKIP_COPY_OPTION, prepared.spec.option_value(mode)):
             for _ in range(runs):
-                prepared.spec.run(ctx.backend, prepared.handles, prepared.host_input)
+                prepared.run(ctx.backend, mode)
 
     return PerRunTraffic.from_measurement(meter.measure(window), runs)
 
@@ -450,11 +478,23 @@ def _prepare(ctx: BenchContext, spec: PipelineSpec, stack: Any) -> _Prepared:
     import torch
 
     from conformance.programs import handles, lowered
+    from conformance.protocol import missing_attributes
 
-    model = lowered(ctx.backend, spec.model, getattr(torch, DTYPE_NAME), "cuda")
+    dtype = getattr(torch, DTYPE_NAME)
+    model = lowered(ctx.backend, spec.model, dtype, "cuda")
     made = stack.enter_context(handles(ctx.backend, model.program, *spec.methods))
     host_input = model.eager[spec.methods[0]][1][0].detach().cpu()
-    return _Prepared(spec, made, host_input)
+    prepared = _Prepared(
+        spec, {"copy": made, "skip_copy": made}, {"copy": host_input, "skip_copy": host_input}
+    )
+    lacking = missing_attributes(ctx.backend, "device_placement")
+    if lacking:
+        ctx.log(f"  {spec.name}: mode 'placed' skipped: the backend lacks {lacking}")
+        return prepared
+    placed = lowered(ctx.backend, spec.model, dtype, "cuda", PLACED_OPTIONS)
+    prepared.handles["placed"] = stack.enter_context(handles(ctx.backend, placed.program, *spec.methods))
+    prepared.inputs["placed"] = host_input.to(torch.device("cuda", ctx.device_index))
+    return prepared
 
 
 def run_pipelines(ctx: BenchContext) -> None:
@@ -472,20 +512,20 @@ def run_pipelines(ctx: BenchContext) -> None:
         # Counted bytes and a correctness check: both modes must produce the same tokens.
         for p in prepared:
             tokens: dict[str, Any] = {}
-            for mode in MODES:
+            for mode in p.modes:
                 stats: list[tuple[str, dict[str, int]]] = []
                 tokens[mode] = _run_in_mode(ctx, p, mode, stats)
                 p.counted[mode] = runtime_bytes(stats)
-            if not torch.equal(tokens["copy"], tokens["skip_copy"]):
-                ctx.fail(
-                    f"{p.spec.name}: skip-copy changed the tokens: {tokens['copy'].tolist()} vs "
-                    f"{tokens['skip_copy'].tolist()}"
-                )
+                if not torch.equal(tokens["copy"], tokens[mode]):
+                    ctx.fail(
+                        f"{p.spec.name}: mode {mode} changed the tokens: {tokens['copy'].tolist()} vs "
+                        f"{tokens[mode].tolist()}"
+                    )
         latencies = {p.spec.name: _time_modes(ctx, p) for p in prepared}
         for p in prepared:
             lat = latencies[p.spec.name]
-            for mode in MODES:
-                speed = paired_ratio(lat["copy"], lat["skip_copy"]) if mode == "skip_copy" else None
+            for mode in p.modes:
+                speed = paired_ratio(lat["copy"], lat[mode]) if mode != "copy" else None
                 record = latency_record(p.spec, mode, lat[mode], p.counted[mode], speed)
                 ctx.emit(record, "benchmark")
                 ctx.log(
@@ -497,18 +537,19 @@ def run_pipelines(ctx: BenchContext) -> None:
             for p in prepared:
                 lat = latencies[p.spec.name]
                 copy_bytes = p.counted["copy"].h2d + p.counted["copy"].d2h
-                slowest = max(lat[mode].value for mode in MODES)
+                slowest = max(lat[mode].value for mode in p.modes)
                 runs, why = choose_runs(copy_bytes, slowest, target, cap_s)
-                traffic = {mode: _measure_nvml(ctx, meter, p, mode, runs) for mode in MODES}
-                for mode in MODES:
+                traffic = {mode: _measure_nvml(ctx, meter, p, mode, runs) for mode in p.modes}
+                for mode in p.modes:
                     ctx.emit(
                         pcie_record(p.spec, mode, traffic[mode], p.counted[mode], why, described), "traffic"
                     )
-                saving = saving_record(
-                    p.spec, p.counted["copy"], p.counted["skip_copy"], traffic["copy"], traffic["skip_copy"]
-                )
-                ctx.emit(saving, "traffic")
-                _log_saving(ctx, saving)
+                for mode in p.modes[1:]:
+                    saving = saving_record(
+                        p.spec, p.counted["copy"], p.counted[mode], traffic["copy"], traffic[mode], mode
+                    )
+                    ctx.emit(saving, "traffic")
+                    _log_saving(ctx, saving)
 
 
 def _log_saving(ctx: BenchContext, record: BenchRecord) -> None:
@@ -523,7 +564,9 @@ def _log_saving(ctx: BenchContext, record: BenchRecord) -> None:
 
     ctx.log(
         f"  {record.name}: d2h saved runtime {shown(m['d2h_saved_runtime'])}, "
-        f"NVML {shown(m['d2h_saved_nvml'])}, agreement {shown(m['d2h_saved_agreement'])}"
+        f"NVML {shown(m['d2h_saved_nvml'])}, agreement {shown(m['d2h_saved_agreement'])}; "
+        f"h2d saved runtime {shown(m['h2d_saved_runtime'])}, NVML {shown(m['h2d_saved_nvml'])}, "
+        f"agreement {shown(m['h2d_saved_agreement'])}"
     )
 
 
@@ -532,7 +575,7 @@ SUITES: dict[str, Suite] = {
         name=SUITE,
         description=(
             f"ASR ({PIPELINES[0].description}) and LLM ({PIPELINES[1].description}) end to end: latency, "
-            "runtime and NVML bytes, with and without skip-copy"
+            "runtime and NVML bytes: copy, runtime skip-copy option, export-time placement"
         ),
         run=run_pipelines,
         needs_backend=NEEDS,
