@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from conformance import known_failures
+from conformance import outcomes as case_outcomes
 from conformance.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
 from conformance.programs import SKIP_COPY_OPTION
 from conformance.protocol import Backend, missing_attributes
@@ -39,6 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run one matrix cell: only cases of this dtype (float32, float16, bfloat16), or "
         "'independent' for the cases that have no dtype parameter",
     )
+    case_outcomes.add_options(group)  # --strict-should, --known-failures
 
 
 @functools.cache
@@ -72,11 +75,23 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[BACKEND_KEY] = backend
     config.stash[SPEC_KEY] = spec
+    # Rule levels, coverage gaps and declared known failures decide each case's outcome (outcomes.py).
+    files = list(config.getoption("--known-failures") or [])
+    try:
+        entries = known_failures.load_all(backend, files)
+    except known_failures.KnownFailuresError as exc:
+        raise pytest.UsageError(f"--known-failures: {exc}") from exc
+    sources = (["backend attribute known_failures"] if known_failures.from_backend(backend) else []) + files
+    plugin = case_outcomes.CaseOutcomes(config, entries, sources)
+    config.pluginmanager.register(plugin, "conformance-outcomes")
     if config.pluginmanager.hasplugin("harness.pytest_plugin"):
         from harness.pytest_plugin import add_run_metadata
 
         add_run_metadata(config, "backend", {"spec": spec, "name": backend.name, "version": backend.version})
-        add_run_metadata(config, "repro_args", [] if spec == DEFAULT_BACKEND else ["--backend", spec])
+        repro_args = [] if spec == DEFAULT_BACKEND else ["--backend", spec]
+        # A known failure (xfailed, or stale) reproduces as recorded only with its file.
+        repro_args += [arg for path in files for arg in ("--known-failures", path)]
+        add_run_metadata(config, "repro_args", repro_args)
         workers = getattr(config.option, "numprocesses", None)
         if gpu_ids and isinstance(workers, int) and not worker:
             pinned = {f"gw{i}": worker_gpu(f"gw{i}", gpu_ids) for i in range(workers)}
@@ -183,7 +198,9 @@ def pytest_terminal_summary(
     """One line per chapter, with the main skip reason, so a CPU run says plainly what it skipped."""
     per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    for outcome in ("passed", "failed", "skipped", "error"):
+    # should-failed and coverage are the outcomes.py plugin's categories; xfailed: declared known failures.
+    extras = (case_outcomes.SHOULD_FAILED, case_outcomes.COVERAGE, case_outcomes.XFAILED)
+    for outcome in ("passed", "failed", "skipped", "error", *extras):
         for report in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(report, "nodeid", "")
             if not nodeid.startswith("conformance/") or (outcome == "passed" and report.when != "call"):
@@ -199,6 +216,7 @@ def pytest_terminal_summary(
         counts = per_chapter[chapter]
         outcomes = ("passed", "failed", "error", "skipped")
         line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in outcomes)
+        line += "".join(f", {counts[o]} {o}" for o in extras if counts[o])
         if reasons[chapter]:
             reason, n = reasons[chapter].most_common(1)[0]
             line += f" — {n} skipped because: {reason}"

@@ -4,6 +4,12 @@ Params are attached to each item as ``user_properties`` (``param:<name>``) where
 travel through pytest-xdist and into JUnit XML. Recording happens only in the controller (or the single
 process): each case is journaled as soon as its teardown report arrives, and the final JSON is written
 atomically when the session ends. A worker that dies mid-test is recorded as ``crashed``.
+
+Another plugin may decide a case's recorded outcome where pytest has no word for it: it sets
+``report.case_result`` (``CASE_RESULT_ATTR``) on the setup or call report to a JSON-serialisable dict with
+``outcome`` (one of ``harness.results.OUTCOMES``) and optionally ``message``, ``rule``, ``level`` and
+``known_failure``. It is a plain report attribute, so it survives pytest-xdist's report serialisation.
+The conformance suite uses it for ``should-failed``, ``coverage`` and declared known failures.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import pytest
 
 from harness.environment import capture_environment
 from harness.results import (
+    LEVELS,
+    OUTCOMES,
     CaseResult,
     ResultJournal,
     RunResult,
@@ -27,6 +35,8 @@ from harness.results import (
 
 PARAM_PREFIX = "param:"
 MESSAGE_LIMIT = 4000
+#: Report attribute through which another plugin sets the recorded outcome (see the module docstring).
+CASE_RESULT_ATTR = "case_result"
 
 _METADATA_KEY = pytest.StashKey[dict[str, Any]]()
 _RECORDER_KEY = pytest.StashKey["ResultRecorder"]()
@@ -234,10 +244,12 @@ class ResultRecorder:
 
     def _finish(self, nodeid: str, crash: pytest.TestReport | None = None) -> None:
         pending = self._pending.pop(nodeid, None) or _Pending()
+        details: dict[str, Any] = {}
         if crash is not None:
             outcome, message = "crashed", _failure_text(crash)
         else:
             outcome, message = _outcome(pending.reports)
+            details = _case_details(pending.reports, outcome)
         params = {
             str(name).removeprefix(PARAM_PREFIX): str(value)
             for name, value in pending.user_properties
@@ -254,6 +266,7 @@ class ResultRecorder:
                 repro=self._repro(nodeid),
                 duration_s=round(pending.duration, 6),
                 worker=pending.worker,
+                **details,
             )
         )
 
@@ -287,16 +300,53 @@ def _worker_of(report: pytest.TestReport) -> str | None:
     return str(gateway.id) if gateway is not None else None
 
 
+def _override(report: pytest.TestReport | None) -> dict[str, Any] | None:
+    """The ``case_result`` another plugin set on a report, when it names a known outcome."""
+    value = getattr(report, CASE_RESULT_ATTR, None)
+    if isinstance(value, dict) and value.get("outcome") in OUTCOMES:
+        return value
+    return None
+
+
+def _override_message(override: dict[str, Any], report: pytest.TestReport | None) -> str:
+    message = override.get("message")
+    if message is None:  # the plugin kept pytest's verdict: the message is the usual one
+        return _failure_text(report) if report is not None and report.longrepr else ""
+    return _truncate(str(message))
+
+
+def _case_details(reports: dict[str, pytest.TestReport], outcome: str) -> dict[str, Any]:
+    """``rule``, ``level`` and ``known_failure`` from a ``case_result``, when the outcome still is its."""
+    for when in ("setup", "call"):
+        override = _override(reports.get(when))
+        if override is not None:
+            if override["outcome"] != outcome and outcome == "error":
+                return {}  # a teardown failure turned it into an error: the details no longer apply
+            known = override.get("known_failure")
+            return {
+                "rule": str(override["rule"]) if override.get("rule") else None,
+                "level": str(override["level"]) if override.get("level") in LEVELS else None,
+                "known_failure": dict(known) if isinstance(known, dict) else None,
+            }
+    return {}
+
+
 def _outcome(reports: dict[str, pytest.TestReport]) -> tuple[str, str]:
     """One outcome per case from its phase reports: setup problems first, then call, then teardown."""
     setup, call, teardown = reports.get("setup"), reports.get("call"), reports.get("teardown")
+    setup_override = _override(setup)
+    if setup_override is not None:
+        return setup_override["outcome"], _override_message(setup_override, setup)
     if setup is not None and setup.failed:
         return "error", _failure_text(setup)
     if setup is not None and setup.skipped:
         return _skip_outcome(setup)
     if call is None:
         return "error", "the test did not run to completion (interrupted before its call phase ended)"
-    if call.skipped:
+    call_override = _override(call)
+    if call_override is not None:
+        outcome, message = call_override["outcome"], _override_message(call_override, call)
+    elif call.skipped:
         outcome, message = _skip_outcome(call)
     elif call.failed:
         outcome, message = "failed", _failure_text(call)

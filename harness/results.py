@@ -20,9 +20,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 SCHEMA = "aoti-conformance-results"
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1,)
-OUTCOMES: tuple[str, ...] = ("passed", "failed", "skipped", "error", "crashed", "xfailed", "xpassed")
+#: Version 2 added the case fields ``rule``, ``level`` and ``known_failure`` and the outcomes
+#: ``should-failed`` and ``coverage``. Version 1 files are read as version 2 cases without them.
+SCHEMA_VERSION = 2
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+#: ``should-failed``: a *should* rule failed (a policy, optimisation or performance contract); it fails
+#: the run only under ``--strict-should``. ``coverage``: the backend does not cover what the case
+#: exercises (e.g. an op it does not map); never a failure. ``xfailed``: a declared known failure (its
+#: ``known_failure`` says why) or a pytest xfail marker.
+OUTCOMES: tuple[str, ...] = (
+    "passed", "failed", "skipped", "error", "crashed", "xfailed", "xpassed", "should-failed", "coverage",
+)  # fmt: skip
+#: Levels of the rule a failure names (``conformance/rules.py``).
+LEVELS: tuple[str, ...] = ("must", "should")
 JOURNAL_SUFFIX = ".journal.jsonl"
 
 
@@ -42,6 +52,13 @@ class CaseResult:
     repro: str
     duration_s: float
     worker: str | None
+    #: The rule id the failure (or coverage gap) named, ``[rule-id]`` at the start of its message.
+    rule: str | None = None
+    #: ``must`` or ``should`` for a failed, should-failed or known-failing case; None otherwise.
+    level: str | None = None
+    #: For a declared known failure (outcome ``xfailed``, or ``failed`` with rule ``known-failures/stale``):
+    #: the entry, ``{"case", "rule", "reason", "link", "source"}``.
+    known_failure: dict[str, Any] | None = None
 
 
 @dataclass
@@ -341,6 +358,12 @@ _CASE_FIELDS: dict[str, tuple[type, ...]] = {
     "duration_s": (int, float),
     "worker": (str, type(None)),
 }
+#: Case fields added in version 2: optional (absent in version 1 files), None when not applicable.
+_OPTIONAL_CASE_FIELDS: dict[str, tuple[type, ...]] = {
+    "rule": (str, type(None)),
+    "level": (str, type(None)),
+    "known_failure": (dict, type(None)),
+}
 
 
 def _type_ok(value: object, types: tuple[type, ...]) -> bool:
@@ -406,6 +429,9 @@ def _case_from_dict(data: object, source: str, where: str) -> CaseResult:
             raise ResultFileError(
                 f"{source}: {where}: params[{key!r}] must be string, found {_json_type(value)}"
             )
+    _require(obj, source, f"{where}: ", {k: t for k, t in _OPTIONAL_CASE_FIELDS.items() if k in obj})
+    if obj.get("level") is not None and obj["level"] not in LEVELS:
+        raise ResultFileError(f"{source}: {where}: level {obj['level']!r} is not one of {', '.join(LEVELS)}")
     return CaseResult(
         id=obj["id"],
         chapter=obj["chapter"],
@@ -415,6 +441,9 @@ def _case_from_dict(data: object, source: str, where: str) -> CaseResult:
         repro=obj["repro"],
         duration_s=float(obj["duration_s"]),
         worker=obj["worker"],
+        rule=obj.get("rule"),
+        level=obj.get("level"),
+        known_failure=obj.get("known_failure"),
     )
 
 

@@ -20,8 +20,10 @@ from reports.formatting import scale_for
 # Outcome colours, shared with the stylesheet's badges.
 OUTCOME_COLOURS = {
     "passed": "#1a7f37",
-    "xfailed": "#4ac26b",
+    "xfailed": "#8c959f",
+    "coverage": "#54aeff",
     "skipped": "#bf8700",
+    "should-failed": "#fb8f44",
     "failed": "#cf222e",
     "error": "#a40e26",
     "xpassed": "#fa4549",

@@ -30,9 +30,13 @@ DEFAULT_THRESHOLD_PCT = 5.0
 METRIC_VERDICTS: tuple[str, ...] = ("slower", "ambiguous", "changed", "faster", "same", "n/a")
 CASE_CHANGES: tuple[str, ...] = ("newly_failing", "newly_passing", "new", "removed")
 OK_OUTCOMES = frozenset({"passed", "xfailed"})
+#: Outcomes that mean "wrong". should-failed (a policy/performance rule) and coverage are not among them:
+#: they never gate, so a case moving to them is not "newly failing".
 BAD_OUTCOMES = frozenset({"failed", "error", "crashed", "xpassed"})
 # When one id appears in several shards, the worst outcome speaks for it.
-_SEVERITY_ORDER = ("passed", "xfailed", "skipped", "xpassed", "failed", "error", "crashed")
+_SEVERITY_ORDER = (
+    "passed", "xfailed", "coverage", "skipped", "should-failed", "xpassed", "failed", "error", "crashed",
+)  # fmt: skip
 _OUTCOME_SEVERITY = {outcome: rank for rank, outcome in enumerate(_SEVERITY_ORDER)}
 
 
@@ -263,3 +267,62 @@ def _spread(metric: Mapping[str, Any]) -> float:
 def _better(metric: Mapping[str, Any]) -> str | None:
     better = metric.get("better")
     return better if better in ("lower", "higher") else None
+
+
+# ---------------------------------------------------------------------------------------------- side by side
+
+#: Groups of a side-by-side comparison of two runs (usually two backends), in the order a page shows them.
+SIDE_BY_SIDE_GROUPS: tuple[str, ...] = (
+    "only_a_fails", "only_b_fails", "different", "only_in_a", "only_in_b", "same",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SideBySideCase:
+    """One case id in two runs: its case in each (None where the run lacks it) and its group."""
+
+    id: str
+    chapter: str
+    group: str
+    a: CaseResult | None
+    b: CaseResult | None
+
+
+def side_by_side_group(a_outcome: str | None, b_outcome: str | None) -> str:
+    """``only_a_fails`` / ``only_b_fails``: one run fails it (failed, error, crashed, xpassed), the other
+    does not; ``different``: both fail it differently, or neither fails and the outcomes differ (passed
+    vs skipped, should-failed, coverage ...); ``same``; ``only_in_a`` / ``only_in_b``."""
+    if a_outcome is None or b_outcome is None:
+        if a_outcome is None and b_outcome is None:
+            raise ValueError("a case must be in at least one of the runs")
+        return "only_in_b" if a_outcome is None else "only_in_a"
+    if a_outcome == b_outcome:
+        return "same"
+    a_bad, b_bad = a_outcome in BAD_OUTCOMES, b_outcome in BAD_OUTCOMES
+    if a_bad and not b_bad:
+        return "only_a_fails"
+    if b_bad and not a_bad:
+        return "only_b_fails"
+    return "different"
+
+
+def side_by_side(a_cases: Iterable[CaseResult], b_cases: Iterable[CaseResult]) -> list[SideBySideCase]:
+    """Every case id of either run, grouped (``SIDE_BY_SIDE_GROUPS`` order), by chapter and id within."""
+    a, b = _worst_case_by_id(a_cases), _worst_case_by_id(b_cases)
+    rows = []
+    for case_id in a.keys() | b.keys():
+        one, other = a.get(case_id), b.get(case_id)
+        chapter = (one or other).chapter  # type: ignore[union-attr]
+        group = side_by_side_group(one.outcome if one else None, other.outcome if other else None)
+        rows.append(SideBySideCase(case_id, chapter, group, one, other))
+    rank = {group: i for i, group in enumerate(SIDE_BY_SIDE_GROUPS)}
+    return sorted(rows, key=lambda r: (rank[r.group], r.chapter, r.id))
+
+
+def _worst_case_by_id(cases: Iterable[CaseResult]) -> dict[str, CaseResult]:
+    result: dict[str, CaseResult] = {}
+    for case in cases:
+        known = result.get(case.id)
+        if known is None or _OUTCOME_SEVERITY.get(case.outcome, 0) > _OUTCOME_SEVERITY.get(known.outcome, 0):
+            result[case.id] = case
+    return result

@@ -6,6 +6,13 @@ Inputs are result files or directories (default: ``results/``; ``*.json`` plus j
 never finished). Files of the same ``run_id`` are shards of one run and merge; ``--merge`` merges all
 inputs into one run (e.g. a conformance file and a benchmark file from the same CI job).
 
+Side by side (two backends, case by case): ``--side-by-side B`` (a result file or directory, read as one
+run) writes ``compare/<A>--vs--<B>.html`` for every input run A against B: every case id with its
+outcome in A and in B, grouped as only A fails / only B fails / different outcome / only in A / only in
+B / same outcome, plus B's benchmark figures against A's. Without the option, a build whose inputs are
+exactly two runs from different backends (name, version and spec as recorded) gets that page for them
+too, the first input being A. The index links every such page.
+
 Exit status:
 
 * 0 — site written; no regression gate, or nothing regressed.
@@ -26,8 +33,9 @@ from harness.results import ResultFileError, RunResult
 from reports import chart_cache
 from reports.compare import DEFAULT_THRESHOLD_PCT, Comparison, compare_runs
 from reports.history import HistoryRun, load_history, run_slug, save_to_history
-from reports.inputs import load_inputs
-from reports.site import SiteInfo, SiteRun, write_site
+from reports.inputs import LoadedRun, load_inputs
+from reports.site import SiteInfo, SiteRun, side_by_side_path, write_site
+from reports.views import run_backend, side_by_side_backends_differ
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_INPUT = "results"
@@ -52,6 +60,12 @@ def parser() -> argparse.ArgumentParser:
         "--fail-on-regression",
         action="store_true",
         help="exit 1 when a metric is 'slower' or a case newly fails against the baseline",
+    )
+    p.add_argument(
+        "--side-by-side",
+        metavar="B",
+        help="result file or directory (read as one run) to compare with each input run case by case, "
+        "e.g. another backend's run; automatic when the inputs are two runs of different backends",
     )
     p.add_argument("--history", help="directory of earlier runs; this build's runs are added to it")
     p.add_argument("--merge", action="store_true", help="merge all inputs into one run (as shards)")
@@ -79,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             baseline = load_baseline(args.baseline)
         except ResultFileError as exc:
             return _fail(f"baseline: {exc}")
+    try:
+        pairs = side_by_side_pairs(inputs.runs, args.side_by_side)
+    except ResultFileError as exc:
+        return _fail(f"side by side: {exc}")
 
     new_runs = [
         SiteRun(
@@ -103,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings=warnings,
         baseline=baseline.run_id if baseline else "",
         threshold_pct=args.threshold_pct,
+        side_by_side=pairs,
     )
     try:
         with chart_cache.stored_in(cache):
@@ -115,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}")
 
     print(f"wrote {out / 'index.html'}: {len(site_runs)} run(s), {len(new_runs)} from this build")
+    for a, b in pairs:
+        print(f"wrote {out / side_by_side_path(a, b)}: A {run_backend(a.run)} vs B {run_backend(b.run)}")
     regressions = report_regressions(new_runs)
     if inputs.errors:
         return EXIT_BAD_INPUT
@@ -125,12 +146,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def load_baseline(path: str) -> RunResult:
     """All files under the baseline path are read as shards of one run; any unreadable one is an error."""
+    return load_one_run(path).run
+
+
+def load_one_run(path: str) -> LoadedRun:
+    """Every file under ``path`` as shards of one run; any unreadable one is an error."""
     loaded = load_inputs([path], merge_all=True)
     if loaded.errors:
         raise ResultFileError(loaded.errors[0])
     if not loaded.runs:
         raise ResultFileError(f"{path}: no result files")
-    return loaded.runs[0].run
+    return loaded.runs[0]
+
+
+def side_by_side_pairs(runs: Sequence[LoadedRun], other: str | None) -> list[tuple[LoadedRun, LoadedRun]]:
+    """(A, B) pairs to compare case by case: every input run against ``other`` when it is given, else the
+    two input runs when there are exactly two and their backends differ."""
+    if other:
+        b = load_one_run(other)
+        return [(a, b) for a in runs]
+    if len(runs) == 2 and side_by_side_backends_differ(runs[0].run, runs[1].run):
+        return [(runs[0], runs[1])]
+    return []
 
 
 def merge_history(new_runs: Sequence[SiteRun], old: Sequence[HistoryRun]) -> list[SiteRun]:

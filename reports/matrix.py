@@ -16,16 +16,28 @@ from harness.results import OUTCOMES, CaseResult
 
 NO_DTYPE = "—"
 _DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64")
-# Cell status, worst first; the first status any case in the cell has wins.
-CELL_STATUSES: tuple[str, ...] = ("crash", "fail", "pass", "skip")
+# Cell status, worst first; the first status any case in the cell has wins. Only crash and fail mean
+# "wrong" (red/purple); should (a policy or performance rule failed), known (a declared known failure)
+# and coverage (the backend does not cover it) have colours of their own.
+CELL_STATUSES: tuple[str, ...] = ("crash", "fail", "should", "known", "coverage", "pass", "skip")
 _STATUS_OF_OUTCOME = {
     "crashed": "crash",
     "error": "fail",
     "failed": "fail",
     "xpassed": "fail",
+    "should-failed": "should",
+    "xfailed": "known",
+    "coverage": "coverage",
     "passed": "pass",
-    "xfailed": "pass",
     "skipped": "skip",
+}
+# The outcomes a cell of each status counts in its label ("k/n").
+_LABEL_OUTCOMES = {
+    "crash": ("crashed", "error", "failed", "xpassed"),
+    "fail": ("crashed", "error", "failed", "xpassed"),
+    "should": ("should-failed",),
+    "known": ("xfailed",),
+    "coverage": ("coverage",),
 }
 
 
@@ -41,11 +53,11 @@ class Cell:
         if not self.total:
             return ""
         counts = dict(self.counts)
-        if self.status in ("crash", "fail"):
-            bad = sum(counts.get(o, 0) for o in ("crashed", "error", "failed", "xpassed"))
-            return f"{bad}/{self.total}"
+        if self.status in _LABEL_OUTCOMES:
+            count = sum(counts.get(o, 0) for o in _LABEL_OUTCOMES[self.status])
+            return f"{count}/{self.total}"
         if self.status == "pass":
-            good = counts.get("passed", 0) + counts.get("xfailed", 0)
+            good = counts.get("passed", 0)
             return f"{good}/{self.total}" if good != self.total else str(self.total)
         return str(self.total)
 

@@ -22,7 +22,16 @@ from reports.compare import Comparison
 from reports.formatting import show_quantity
 from reports.history import run_slug
 from reports.inputs import LoadedRun
-from reports.views import history_counts, index_row, run_page, short_time, show_time, sort_key_time
+from reports.views import (
+    history_counts,
+    index_row,
+    run_backend,
+    run_page,
+    short_time,
+    show_time,
+    side_by_side_page,
+    sort_key_time,
+)
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 HISTORY_CHART_RUNS = 30
@@ -47,6 +56,22 @@ class SiteInfo:
     warnings: Sequence[str] = ()
     baseline: str = ""
     threshold_pct: float = 5.0
+    #: (run A, run B) pairs compared case by case on pages of their own (``compare/A--vs--B.html``).
+    side_by_side: Sequence[tuple[LoadedRun, LoadedRun]] = ()
+
+
+@dataclass(frozen=True)
+class SideBySideLink:
+    href: str
+    a_backend: str
+    a_run_id: str
+    b_backend: str
+    b_run_id: str
+
+
+def side_by_side_path(a: LoadedRun, b: LoadedRun) -> str:
+    """Where the side-by-side page of runs A and B lives, relative to the site root."""
+    return f"compare/{run_slug(a.run.run_id)}--vs--{run_slug(b.run.run_id)}.html"
 
 
 def environment() -> jinja2.Environment:
@@ -81,6 +106,18 @@ def write_site(out_dir: Path, runs: Sequence[SiteRun], info: SiteInfo) -> list[P
         html = run_template.render(page=run_page(entry.loaded, entry.comparison), root="../", **common)
         atomic_write_text(path, html)
         written.append(path)
+    run_pages = {r.loaded.run.run_id: f"runs/{r.slug}.html" for r in ordered}
+    side_links = []
+    side_template = env.get_template("dash_side_by_side.html.j2")
+    for a, b in info.side_by_side:
+        href = side_by_side_path(a, b)
+        a_href, b_href = (run_pages.get(x.run.run_id, "") for x in (a, b))
+        page = side_by_side_page(a, b, "../" + a_href if a_href else "", "../" + b_href if b_href else "")
+        atomic_write_text(out_dir / href, side_template.render(page=page, root="../", **common))
+        written.append(out_dir / href)
+        side_links.append(
+            SideBySideLink(href, run_backend(a.run), a.run.run_id, run_backend(b.run), b.run.run_id)
+        )
     rows = [index_row(r.loaded, f"runs/{r.slug}.html", r.comparison, r.is_new) for r in ordered]
     oldest_first = ordered[:HISTORY_CHART_RUNS][::-1]
     history_chart = charts.outcome_history_chart(
@@ -94,6 +131,7 @@ def write_site(out_dir: Path, runs: Sequence[SiteRun], info: SiteInfo) -> list[P
         warnings=list(info.warnings),
         baseline=info.baseline,
         threshold_pct=f"{info.threshold_pct:g}",
+        side_by_side=side_links,
         root="",
         **common,
     )

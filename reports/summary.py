@@ -17,6 +17,12 @@ from harness.results import OUTCOMES, CaseResult, RunResult
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 # Outcomes listed one by one with message and repro: everything that needs a person to look at it.
 PROBLEM_OUTCOMES = ("crashed", "error", "failed", "xpassed")
+# Listed apart, after the problems: not wrong (they never fail a run by default), but worth reading.
+NOTE_OUTCOMES = (
+    ("should-failed", "Should-level failures (a policy, optimisation or performance rule)"),
+    ("xfailed", "Known failures (declared; failing as declared)"),
+    ("coverage", "Coverage gaps (never a failure)"),
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,12 @@ def summary_context(run: RunResult) -> dict[str, Any]:
         "outcome_counts": outcome_counts,
         "chapters": chapter_views(run.cases),
         "problems": problem_cases(run.cases),
+        "notes": [
+            (outcome, title, [case for case in run.cases if case.outcome == outcome])
+            for outcome, title in NOTE_OUTCOMES
+            if any(case.outcome == outcome for case in run.cases)
+        ],
+        "warnings": [str(w) for w in run.metadata.get("warnings") or [] if isinstance(w, str)],
     }
 
 

@@ -14,7 +14,15 @@ from typing import Any
 
 from harness.results import OUTCOMES, CaseResult, RunResult
 from reports import charts, formatting
-from reports.compare import Comparison, MetricComparison, record_keys
+from reports.compare import (
+    SIDE_BY_SIDE_GROUPS,
+    Comparison,
+    MetricComparison,
+    SideBySideCase,
+    compare_runs,
+    record_keys,
+    side_by_side,
+)
 from reports.formatting import ShownValue, show_bytes, show_metric, show_quantity
 from reports.inputs import LoadedRun
 from reports.matrix import ChapterMatrix, build_matrices
@@ -197,10 +205,23 @@ class ShardView:
 
 
 @dataclass(frozen=True)
+class KnownFailureView:
+    """A declared known failure as a page shows it; ``href`` only for an http(s) link."""
+
+    reason: str
+    link: str
+    href: str
+    pattern: str
+    rule: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Problem:
     anchor: str
     case: CaseResult
     params: list[tuple[str, str]]
+    known: KnownFailureView | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +294,11 @@ class RunPage:
     shards: list[ShardView]
     matrices: list[ChapterMatrix]
     problems: list[Problem]
+    should_failures: list[Problem]
+    known_failures: list[Problem]
+    coverage_gaps: list[Problem]
+    warnings: list[str]
+    strict_should: bool
     skips: list[SkipGroup]
     benchmarks: list[SuiteView]
     traffic: list[SuiteView]
@@ -283,7 +309,10 @@ class RunPage:
 def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
     run = loaded.run
     problems = problem_list(run.cases)
-    anchors = {id(p.case): p.anchor for p in problems}
+    should = outcome_list(run.cases, "should-failed", "should", len(problems))
+    known = outcome_list(run.cases, "xfailed", "known", len(problems) + len(should))
+    coverage = outcome_list(run.cases, "coverage", "coverage", len(problems) + len(should) + len(known))
+    anchors = {id(p.case): p.anchor for p in (*problems, *should, *known, *coverage)}
     verdicts = {m.key: m for m in comparison.metrics} if comparison else {}
     return RunPage(
         run=run,
@@ -301,6 +330,11 @@ def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
         shards=shard_views(loaded),
         matrices=build_matrices(run.cases, anchors),
         problems=problems,
+        should_failures=should,
+        known_failures=known,
+        coverage_gaps=coverage,
+        warnings=run_warnings(run),
+        strict_should=run.metadata.get("strict_should") is True,
         skips=skip_groups(run.cases),
         benchmarks=suite_views("benchmarks", run.benchmarks, verdicts),
         traffic=suite_views("traffic", run.traffic, verdicts),
@@ -427,6 +461,39 @@ def problem_list(cases: Sequence[CaseResult]) -> list[Problem]:
     rank = {outcome: i for i, outcome in enumerate(PROBLEM_OUTCOMES)}
     chosen = sorted((c for c in cases if c.outcome in rank), key=lambda c: rank[c.outcome])
     return [Problem(f"case-{n}", c, sorted(c.params.items())) for n, c in enumerate(chosen, start=1)]
+
+
+def outcome_list(cases: Sequence[CaseResult], outcome: str, prefix: str, offset: int = 0) -> list[Problem]:
+    """The cases of one non-failing but notable outcome (should-failed, xfailed, coverage), in run order;
+    anchors are ``<prefix>-N`` so they never collide with the failures' ``case-N``."""
+    chosen = [c for c in cases if c.outcome == outcome]
+    return [
+        Problem(f"{prefix}-{n}", c, sorted(c.params.items()), known_failure_view(c.known_failure))
+        for n, c in enumerate(chosen, start=offset + 1)
+    ]
+
+
+def known_failure_view(entry: object) -> KnownFailureView | None:
+    if not isinstance(entry, Mapping):
+        return None
+    link = str(entry.get("link") or "")
+    return KnownFailureView(
+        reason=str(entry.get("reason") or ""),
+        link=link,
+        href=link if link.startswith(("https://", "http://")) else "",
+        pattern=str(entry.get("case") or ""),
+        rule=str(entry.get("rule") or ""),
+        source=str(entry.get("source") or ""),
+    )
+
+
+def run_warnings(run: RunResult) -> list[str]:
+    """Warnings the run recorded (e.g. known-failure entries that matched no case), shards included."""
+    lines = [str(w) for w in _list(run.metadata.get("warnings"))]
+    for number, shard in enumerate(_list(run.metadata.get("shards")), start=1):
+        if isinstance(shard, dict):
+            lines += [f"shard {number}: {w}" for w in _list(shard.get("warnings")) if str(w) not in lines]
+    return list(dict.fromkeys(lines))
 
 
 def skip_groups(cases: Sequence[CaseResult]) -> list[SkipGroup]:
@@ -626,3 +693,126 @@ def comparison_view(comparison: Comparison | None) -> ComparisonView | None:
 def history_counts(run: RunResult) -> dict[str, int]:
     counts = run.summary()["outcomes"]
     return {outcome: counts.get(outcome, 0) for outcome in OUTCOMES}
+
+
+# ---------------------------------------------------------------------------------------------- side by side
+
+SIDE_BY_SIDE_LABELS = {
+    "only_a_fails": "only A fails",
+    "only_b_fails": "only B fails",
+    "different": "different outcome",
+    "only_in_a": "only in A",
+    "only_in_b": "only in B",
+    "same": "same outcome",
+}
+
+
+@dataclass(frozen=True)
+class SideRun:
+    """One side's header: which backend, which run, how it went."""
+
+    side: str  # "A" or "B"
+    backend: str
+    name: str
+    version: str
+    run_id: str
+    href: str  # its run page on this site, "" when it has none
+    started: str
+    gpus: str
+    total: int
+    counts: list[tuple[str, int]]
+    complete: bool
+
+
+@dataclass(frozen=True)
+class SideCell:
+    outcome: str  # "" where the run lacks the case
+    message: str  # first line, for the cell's title
+    duration: str
+
+
+@dataclass(frozen=True)
+class SideRow:
+    id: str
+    chapter: str
+    a: SideCell
+    b: SideCell
+
+
+@dataclass(frozen=True)
+class SideGroup:
+    key: str
+    label: str
+    anchor: str
+    rows: list[SideRow]
+    open: bool
+
+
+@dataclass(frozen=True)
+class SideBySidePage:
+    a: SideRun
+    b: SideRun
+    total: int
+    groups: list[SideGroup]
+    group_counts: list[tuple[str, str, int]]  # (key, label, count), every group, zeros included
+    metrics: list[MetricComparison]  # B against A, per metric both runs have
+
+
+def side_by_side_page(a: LoadedRun, b: LoadedRun, a_href: str = "", b_href: str = "") -> SideBySidePage:
+    """Run A and run B case by case (``reports.compare.side_by_side``), and B's metrics against A's."""
+    rows = side_by_side(a.run.cases, b.run.cases)
+    by_group: dict[str, list[SideBySideCase]] = {key: [] for key in SIDE_BY_SIDE_GROUPS}
+    for row in rows:
+        by_group[row.group].append(row)
+    groups = [
+        SideGroup(
+            key=key,
+            label=SIDE_BY_SIDE_LABELS[key],
+            anchor=key.replace("_", "-"),
+            rows=[SideRow(r.id, r.chapter, _side_cell(r.a), _side_cell(r.b)) for r in items],
+            open=key != "same" or len(items) <= 50,
+        )
+        for key, items in by_group.items()
+        if items
+    ]
+    metrics = compare_runs(b.run, a.run).metrics
+    rank = {verdict: i for i, verdict in enumerate(_VERDICT_ORDER)}
+    return SideBySidePage(
+        a=_side_run("A", a, a_href),
+        b=_side_run("B", b, b_href),
+        total=len(rows),
+        groups=groups,
+        group_counts=[(k, SIDE_BY_SIDE_LABELS[k], len(by_group[k])) for k in SIDE_BY_SIDE_GROUPS],
+        metrics=sorted(metrics, key=lambda m: rank[m.verdict]),
+    )
+
+
+def _side_run(side: str, loaded: LoadedRun, href: str) -> SideRun:
+    run = loaded.run
+    backend = run.metadata.get("backend")
+    backend = backend if isinstance(backend, Mapping) else {}
+    return SideRun(
+        side=side,
+        backend=run_backend(run),
+        name=str(backend.get("name") or ""),
+        version=str(backend.get("version") or ""),
+        run_id=run.run_id,
+        href=href,
+        started=show_time(run.started_at),
+        gpus=gpu_summary(run),
+        total=len(run.cases),
+        counts=outcome_counts(run),
+        complete=run.complete,
+    )
+
+
+def _side_cell(case: CaseResult | None) -> SideCell:
+    if case is None:
+        return SideCell("", "", "")
+    lines = case.message.strip().splitlines()
+    return SideCell(case.outcome, lines[0] if lines else "", show_quantity(case.duration_s, "s"))
+
+
+def side_by_side_backends_differ(a: RunResult, b: RunResult) -> bool:
+    """Whether two runs come from different backends (name and version, as recorded)."""
+    return run_backend(a) != run_backend(b)

@@ -264,3 +264,54 @@ def baseline_run(started_at: str = "2025-06-01T09:30:00+00:00") -> RunResult:
         time["value"] *= factor
         time["spread"] = time["value"] * rel_spread
     return run
+
+
+def other_backend_run(started_at: str = "2025-06-02T11:00:00+00:00") -> RunResult:
+    """``sample_run``'s suite against another backend, for side-by-side pages: the case that errors in
+    the sample passes here, one that passes there fails here, one case of the sample is absent and one is
+    new, and the rest carries the outcomes only rule levels and known failures give (should-failed,
+    coverage, a declared known failure)."""
+    run = sample_run(started_at=started_at, hostile=True, regress=True, run_id="upstream-run-1")
+    run.metadata["backend"] = {
+        "name": f"executorch {HOSTILE}",
+        "version": "1.5.1",
+        "spec": "upstream_executorch:BACKEND",
+    }
+    changed: list[CaseResult] = []
+    for item in run.cases:
+        if "test_streams_interleave" in item.id:
+            continue  # only in the sample
+        if "test_kv_cache_stays_on_gpu" in item.id:
+            item = dataclasses.replace(item, outcome="passed", message="")
+        elif item.id.endswith("[float32-1x64x48-row]"):
+            item = dataclasses.replace(item, outcome="failed", message=f"[mm_out/values] {HOSTILE}")
+        elif item.id.endswith("[8]"):
+            item = dataclasses.replace(
+                item,
+                outcome="should-failed",
+                message="[mm_out/no-host-sync] returned only after the caller's stream drained",
+                rule="mm_out/no-host-sync",
+                level="should",
+            )
+        elif item.id.endswith("[bfloat16-tiny_llm]"):
+            item = dataclasses.replace(
+                item, outcome="coverage", message="[lowering/ops] op aten::_scaled_dot_product not mapped"
+            )
+        changed.append(item)
+    changed.append(
+        dataclasses.replace(
+            case("lowering", "test_zoo_model", {"dtype": "float16", "model": "conv"}, "xfailed"),
+            message="[lowering/zoo] relative L2 error 0.02 against eager float64 exceeds 0.005 (float16)",
+            rule="lowering/zoo",
+            level="must",
+            known_failure={
+                "case": "conformance/test_lowering.py::test_zoo_model[float16-*]",
+                "rule": "lowering/zoo",
+                "reason": f"fp16 conv accumulates in fp16 {HOSTILE}",
+                "link": "javascript:window.__pwned=3",
+                "source": "known.toml #1",
+            },
+        )
+    )
+    run.cases = changed
+    return run

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from harness.results import dumps_run, load_results
+from harness.results import SCHEMA_VERSION, dumps_run, load_results
 from reports import charts
 from reports.dashboard import main
 from reports.formatting import show_metric, show_quantity
@@ -269,7 +269,7 @@ def test_default_inputs_are_results_json_into_site(tmp_path: Path, monkeypatch: 
 BAD_FILES = {
     "truncated.json": lambda text: text[: len(text) // 2],
     "foreign.json": lambda text: json.dumps({"schema": "someone-elses-format", "data": []}),
-    "future.json": lambda text: text.replace('"schema_version": 1', '"schema_version": 99'),
+    "future.json": lambda text: text.replace(f'"schema_version": {SCHEMA_VERSION}', '"schema_version": 99'),
     "garbage.json": lambda text: "\x00\x01 not json at all",
     "wrong-type.json": lambda text: text.replace('"complete": true', '"complete": "yes"'),
 }

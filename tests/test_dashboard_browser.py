@@ -25,7 +25,14 @@ from harness.results import load_results
 from reports import charts
 from reports.dashboard import main
 from reports.history import run_slug
-from tests.dashboard_samples import HOSTILE, baseline_run, sample_run, write_interrupted, write_run
+from tests.dashboard_samples import (
+    HOSTILE,
+    baseline_run,
+    other_backend_run,
+    sample_run,
+    write_interrupted,
+    write_run,
+)
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
@@ -64,22 +71,26 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("browser")
     history = root / "history"
-    older = write_run(root / "older.json", sample_run(started_at="2025-05-30T09:30:00+00:00", hostile=False))
+    # The oldest run in the history is another backend's, with should-failed, coverage and known failures.
+    older = write_run(root / "older.json", other_backend_run(started_at="2025-05-30T09:30:00+00:00"))
     assert main([str(older), "-o", str(root / "site"), "--history", str(history)]) == 0
     results = root / "results"
     results.mkdir()
     current = write_run(results / "conformance.json", sample_run())
     write_interrupted(results / "killed.json")
     baseline = write_run(root / "baseline.json", baseline_run())
-    code = main(
-        [str(results), "-o", str(root / "site"), "--history", str(history), "--baseline", str(baseline)]
-    )
+    upstream = write_run(root / "upstream.json", other_backend_run())
+    args = ["-o", str(root / "site"), "--history", str(history), "--baseline", str(baseline)]
+    code = main([str(results), *args, "--side-by-side", str(upstream)])
     assert code == 0
     killed = load_results(results / "killed.json")
+    run_id = load_results(current).run_id
     return {
         "dir": root / "site",
-        "run": f"runs/{run_slug(load_results(current).run_id)}.html",
+        "run": f"runs/{run_slug(run_id)}.html",
         "killed": f"runs/{run_slug(killed.run_id)}.html",
+        "side": f"compare/{run_slug(run_id)}--vs--upstream-run-1.html",
+        "older": f"runs/{run_slug(load_results(older).run_id)}.html",
     }
 
 
@@ -215,10 +226,62 @@ def test_interrupted_run_has_a_banner(page, server, site) -> None:
     assert_clean(watch)
 
 
+def test_side_by_side_page_compares_two_backends(page, server, site) -> None:
+    tab, watch = page
+    tab.goto(server + "index.html")
+    tab.locator(f'#side-by-side a[href="{site["side"]}"]').click()
+    tab.wait_for_load_state("load")
+    assert tab.url.endswith(site["side"])
+    # Both backends with their versions in the header; the hostile one shown as text, nothing ran.
+    assert "reference" in tab.locator("#run-a").inner_text()
+    assert "0.1.0" in tab.locator("#run-a").inner_text()
+    assert HOSTILE in tab.locator("#run-b h2").inner_text()
+    assert "1.5.1" in tab.locator("#run-b").inner_text()
+    assert tab.evaluate("typeof window.__pwned") == "undefined"
+    # Every group that has cases, each row with both outcomes.
+    for anchor in ("only-a-fails", "only-b-fails", "different", "only-in-a", "only-in-b", "same"):
+        assert tab.locator(f"#{anchor} table.side tbody tr").count() >= 1, anchor
+    only_b = tab.locator("#only-b-fails tbody tr").first
+    assert only_b.locator(".badge.passed").is_visible()
+    assert only_b.locator(".badge.failed").is_visible()
+    assert tab.locator("#different .badge.should-failed").count() == 1
+    assert tab.locator("#only-in-b .badge.xfailed").count() == 1
+    assert tab.locator("#group-counts .tile").count() == 6
+    # The run page of A is one click away.
+    assert tab.locator("#run-a a").get_attribute("href").startswith("../runs/")
+    tab.screenshot(path=str(SCREENSHOTS / "dashboard-side-by-side.png"), full_page=True)
+    assert_clean(watch)
+
+
+def test_run_page_separates_should_known_and_coverage(page, server, site) -> None:
+    tab, watch = page
+    tab.goto(server + site["older"])
+    # Nothing but real failures is red: a should rule, a known failure and a coverage gap have sections
+    # and matrix colours of their own.
+    assert tab.locator("#should .problem.should-failed").count() == 1
+    assert "rule=mm_out/no-host-sync" in tab.locator("#should .chips").inner_text()
+    assert tab.locator("#known .problem.xfailed").count() == 2  # the declared one and an xfail marker
+    known = tab.locator("#known .problem.xfailed").filter(has=tab.locator(".known-reason"))
+    assert known.count() == 1
+    assert "fp16 conv accumulates" in known.locator(".known-reason").inner_text()
+    assert known.locator(".known-reason a").count() == 0  # a javascript: link stays text
+    assert tab.locator("#coverage .problem.coverage").count() == 1
+    assert tab.locator("#failures .problem.should-failed, #failures .problem.coverage").count() == 0
+    for status in ("should", "known", "coverage"):
+        assert tab.locator(f"#matrix .cell.{status}").first.is_visible(), status
+    tile = tab.locator(".tile.should-failed")
+    assert tile.evaluate("e => getComputedStyle(e).backgroundColor") != tab.locator(".tile.failed").evaluate(
+        "e => getComputedStyle(e).backgroundColor"
+    )
+    assert tab.evaluate("typeof window.__pwned") == "undefined"
+    tab.screenshot(path=str(SCREENSHOTS / "dashboard-run-levels.png"), full_page=True)
+    assert_clean(watch)
+
+
 def test_pages_fit_a_phone_screen(page, server, site) -> None:
     tab, watch = page
     tab.set_viewport_size({"width": 390, "height": 844})
-    for path in ("index.html", site["run"]):
+    for path in ("index.html", site["run"], site["side"]):
         tab.goto(server + path)
         # Wide tables scroll inside their own box; the page itself never scrolls sideways.
         assert tab.evaluate("document.documentElement.scrollWidth") <= 390, path

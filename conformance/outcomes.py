@@ -1,0 +1,285 @@
+"""What a failed check means for the run: rule levels, coverage gaps and declared known failures.
+
+A pytest plugin (registered by ``conformance/conftest.py``) that looks at every setup and call report
+where the case ran (each pytest-xdist worker, or the single process) and decides its outcome:
+
+* a failure naming a *must* rule stays a failure (``failed``; ``error`` in setup);
+* a failure naming a *should* rule (``conformance/rules.py``) becomes ``should-failed``: reported apart,
+  and failing the run only with ``--strict-should``;
+* ``checks.CoverageGap`` becomes ``coverage``: counted, never a failure;
+* a failure matching a declared known failure (``conformance/known_failures.py``) becomes ``xfailed``
+  with the entry's reason and link; a matching case that passes fails with ``known-failures/stale``.
+
+Converted reports look to pytest like xfails (``outcome = "skipped"`` plus ``wasxfail``), so the exit
+status, ``-x`` and JUnit treat them as not failed: JUnit gets ``<skipped type="pytest.xfail"
+message="should: [rule] ...">`` (``coverage: ...``, ``known failure: ...``). Every decided case also
+carries JUnit properties ``conformance:outcome``, ``conformance:rule``, ``conformance:level`` (and
+``known_failure:reason`` / ``known_failure:link``). The outcome itself rides on the report as
+``case_result`` (``harness.pytest_plugin.CASE_RESULT_ATTR``), a plain dict that survives xdist's report
+serialisation, for the result file and for the controller's counts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from conformance.checks import CoverageGap
+from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
+from conformance.rules import Level, level_of, rule_of
+
+CASE_RESULT_ATTR = "case_result"  # the same name as harness.pytest_plugin.CASE_RESULT_ATTR
+PROPERTY_PREFIX = "conformance:"
+WORKER_OUTPUT_KEY = "conformance_known_failures_matched"
+SHOULD_FAILED, COVERAGE, XFAILED = "should-failed", "coverage", "xfailed"
+#: Where a summary stops listing cases one by one.
+LIST_LIMIT = 20
+_EXCEPTION_PREFIX = re.compile(r"^[\w.]+: (?=\[)")
+
+
+def add_options(group: pytest.OptionGroup) -> None:
+    group.addoption(
+        "--strict-should",
+        action="store_true",
+        default=False,
+        help="failures of *should* rules (policy, optimisation, performance; see `python -m "
+        "conformance.rules`) fail the run too; by default they are reported as should-failed",
+    )
+    group.addoption(
+        "--known-failures",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="TOML (or .json) file of declared known failures: [[known_failures]] case = glob, rule = "
+        "glob (optional), reason, link; repeatable (see conformance/known_failures.py)",
+    )
+
+
+def case_result(report: pytest.TestReport | pytest.CollectReport) -> dict[str, Any] | None:
+    value = getattr(report, CASE_RESULT_ATTR, None)
+    return value if isinstance(value, dict) else None
+
+
+class CaseOutcomes:
+    """The plugin. ``entries``: the known failures in force; ``sources``: where they came from."""
+
+    def __init__(self, config: pytest.Config, entries: Sequence[KnownFailure], sources: Sequence[str]):
+        self.config = config
+        self.entries = list(entries)
+        self.sources = list(sources)
+        self.strict_should = bool(config.getoption("--strict-should"))
+        self.matched: set[int] = set()  # indices of the entries that match a collected case
+        self.decided: dict[str, list[pytest.TestReport]] = {SHOULD_FAILED: [], COVERAGE: [], XFAILED: []}
+        self.stale: list[pytest.TestReport] = []
+
+    # -- where the case runs ---------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+        report: pytest.TestReport = yield
+        if report.when in ("setup", "call") and not hasattr(report, "wasxfail"):
+            if report.failed and call.excinfo is not None:
+                self._decide_failure(item, call.excinfo, report)
+            elif report.passed and report.when == "call":
+                self._check_stale(item, report)
+        return report
+
+    def _decide_failure(
+        self, item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException], report: pytest.TestReport
+    ) -> None:
+        exc = excinfo.value
+        message = _failure_text(report, exc)
+        text = str(exc).strip() if isinstance(exc, (AssertionError, CoverageGap)) else message
+        first = text.splitlines()[0] if text else type(exc).__name__
+        if isinstance(exc, CoverageGap):
+            self._convert(item, report, COVERAGE, f"coverage: {first}", message, exc.rule, None, None)
+            return
+        rule = rule_of(str(exc)) if isinstance(exc, AssertionError) else None
+        level = level_of(rule) if rule else Level.MUST
+        known = first_match(self.entries, item.nodeid, rule)
+        if known is not None:
+            why = f"known failure: {known.reason}" + (f" ({known.link})" if known.link else "")
+            self._convert(item, report, XFAILED, f"{why} — {first}", message, rule, level, known)
+        elif level is Level.SHOULD:
+            self._convert(item, report, SHOULD_FAILED, f"should: {first}", message, rule, level, None)
+        else:
+            outcome = "failed" if report.when == "call" else "error"
+            self._annotate(item, report, outcome, None, rule, level, None)
+
+    def _check_stale(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        matches = case_matches(self.entries, item.nodeid)
+        if not matches:
+            return
+        entry = matches[0]
+        link = f" ({entry.link})" if entry.link else ""
+        message = (
+            f"[{STALE_RULE}] {item.nodeid}: passed, but {entry.source} declares it a known failure: "
+            f"{entry.reason}{link}; remove or narrow the entry ({entry.case!r})"
+        )
+        report.outcome = "failed"
+        report.longrepr = message
+        self._annotate(item, report, "failed", message, STALE_RULE, Level.MUST, entry)
+
+    def _convert(
+        self,
+        item: pytest.Item,
+        report: pytest.TestReport,
+        outcome: str,
+        shown: str,
+        message: str,
+        rule: str | None,
+        level: Level | None,
+        known: KnownFailure | None,
+    ) -> None:
+        """Make pytest see a non-failing, xfail-like report; the recorded outcome is ``outcome``."""
+        report.outcome = "skipped"
+        report.wasxfail = shown  # type: ignore[attr-defined]
+        self._annotate(item, report, outcome, message, rule, level, known)
+
+    def _annotate(
+        self,
+        item: pytest.Item,
+        report: pytest.TestReport,
+        outcome: str,
+        message: str | None,
+        rule: str | None,
+        level: Level | None,
+        known: KnownFailure | None,
+    ) -> None:
+        result: dict[str, Any] = {
+            "outcome": outcome,
+            "message": message,
+            "rule": rule,
+            "level": level.value if level else None,
+            "known_failure": known.to_dict() if known else None,
+        }
+        setattr(report, CASE_RESULT_ATTR, result)
+        props = [(PROPERTY_PREFIX + "outcome", outcome)]
+        props += [(PROPERTY_PREFIX + "rule", rule)] if rule else []
+        props += [(PROPERTY_PREFIX + "level", level.value)] if level else []
+        if known is not None:
+            props += [("known_failure:reason", known.reason), ("known_failure:link", known.link)]
+        # Properties set here ride on the teardown report, which is where JUnit XML reads them.
+        item.user_properties.extend(props)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        result = case_result(report)
+        if result is None or report.when not in ("setup", "call"):
+            return None
+        if result["outcome"] == SHOULD_FAILED:
+            return SHOULD_FAILED, "S", ("SHOULD-FAIL", {"yellow": True})
+        if result["outcome"] == COVERAGE:
+            return COVERAGE, "C", ("COVERAGE", {"cyan": True})
+        return None
+
+    # -- where reports gather (the controller, or the single process) ----------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # tryfirst: before -k, -m and --dtype deselect anything, so an entry for another cell still counts.
+        ids = [item.nodeid for item in items]
+        self.matched.update(n for n, e in enumerate(self.entries) if any(e.matches_case(i) for i in ids))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        # The controller of an xdist run collects nothing itself: each worker sends what it matched.
+        output = getattr(node, "workeroutput", None) or {}
+        self.matched.update(int(n) for n in output.get(WORKER_OUTPUT_KEY, []))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        result = case_result(report)
+        if result is None:
+            return
+        if result["outcome"] in self.decided:
+            self.decided[result["outcome"]].append(report)
+        elif result.get("rule") == STALE_RULE:
+            self.stale.append(report)
+
+    def unmatched(self) -> list[KnownFailure]:
+        """Entries that match no collected case (counted before any deselection)."""
+        return [e for n, e in enumerate(self.entries) if n not in self.matched]
+
+    def warnings(self) -> list[str]:
+        return [f"known-failures: {entry.describe()} matches no collected case" for entry in self.unmatched()]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput"):
+            self.config.workeroutput[WORKER_OUTPUT_KEY] = sorted(self.matched)  # type: ignore[attr-defined]
+            return
+        if self.config.pluginmanager.hasplugin("harness.pytest_plugin"):
+            from harness.pytest_plugin import add_run_metadata
+
+            add_run_metadata(self.config, "strict_should", self.strict_should)
+            if self.entries:
+                add_run_metadata(
+                    self.config,
+                    "known_failures",
+                    {
+                        "sources": self.sources,
+                        "entries": [e.to_dict() for e in self.entries],
+                        "unmatched": [e.to_dict() for e in self.unmatched()],
+                    },
+                )
+            warnings = self.warnings()
+            if warnings:
+                add_run_metadata(self.config, "warnings", warnings)
+        if self.strict_should and self.decided[SHOULD_FAILED] and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        write = terminalreporter.write_line
+        should = self.decided[SHOULD_FAILED]
+        if should:
+            verdict = (
+                "they fail this run (--strict-should)"
+                if self.strict_should
+                else "they do not fail this run; --strict-should makes them"
+            )
+            terminalreporter.section(f"should-level failures: {len(should)}; {verdict}", yellow=True)
+            _list_reports(write, should)
+        coverage = self.decided[COVERAGE]
+        if coverage:
+            terminalreporter.section(f"coverage gaps: {len(coverage)} (never a failure)", cyan=True)
+            _list_reports(write, coverage)
+        known = self.decided[XFAILED]
+        if known or self.stale or self.entries:
+            terminalreporter.section("known failures", bold=True)
+            write(
+                f"{len(self.entries)} declared ({', '.join(self.sources) or 'none'}): {len(known)} failed as "
+                f"declared (xfailed), {len(self.stale)} stale (passed: failed with {STALE_RULE})"
+            )
+            for report in known:
+                entry = (case_result(report) or {}).get("known_failure") or {}
+                link = f" {entry['link']}" if entry.get("link") else ""
+                write(f"XFAIL {report.nodeid} — {entry.get('reason', '')}{link}")
+            for report in self.stale:
+                write(f"STALE {report.nodeid}")
+        for line in self.warnings():
+            terminalreporter.write_line(f"warning: {line}", yellow=True)
+
+
+def _list_reports(write: Any, reports: Sequence[pytest.TestReport]) -> None:
+    for report in reports[:LIST_LIMIT]:
+        lines = str((case_result(report) or {}).get("message") or "").strip().splitlines()
+        # "conformance.checks.CheckFailure: [rule] ..." -> "[rule] ...": the rule id says enough.
+        first = _EXCEPTION_PREFIX.sub("", lines[0]) if lines else ""
+        write(f"{report.nodeid} — {first}")
+    if len(reports) > LIST_LIMIT:
+        write(f"… and {len(reports) - LIST_LIMIT} more (all of them are in the result file)")
+
+
+def _failure_text(report: pytest.TestReport, exc: BaseException) -> str:
+    """The failure as the result file records failures: pytest's crash line (``Type: message``)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    return str(message) if message else f"{type(exc).__name__}: {exc}"
