@@ -9,6 +9,13 @@ structural (``typing.Protocol``), so a backend never depends on the suite.
 Identity (every backend)
     ``name: str`` and ``version: str`` — shown in the run header and stored in the result file.
 
+Known failures (optional, every backend)
+    ``known_failures``: a sequence of mappings ``{"case": glob over the case id, "rule": glob over the
+    rule id (optional), "reason": str, "link": str (optional)}`` (or a callable returning one), added to
+    those of ``--known-failures FILE``. A matching case that fails as declared is ``xfailed`` with the
+    reason and link; one that passes fails with rule ``known-failures/stale``. Format and matching:
+    ``conformance/known_failures.py``.
+
 Errors (every part)
     A contract violation raises an *invalid-argument* error: an instance of ``ValueError`` (a subclass is
     welcome) whose message names the offending argument (``out``, ``self`` or ``mat2`` for ``mm_out``) and
@@ -30,7 +37,10 @@ Part ``view_pass`` (chapter ``lowering``; SPEC §1a)
     ``view_copy_pass(graph_module) -> ViewPassOutcome`` runs the backend's ReplaceViewCopyWithViewPass on a
     torch.fx ``GraphModule`` (ATen ops, edge-like: views already functionalized into ``*_copy`` ops) and
     returns an object with ``graph_module`` (the result, runnable), ``rewritten`` (names of nodes turned
-    into views) and ``refused`` (node name → reason). The suite checks both the verdicts and the numerics.
+    into views) and ``refused`` (node name → reason) — copies of ops the backend does not map at all go in
+    neither list (the suite reports them as coverage, not as refusals; an optional ``unmapped`` mapping of
+    node name → op may say so explicitly). The suite judges the numerics and aliasing of the result; a
+    verdict is only wrong where it changes what a caller sees.
 
 Part ``preflight`` (optional; SPEC §3)
     ``preflight(device) -> (ok, message)``: prove the toolchain can build and load an artifact for

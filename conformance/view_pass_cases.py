@@ -1,19 +1,22 @@
 """The catalogue of edge-like graphs for ``ReplaceViewCopyWithViewPass`` (SPEC §1a), one case per situation.
 
-For every rule of the pass there is a graph where it must rewrite and one where it must refuse. Each case is
-an ATen ``GraphModule`` in the edge form a backend's pass receives: views already functionalized into their
-``*_copy`` twins, ``meta["val"]`` on every node (as ``torch.export`` leaves it). Graphs are built by hand with
-``torch.fx`` where the hazard is a mutation *inside* the graph (export output is functional, so it never has
-one; a few hand-built graphs keep a live view on purpose, as the alias that is written or as the view user),
-and by exporting small modules where the program writes a buffer or an input back. Those exported
-programs are turned into the graph form with :func:`edge_graph`: parameters and buffers become ordinary
-inputs, and each write-back becomes an explicit ``aten.copy_`` into that input at the end of the graph, so a
-pass that only sees a ``GraphModule`` can still see the mutation.
+For every rule of the pass there is a graph where it should rewrite and one where a rewrite is a hazard: it
+changes what a caller observes, which the suite proves for itself (:class:`ViewPassCase` says how each copy's
+verdict is held: only a hazard's makes a wrong result). Each case is an ATen ``GraphModule`` in the edge form
+a backend's pass receives: views already functionalized into their ``*_copy`` twins, ``meta["val"]`` on every
+node (as ``torch.export`` leaves it). Graphs are built by hand with ``torch.fx`` where the hazard is a
+mutation *inside* the graph (export output is functional, so it never has one; a few hand-built graphs keep a
+live view on purpose, as the alias that is written or as the view user), and by exporting small modules where
+the program writes a buffer or an input back. Those exported programs are turned into the graph form with
+:func:`edge_graph`: parameters and buffers become ordinary inputs, and each write-back becomes an explicit
+``aten.copy_`` into that input at the end of the graph, so a pass that only sees a ``GraphModule`` can
+still see the mutation.
 
 The module also holds what a test needs to run a case: :func:`observe` runs a graph on fresh clones of its
 inputs and records everything a caller could see (outputs, the inputs' final values, and which outputs share
 memory with an input or another output), :func:`differences` compares two such observations, and
-:func:`force_view_twins` is what a pass without safety rules would do. No backend is imported here.
+:func:`force_view_twins` is what a pass without safety rules would do (:func:`forcing_differences`: what
+that would change). No backend is imported here.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import math
 import operator
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +50,11 @@ __all__ = [
     "differences",
     "edge_graph",
     "force_view_twins",
+    "forcing_differences",
     "is_view_op",
     "kv_cache_attention",
     "observe",
     "view_twin",
-    "written_back_copies",
 ]
 
 aten = torch.ops.aten
@@ -79,17 +82,29 @@ class CaseUnavailable(Exception):
 class ViewPassCase:
     """One situation. ``build()`` returns a fresh graph and its inputs (deterministic, never all zeros).
 
-    ``must_rewrite`` / ``must_refuse`` name the graph's ``*_copy`` nodes (together: all of them).
-    ``naive_rewrite_is_wrong``: turning every copy into its view changes what a caller observes, so the
-    case catches a pass that ignores the rule (the suite proves that for itself, without a backend).
+    Every ``*_copy`` node of the graph is in exactly one of four sets, by what a rewrite of it would do:
+
+    * ``hazard``: turning this copy alone into its view changes what a caller observes (values, the inputs'
+      final values, or sharing); the suite proves that for itself, without a backend. A pass that rewrites
+      it *and* changes the behaviour breaks the rule (a *must*).
+    * ``policy``: SPEC §1a refuses it conservatively (no schema, a view user, a container the pass cannot
+      see through), but in this graph the rewrite is not observable: rewriting it is a *should* miss.
+    * ``rewrite``: safe, and a view is what the rule asks for. Keeping the copy is never wrong: it is a
+      coverage gap when the backend does not map the op, a *should* miss when it maps it and refused.
+    * ``free``: either verdict is right, e.g. every use of the copy runs before the write to its source.
     """
 
     id: str
     rule: str
     build: Callable[[], tuple[GraphModule, Inputs]]
-    must_rewrite: frozenset[str] = frozenset()
-    must_refuse: frozenset[str] = frozenset()
-    naive_rewrite_is_wrong: bool = False
+    rewrite: frozenset[str] = frozenset()
+    hazard: frozenset[str] = frozenset()
+    policy: frozenset[str] = frozenset()
+    free: frozenset[str] = frozenset()
+
+    @property
+    def copies(self) -> frozenset[str]:
+        return self.rewrite | self.hazard | self.policy | self.free
 
     def __str__(self) -> str:
         return self.id
@@ -199,29 +214,21 @@ def edge_graph(module: nn.Module, inputs: Inputs) -> tuple[GraphModule, Inputs]:
     return _propagate(result, values), values
 
 
-def written_back_copies(module: GraphModule) -> frozenset[str]:
-    """``*_copy`` nodes taken of an input that an ``aten.copy_`` later in the graph overwrites."""
-    order = {n: i for i, n in enumerate(module.graph.nodes)}
-    last_write: dict[Node, int] = {}
-    for n in module.graph.nodes:
-        if n.target is aten.copy_.default and isinstance(n.args[0], Node) and n.args[0].op == "placeholder":
-            last_write[n.args[0]] = order[n]
-    return frozenset(
-        n.name
-        for n in module.graph.nodes
-        if view_twin(n.target) is not None and order[n] < last_write.get(n.args[0], -1)  # type: ignore[arg-type]
-    )
-
-
-def force_view_twins(module: GraphModule) -> GraphModule:
-    """What a pass without safety rules would do: every ``*_copy`` with a view twin becomes that view."""
+def force_view_twins(module: GraphModule, only: Collection[str] | None = None) -> GraphModule:
+    """What a pass without safety rules would do: every ``*_copy`` with a view twin (or only those named
+    in ``only``) becomes that view. ``meta`` is left as it was: this is for running, not for compiling."""
     forced = copy.deepcopy(module)
     for n in forced.graph.nodes:
         twin = view_twin(n.target)
-        if n.op == "call_function" and twin is not None:
+        if n.op == "call_function" and twin is not None and (only is None or n.name in only):
             n.target = twin
     forced.recompile()
     return forced
+
+
+def forcing_differences(module: GraphModule, inputs: Inputs, only: Collection[str]) -> list[str]:
+    """What a caller would see change if exactly the copies named in ``only`` became their views."""
+    return differences(observe(module, inputs), observe(force_view_twins(module, only), inputs))
 
 
 # ------------------------------------------------------------------------------------------ observing a run
@@ -321,15 +328,21 @@ X, Y = (4, 6), (2, 6)
 _CASES: list[ViewPassCase] = []
 
 
+Names = Sequence[str]
+
+
 def _add(
     case_id: str,
     build: Callable[[], tuple[GraphModule, Inputs]],
-    rewrite: Sequence[str],
-    refuse: Sequence[str],
-    naive_wrong: bool,
+    *,
+    rewrite: Names = (),
+    hazard: Names = (),
+    policy: Names = (),
+    free: Names = (),
 ) -> None:
     rule = case_id.split("/")[0]  # every id reads <rule>/<situation>
-    _CASES.append(ViewPassCase(case_id, rule, build, frozenset(rewrite), frozenset(refuse), naive_wrong))
+    sets = (frozenset(rewrite), frozenset(hazard), frozenset(policy), frozenset(free))
+    _CASES.append(ViewPassCase(case_id, rule, build, *sets))
 
 
 def _case(
@@ -337,26 +350,27 @@ def _case(
     body: Body,
     shapes: Sequence[tuple[int, ...]] = (X,),
     *,
-    rewrite: Sequence[str] = (),
-    refuse: Sequence[str] = (),
-    naive_wrong: bool = False,
+    rewrite: Names = (),
+    hazard: Names = (),
+    policy: Names = (),
+    free: Names = (),
 ) -> None:
     """A hand-built case; its inputs are seeded from its id."""
     build = functools.partial(_hand_built, body, tuple(shapes), zlib.crc32(case_id.encode()))
-    _add(case_id, build, rewrite, refuse, naive_wrong)
+    _add(case_id, build, rewrite=rewrite, hazard=hazard, policy=policy, free=free)
 
 
 def _exported(
     case_id: str,
     make: Callable[[], tuple[nn.Module, Inputs]],
     *,
-    rewrite: Sequence[str] = (),
-    refuse: Sequence[str] = (),
-    naive_wrong: bool = False,
+    rewrite: Names = (),
+    hazard: Names = (),
+    free: Names = (),
 ) -> None:
     """A case exported from a module and put in edge form by :func:`edge_graph` (once per process)."""
     built = functools.cache(lambda: edge_graph(*make()))
-    _add(case_id, functools.partial(_fresh_copy, built), rewrite, refuse, naive_wrong)
+    _add(case_id, functools.partial(_fresh_copy, built), rewrite=rewrite, hazard=hazard, free=free)
 
 
 def _fresh_copy(built: Callable[[], tuple[GraphModule, Inputs]]) -> tuple[GraphModule, Inputs]:
@@ -392,8 +406,10 @@ def _call_function_reads(g: Graph, xs: list[Node]) -> Node:
     return g.call_function(aten.add.Tensor, (_slice(g, _doubled(g, xs[0])), 1.0))
 
 
-_case("call-method-user/reads", _call_method_reads, refuse=["s"])
-_case("call-method-user/writes", _call_method_writes, refuse=["s"], naive_wrong=True)
+# A call_method that only reads: the spec refuses it (nothing says what the method does), but a view reads
+# the same numbers, so rewriting it is a policy miss, not a wrong result.
+_case("call-method-user/reads", _call_method_reads, policy=["s"])
+_case("call-method-user/writes", _call_method_writes, hazard=["s"])
 _case("call-method-user/call-function-instead", _call_function_reads, rewrite=["s"])
 
 
@@ -416,7 +432,7 @@ def _written_by(kind: str) -> Body:
 
 
 for _kind in ("in-place", "out="):
-    _case(f"written-by-user/{_kind}", _written_by(_kind), (X, Y), refuse=["s"], naive_wrong=True)
+    _case(f"written-by-user/{_kind}", _written_by(_kind), (X, Y), hazard=["s"])
 _case("written-by-user/reading-user", _written_by("reads"), (X, Y), rewrite=["s"])
 
 
@@ -436,13 +452,14 @@ def _written_through_view(g: Graph, xs: list[Node]) -> Node:
 
 
 def _non_view_user(g: Graph, xs: list[Node]) -> Node:
-    t = g.call_function(aten.permute_copy.default, (_doubled(g, xs[0]), [1, 0]), name="t")
-    return g.call_function(aten.mm.default, (t, xs[0]))
+    return g.call_function(aten.mm.default, (_slice(g, _doubled(g, xs[0])), xs[1]))
 
 
-_case("view-user/reads-through-view", _view_user, refuse=["s"])
-_case("view-user/written-through-view", _written_through_view, refuse=["s"], naive_wrong=True)
-_case("view-user/non-view-user", _non_view_user, rewrite=["t"])
+# Reading through a view is not observable (policy); writing through one is (hazard); a slice whose only
+# user is an ordinary op (a GEMM operand) is what the rule lets through.
+_case("view-user/reads-through-view", _view_user, policy=["s"])
+_case("view-user/written-through-view", _written_through_view, hazard=["s"])
+_case("view-user/non-view-user", _non_view_user, (X, (6, 3)), rewrite=["s"])
 
 
 # --- source-mutated: the base is written after the copy (the upstream gap)
@@ -455,6 +472,10 @@ def _source_written(how: str) -> Body:
         if how == "before":
             g.call_function(aten.add_.Tensor, (x, 100.0))
         s = _slice(g, x)
+        if how == "read-before":  # the copy's only reader runs before the write: a view reads the same
+            doubled = g.call_function(aten.mul.Tensor, (s, 2.0))
+            g.call_function(aten.add_.Tensor, (x, 100.0))
+            return doubled
         if how == "add_":
             g.call_function(aten.add_.Tensor, (x, 100.0))
         elif how == "alias-add_":
@@ -475,8 +496,9 @@ def _source_written(how: str) -> Body:
 
 
 for _how in ("add_", "alias-add_", "copy_", "index_put_", "slice_scatter+copy_", "out="):
-    _case(f"source-mutated/{_how}", _source_written(_how), (X, Y), refuse=["s"], naive_wrong=True)
+    _case(f"source-mutated/{_how}", _source_written(_how), (X, Y), hazard=["s"])
 _case("source-mutated/only-before", _source_written("before"), (X, Y), rewrite=["s"])
+_case("source-mutated/read-before-write", _source_written("read-before"), (X, Y), free=["s"])
 
 
 # Every *_copy op: (op, arguments after the base, shape of the input). The copy is named "c".
@@ -511,7 +533,7 @@ def _one_copy(name: str, *, mutate_base: bool) -> Body:
 
 for _name in ("select_copy", "permute_copy", "view_copy", "expand_copy", "alias_copy"):
     _body, _shape = _one_copy(_name, mutate_base=True), _EVERY_COPY[_name][2]
-    _case(f"source-mutated/{_name}", _body, (_shape,), refuse=["c"], naive_wrong=True)
+    _case(f"source-mutated/{_name}", _body, (_shape,), hazard=["c"])
 
 
 class MutatesBuffer(nn.Module):
@@ -546,12 +568,12 @@ def _input_module() -> tuple[nn.Module, Inputs]:
     return MutatesInput(), _inputs(12, [(4, 3), (4, 3)])
 
 
-# The slice is read before the write-back, so a naive view would still give the same numbers: only the
-# verdict catches a pass that ignores the write-back here.
+# The slice is read before the write-back (which the edge form puts last), so a view reads the same
+# numbers: refusing (by node order, as the reference does) and rewriting are both right.
 _exported(
     "source-mutated/buffer-written-back",
     functools.partial(_buffer_module, True),
-    refuse=["slice_copy"],
+    free=["slice_copy"],
 )
 _exported(
     "source-mutated/buffer-only-read",
@@ -562,7 +584,7 @@ _exported(
     "source-mutated/user-input-written-back",
     _input_module,
     rewrite=["slice_copy_1"],
-    refuse=["slice_copy"],
+    free=["slice_copy"],
 )
 
 
@@ -600,14 +622,9 @@ class ReturnsSliceOfWrittenBack(nn.Module):
         return new[:2] + 1
 
 
-_case("aliases-output/returned-slice-of-input", _returned_slice_of_input, refuse=["s"], naive_wrong=True)
-_case(
-    "aliases-output/returned-slice-of-written-back-input",
-    _returned_slice_of_written_input,
-    refuse=["s"],
-    naive_wrong=True,
-)
-_case("aliases-output/returned-with-its-base", _returned_with_its_base, refuse=["s"], naive_wrong=True)
+_case("aliases-output/returned-slice-of-input", _returned_slice_of_input, hazard=["s"])
+_case("aliases-output/returned-slice-of-written-back-input", _returned_slice_of_written_input, hazard=["s"])
+_case("aliases-output/returned-with-its-base", _returned_with_its_base, hazard=["s"])
 _case("aliases-output/returned-slice-of-private-value", _returned_slice_of_private, rewrite=["s"])
 _exported(
     "aliases-output/read-slice-of-written-back-value",
@@ -654,16 +671,11 @@ def _read_only_lists(g: Graph, xs: list[Node]) -> Node:
     return g.call_function(aten.cat.default, ([s, mixed],))
 
 
-_case("opaque-container/in-written-list", _in_written_list, refuse=["s"], naive_wrong=True)
-_case(
-    "opaque-container/in-written-out-list",
-    _in_written_out_list,
-    (X, Y),
-    refuse=["s", "s_1"],
-    naive_wrong=True,
-)
-_case("opaque-container/getitem-chain", _getitem_chain, refuse=["rows"])
-_case("opaque-container/user-without-schema", _user_without_schema, refuse=["s"])
+_case("opaque-container/in-written-list", _in_written_list, hazard=["s"])
+_case("opaque-container/in-written-out-list", _in_written_out_list, (X, Y), hazard=["s", "s_1"])
+# Only read, so a view gives the same numbers: the spec refuses what it cannot see through (policy).
+_case("opaque-container/getitem-chain", _getitem_chain, policy=["rows"])
+_case("opaque-container/user-without-schema", _user_without_schema, policy=["s"])
 _case("opaque-container/read-only-lists", _read_only_lists, rewrite=["s", "halves"])
 
 
@@ -686,13 +698,22 @@ def _not_viewable_build() -> tuple[GraphModule, Inputs]:
         ) from exc
 
 
-_add("not-viewable/view-of-transposed", _not_viewable_build, rewrite=(), refuse=["flat"], naive_wrong=True)
+_add("not-viewable/view-of-transposed", _not_viewable_build, hazard=["flat"])
 
 
 # --- every-view-twin: each *_copy op with a view twin is rewritten when nothing can observe it
 
 for _name, (_op, _args, _shape) in _EVERY_COPY.items():
     _case(f"every-view-twin/{_name}", _one_copy(_name, mutate_base=False), (_shape,), rewrite=["c"])
+
+
+def _transposed_gemm_operand(g: Graph, xs: list[Node]) -> Node:
+    c = g.call_function(aten.permute_copy.default, (_doubled(g, xs[0]), [1, 0]), name="c")
+    return g.call_function(aten.mm.default, (c, xs[0]))
+
+
+# A permute_copy feeding a GEMM: the transposed-operand layout every attention block has.
+_case("every-view-twin/permute_copy-into-mm", _transposed_gemm_operand, rewrite=["c"])
 
 
 CASES: tuple[ViewPassCase, ...] = tuple(_CASES)

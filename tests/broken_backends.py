@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import copy
 import operator
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW
@@ -104,16 +106,159 @@ class IgnoresSourceMutation(_Wrapped):
         if outcome.rewritten:
             module.graph.lint()
             module.recompile()
+            _repropagate(module)
         return outcome
+
+
+def _repropagate(module: GraphModule) -> None:
+    """Fresh fake values on every node: an op reading a view may take its strides (``add`` does)."""
+    placeholders = [n.meta.get("val") for n in module.graph.nodes if n.op == "placeholder"]
+    mode = torch._guards.detect_fake_mode(placeholders)
+    if mode is None or any(v is None for v in placeholders):
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        FakeTensorProp(module, mode).propagate_dont_convert_inputs(*placeholders)
 
 
 def _fake(value: Any) -> Any:
     return torch.fx.node.map_aggregate(value, lambda v: v.meta["val"] if isinstance(v, Node) else v)
 
 
+#: Upstream ExecuTorch 1.5.1's table (``_VIEW_TARGETS``, ATen half): the only copies it turns into views.
+UPSTREAM_VIEW_TARGETS = {
+    torch.ops.aten.slice_copy.Tensor: torch.ops.aten.slice.Tensor,
+    torch.ops.aten.select_copy.int: torch.ops.aten.select.int,
+    torch.ops.aten.split_copy.Tensor: torch.ops.aten.split.Tensor,
+}
+
+
+class UpstreamLike(_Wrapped):
+    """Upstream ExecuTorch 1.5.1's ReplaceViewCopyWithViewPass as it is (re-implemented, so the self-tests
+    need no executorch): its three ops only, its user checks only, and the node retargeted with its old
+    ``meta["val"]`` (the copy's contiguous strides). A mapped copy it keeps is ``refused``; an op outside
+    its table is in neither list (unmapped)."""
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        module = copy.deepcopy(graph_module)
+        outcome = NaiveViewPassOutcome(module)
+        for node in module.graph.nodes:
+            view = UPSTREAM_VIEW_TARGETS.get(node.target) if node.op == "call_function" else None
+            if view is None:
+                continue
+            blocker = _upstream_blocker(node)
+            if blocker is not None:
+                outcome.refused[node.name] = blocker
+                continue
+            node.target = view
+            outcome.rewritten.append(node.name)
+        if outcome.rewritten:
+            module.graph.lint()
+            module.recompile()
+        return outcome
+
+
+class MapsNothing(_Wrapped):
+    """A pass that maps no op at all: every copy stays, none is listed (pure coverage, nothing wrong)."""
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        return NaiveViewPassOutcome(copy.deepcopy(graph_module))
+
+
+class RefusesEverything(_Wrapped):
+    """A pass that maps every op and refuses every copy with a reason (conservative, nothing wrong)."""
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        outcome = NaiveViewPassOutcome(copy.deepcopy(graph_module))
+        for node in outcome.graph_module.graph.nodes:
+            if node.op == "call_function" and node.target in COPY_TO_VIEW:
+                outcome.refused[node.name] = "refuses every copy"
+        return outcome
+
+
+def _aliases(node: Node) -> set[Node]:
+    """Every value sharing ``node``'s memory through view ops: up to its root, then all views of it."""
+    root = node
+    while root.op == "call_function" and getattr(root.target, "is_view", False):
+        root = root.args[0]  # type: ignore[assignment]
+    found, todo = {root}, [root]
+    while todo:
+        for user in todo.pop().users:
+            if user.op == "call_function" and getattr(user.target, "is_view", False) and user not in found:
+                found.add(user)
+                todo.append(user)
+    return found
+
+
+def _writes_any(user: Node, values: set[Node]) -> bool:
+    """``user`` may write one of ``values``: a schema argument marked written, or no schema to say."""
+    schema = getattr(user.target, "_schema", None)
+    if user.op != "call_function" or schema is None:
+        return any(v in values for v in user.all_input_nodes)
+    by_name = {a.name: a for a in schema.arguments}
+    bound = (
+        *zip(schema.arguments, user.args, strict=False),
+        *((by_name.get(k), v) for k, v in user.kwargs.items()),
+    )
+    return any(_writes(a) and any(n in values for n in _nodes_of(v)) for a, v in bound)
+
+
+def _nodes_of(value: Any) -> list[Node]:
+    found: list[Node] = []
+    torch.fx.node.map_arg(value, found.append)
+    return found
+
+
+def _reads_only(user: Node, node: Node) -> bool:
+    """An ordinary op that reads ``node``: it has a schema, is no view and writes nothing."""
+    schema = getattr(user.target, "_schema", None)
+    return (
+        user.op == "call_function"
+        and schema is not None
+        and not getattr(user.target, "is_view", False)
+        and not any(a.alias_info is not None for a in schema.returns)
+        and not _writes_any(user, {node})
+    )
+
+
+class RewritesReadsBeforeWrite(_Wrapped):
+    """Correct, but not the reference's verdicts: the reference pass, then every copy it refused for a later
+    write to the source whose readers (ordinary ops) all run before that write also becomes a view. A view
+    read before the write reads what the copy held, so nothing a caller sees changes."""
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        reference = REFERENCE.view_copy_pass(graph_module)
+        module = reference.graph_module
+        outcome = NaiveViewPassOutcome(module, list(reference.rewritten), dict(reference.refused))
+        order = {n: i for i, n in enumerate(module.graph.nodes)}
+        for node in module.graph.nodes:
+            if outcome.refused.get(node.name) != "source-mutated" or not isinstance(node.args[0], Node):
+                continue
+            aliases = _aliases(node.args[0])
+            writes = [
+                order[n] for n in module.graph.nodes if order[n] > order[node] and _writes_any(n, aliases)
+            ]
+            readers = list(node.users)
+            if not writes or not readers or not all(_reads_only(u, node) for u in readers):
+                continue
+            if max(order[u] for u in readers) > min(writes):
+                continue
+            view = COPY_TO_VIEW[node.target]
+            node.target, node.meta["val"] = view, view(*_fake(node.args), **_fake(node.kwargs))
+            outcome.rewritten.append(node.name)
+            del outcome.refused[node.name]
+        module.graph.lint()
+        module.recompile()
+        return outcome
+
+
 ACCEPTS_DTYPE_MISMATCH = AcceptsDtypeMismatch("accepts-dtype-mismatch")
 ACCEPTS_CPU_TENSORS = AcceptsCpuTensors("accepts-cpu-tensors")
 IGNORES_SOURCE_MUTATION = IgnoresSourceMutation("ignores-source-mutation")
+UPSTREAM_LIKE = UpstreamLike("upstream-like")
+MAPS_NOTHING = MapsNothing("maps-nothing")
+REFUSES_EVERYTHING = RefusesEverything("refuses-everything")
+REWRITES_READS_BEFORE_WRITE = RewritesReadsBeforeWrite("rewrites-reads-before-write")
 
 
 class NoMmOut:
