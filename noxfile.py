@@ -46,6 +46,19 @@ def _install(session: nox.Session, extras: str = "") -> None:
     session.install("-e", f".[{extras}]" if extras else ".")
 
 
+def _install_executorch(session: nox.Session) -> None:
+    """Upstream ExecuTorch and exactly what its AOT path imports (pyproject's ``executorch`` extra), with
+    ``--no-deps``: its metadata would also pull coremltools, pandas, scikit-learn, torchao and more."""
+    if not _uses_venv(session):
+        return
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: nox itself depends on tomli there
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    session.install("--no-deps", *extras["executorch"])
+
+
 def _cuda_device_count(session: nox.Session) -> int:
     out = session.run(
         _python(session), "-c", "import torch; print(torch.cuda.device_count())", silent=True, log=False
@@ -89,8 +102,10 @@ def _prelower(session: nox.Session, gpus: int) -> None:
     session.run(_python(session), "-m", "conformance.prelower", "--device=cuda", f"--jobs={jobs}", *args)
 
 
-def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
+def _run_suite(session: nox.Session, name: str, selection: list[str], *, prelower: bool = True) -> None:
     """Run the conformance suite, then render the summary page even if cases failed or crashed.
+
+    ``prelower=False`` skips compiling the zoo up front (for a backend whose zoo cases cannot run).
 
     One pytest-xdist worker per GPU, each pinned to its own GPU (xdist also turns a crashed case into a
     record instead of a lost run). With two or more GPUs, the cases that need several GPUs at once run
@@ -100,7 +115,8 @@ def _run_suite(session: nox.Session, name: str, selection: list[str]) -> None:
     gpus = _cuda_device_count(session)
     workers = gpus or min(2, os.cpu_count() or 1)
     session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
-    _prelower(session, gpus)
+    if prelower:
+        _prelower(session, gpus)
     shards = [name]
     if gpus >= 2:
         pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))}
@@ -143,6 +159,7 @@ def _ensure_chromium(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Self-tests of our own machinery; run on any CPU machine."""
     _install(session, extras="test")
+    _install_executorch(session)  # 19 MB: the adapter's self-tests run upstream's real pass
     _ensure_chromium(session)
     # Several self-tests compile real artifacts or run the suite in a subprocess: spread them out.
     workers = str(min(4, os.cpu_count() or 1))
@@ -190,3 +207,19 @@ def bench(session: nox.Session) -> None:
     _install(session)
     RESULTS.mkdir(exist_ok=True)
     session.run(_python(session), "-m", "harness.bench", f"--out={RESULTS / 'bench.json'}", *session.posargs)
+
+
+@nox.session
+def conformance_executorch(session: nox.Session) -> None:
+    """Upstream ExecuTorch (PyPI) through the adapter ``upstream_executorch:BACKEND``: its self-tests, then
+    the lowering chapter (the view pass everywhere; CUDA lowering on a GPU) into conformance-executorch.json.
+
+    executorch is installed with ``--no-deps``: its metadata pulls coremltools, pandas, scikit-learn, torchao
+    and more that the AOT path never imports; pyproject's ``executorch`` extra lists what it does import.
+    """
+    _install(session)
+    _install_executorch(session)
+    session.run(_python(session), "-m", "pytest", "tests/test_upstream_executorch.py", "-q")
+    # The zoo cases need a runtime part, which the adapter lacks: prelowering the zoo would be lost work.
+    selection = ["conformance/test_lowering.py", "--backend", "upstream_executorch:BACKEND"]
+    _run_suite(session, "conformance-executorch", selection, prelower=False)

@@ -38,6 +38,8 @@ def load_backend(spec: str) -> Backend:
             raise BackendLoadError(
                 f"backend spec {spec!r}: module {module_name!r} has no attribute {attr_path!r}"
             ) from None
+        except ImportError as exc:  # a lazily built backend whose dependencies are missing
+            raise BackendLoadError(f"backend spec {spec!r}: cannot load {attr_path!r}: {exc}") from exc
     if not isinstance(obj, Backend):
         raise BackendLoadError(
             f"backend spec {spec!r}: the object lacks the protocol identity attributes 'name' and 'version'"
