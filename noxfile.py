@@ -221,5 +221,8 @@ def conformance_executorch(session: nox.Session) -> None:
     _install_executorch(session)
     session.run(_python(session), "-m", "pytest", "tests/test_upstream_executorch.py", "-q")
     # The zoo cases need a runtime part, which the adapter lacks: prelowering the zoo would be lost work.
-    selection = ["conformance/test_lowering.py", "--backend", "upstream_executorch:BACKEND"]
+    # Upstream's known defects are declared (strict: a fixed one fails the run until its entry goes).
+    known = ROOT / "upstream_executorch" / "known_failures.toml"
+    selection = ["conformance/test_lowering.py", "--backend=upstream_executorch:BACKEND"]
+    selection.append(f"--known-failures={known}")
     _run_suite(session, "conformance-executorch", selection, prelower=False)

@@ -402,3 +402,23 @@ def test_lowering_record_without_samples_says_why() -> None:
     data = round_trips(bench_lowering.lowering_record(costs, bench_lowering.QUICK_REPEATS))
     assert data["metrics"]["compile_cold"]["value"] is None
     assert data["metrics"]["program_size"]["note"] == "no program was produced"
+
+
+def test_per_method_saving_below_resolution_says_so() -> None:
+    spec = bench_pipelines.PIPELINES[0]
+    copy_bytes = bench_pipelines.RunBytes(h2d=96, d2h=2_560, executes=1)
+    kept = bench_pipelines.RunBytes(h2d=96, d2h=0, executes=1)
+    runs = 1_000
+    # Noise per execute (2e5 / 1000 = 200 B, plus calibration) is more than a tenth of 2,560 B.
+    copy_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(3_000 * runs, 500 * runs), runs)
+    kept_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(400 * runs, 500 * runs), runs)
+    saving = round_trips(
+        bench_pipelines.saving_record(spec, copy_bytes, kept, copy_t, kept_t, "skip_copy", method="encoder")
+    )
+    assert saving["name"] == "pipelines[asr-float32-skip_copy_saving-encoder]"
+    assert saving["params"]["method"] == "encoder"
+    agreement = saving["metrics"]["d2h_saved_agreement"]
+    assert agreement["value"] is None
+    assert "below the meter's resolution" in agreement["note"]
+    assert "2,560 B per execute" in agreement["note"]
+    assert saving["metrics"]["h2d_saved_agreement"]["value"] is None  # nothing saved: no ratio

@@ -36,7 +36,14 @@ Figures, per pipeline and mode:
 * **saved** (traffic records ``pipelines[<p>-float32-skip_copy_saving]`` and ``...-placed_saving]``):
   device→host and host→device bytes per run, ``copy`` minus the mode, from the runtime counters and from
   NVML, and their agreement (NVML saving / runtime saving); the runtime's saving per method is in the
-  conditions. Launch traffic, equal in both modes, cancels here.
+  conditions. Launch traffic, equal in both modes, cancels here — as long as the pipeline loop itself does
+  the same in both: with ``placed`` the loop's own token handling runs on the device (more kernel launches,
+  which NVML counts host→device), so the pipeline-level host→device agreement is not a meter figure.
+* **saved per method** (``...-<mode>_saving-<method>]``, param ``method``): each method executed alone, K
+  times per mode in its own NVML window, on the inputs the pipeline gives it in that mode: the loop's
+  traffic is not in these, so they are the figures to judge the meter by. Where a saving is under
+  ``RESOLUTION_FACTOR`` (10) × the difference's noise, the agreement says "below the meter's resolution"
+  with that resolution instead of a ratio.
 
 The dashboard's ``better`` on an agreement ratio is nominal (``lower``: unexplained bytes grew); what
 matters is closeness to 1.
@@ -76,6 +83,9 @@ NVML_TIME_CAP_S = 10.0
 QUICK_NVML_TARGET_BYTES = 16 << 20
 QUICK_NVML_TIME_CAP_S = 2.0
 NVML_MAX_RUNS = 100_000
+#: A saving is resolvable where it is at least this many times the NVML noise of the difference (so the
+#: noise alone moves the agreement by at most 10 %).
+RESOLUTION_FACTOR = 10.0
 
 # Protocol parts are all-or-nothing, as for the chapters.
 NEEDS = part_attributes("lowering", "runtime")
@@ -342,9 +352,16 @@ def saving_record(
     copy_traffic: PerRunTraffic,
     skip_traffic: PerRunTraffic,
     mode: str = "skip_copy",
+    method: str | None = None,
 ) -> BenchRecord:
-    """Bytes per run that ``mode`` saved (copy − mode), runtime-counted and NVML-measured."""
+    """Bytes per run that ``mode`` saved (copy − mode), runtime-counted and NVML-measured; with ``method``,
+    per execute of that method alone (its own NVML windows, so the loop's traffic is not in them).
+
+    An agreement is only given where the saving is resolvable: at least ``RESOLUTION_FACTOR`` times the
+    NVML noise of the difference; below that the metric is missing and says the meter's resolution."""
     params = params_for(pipeline.name, f"{mode}_saving")
+    if method is not None:
+        params["method"] = method
     missing = copy_traffic.why_missing if copy_traffic.d2h is None else skip_traffic.why_missing
     metrics: dict[str, Metric] = {}
     for direction, label in (("d2h", "device→host"), ("h2d", "host→device")):
@@ -368,9 +385,18 @@ def saving_record(
             )
         )
         metrics[f"{direction}_saved_runtime"] = exact_metric(counted, "B", better="higher")
-        metrics[f"{direction}_saved_agreement"] = ratio_metric(
-            nvml, noise, counted, what=f"{label} saving", missing_reason=missing
-        )
+        resolution = None if noise is None else RESOLUTION_FACTOR * noise
+        if resolution is not None and counted and abs(counted) < resolution:
+            metrics[f"{direction}_saved_agreement"] = Metric.missing(
+                "x",
+                "lower",
+                f"{label} saving of {counted:,} B per {'execute' if method else 'run'} is below the meter's "
+                f"resolution here ({resolution:,.0f} B = {RESOLUTION_FACTOR:g} x its noise {noise:,.0f} B)",
+            )
+        else:
+            metrics[f"{direction}_saved_agreement"] = ratio_metric(
+                nvml, noise, counted, what=f"{label} saving", missing_reason=missing
+            )
     return BenchRecord(
         suite=SUITE,
         name=case_name(SUITE, params),
@@ -413,6 +439,8 @@ class _Prepared:
     """mode → the handles it runs (``copy`` and ``skip_copy`` share one program's)."""
     inputs: dict[str, Any]
     """mode → the pipeline's input: on the host, or on the device for ``placed``."""
+    eager: dict[str, Any] = field(default_factory=dict)
+    """method → (module, example inputs): the per-method windows execute each method on these."""
     counted: dict[str, RunBytes] = field(default_factory=dict)
 
     @property
@@ -485,7 +513,7 @@ def _prepare(ctx: BenchContext, spec: PipelineSpec, stack: Any) -> _Prepared:
     made = stack.enter_context(handles(ctx.backend, model.program, *spec.methods))
     host_input = model.eager[spec.methods[0]][1][0].detach().cpu()
     prepared = _Prepared(
-        spec, {"copy": made, "skip_copy": made}, {"copy": host_input, "skip_copy": host_input}
+        spec, {"copy": made, "skip_copy": made}, {"copy": host_input, "skip_copy": host_input}, model.eager
     )
     lacking = missing_attributes(ctx.backend, "device_placement")
     if lacking:
@@ -495,6 +523,74 @@ def _prepare(ctx: BenchContext, spec: PipelineSpec, stack: Any) -> _Prepared:
     prepared.handles["placed"] = stack.enter_context(handles(ctx.backend, placed.program, *spec.methods))
     prepared.inputs["placed"] = host_input.to(torch.device("cuda", ctx.device_index))
     return prepared
+
+
+def _method_calls(ctx: BenchContext, p: _Prepared, mode: str) -> dict[str, tuple[object, list[Any]]]:
+    """method → (handle, inputs) as ``mode`` passes them: each method executed once, in order, on the
+    example inputs (on the device for ``placed``), chained as the pipeline chains them."""
+    import torch
+
+    from conformance.method_runs import FEEDS
+    from conformance.programs import option
+
+    device = torch.device("cuda", ctx.device_index)
+    calls: dict[str, tuple[object, list[Any]]] = {}
+    outputs: dict[str, list[Any]] = {}
+    with option(ctx.backend, SKIP_COPY_OPTION, p.spec.option_value(mode)):
+        for method, handle in zip(p.spec.methods, p.handles[mode], strict=True):
+            inputs = [t.detach().cpu() for t in p.eager[method][1]]
+            for index, (source, output) in FEEDS.get(p.spec.model, {}).get(method, {}).items():
+                inputs[index] = outputs[source][output]
+            if mode == "placed":
+                inputs = [t.to(device) for t in inputs]
+            outputs[method] = list(ctx.backend.execute(handle, inputs))
+            calls[method] = (handle, inputs)
+    return calls
+
+
+def _per_method_savings(
+    ctx: BenchContext, meter: TrafficMeter, p: _Prepared, target: int, cap_s: float
+) -> None:
+    """Per method: K executes of that method alone per mode in one NVML window each, so what the pipeline
+    loop itself moves (tokens, its own kernels' launches) is not in the figures; savings vs ``copy``."""
+    import torch
+
+    from conformance.programs import option
+
+    calls = {mode: _method_calls(ctx, p, mode) for mode in p.modes}
+    for method in p.spec.methods:
+        counted: dict[str, RunBytes] = {}
+        for mode in p.modes:
+            handle, inputs = calls[mode][method]
+            with option(ctx.backend, SKIP_COPY_OPTION, p.spec.option_value(mode)):
+                ctx.backend.execute(handle, inputs)
+            counted[mode] = runtime_bytes([(method, dict(ctx.backend.execute_stats(handle)))])
+        start = time.perf_counter()
+        handle, inputs = calls["copy"][method]
+        ctx.backend.execute(handle, inputs)
+        torch.cuda.synchronize(ctx.device_index)
+        per_execute_s = time.perf_counter() - start
+        runs, _ = choose_runs(counted["copy"].h2d + counted["copy"].d2h, per_execute_s, target, cap_s)
+
+        def window(mode: str, method: str = method, runs: int = runs) -> None:
+            handle, inputs = calls[mode][method]
+            with option(ctx.backend, SKIP_COPY_OPTION, p.spec.option_value(mode)):
+                for _ in range(runs):
+                    ctx.backend.execute(handle, inputs)
+
+        traffic: dict[str, PerRunTraffic] = {}
+        for mode in p.modes:
+            if not meter.supported:
+                traffic[mode] = PerRunTraffic.unsupported(meter.reason or "meter unavailable")
+                continue
+            measured = meter.measure(lambda mode=mode: window(mode))
+            traffic[mode] = PerRunTraffic.from_measurement(measured, runs)
+        for mode in p.modes[1:]:
+            record = saving_record(
+                p.spec, counted["copy"], counted[mode], traffic["copy"], traffic[mode], mode, method=method
+            )
+            ctx.emit(record, "traffic")
+            _log_saving(ctx, record)
 
 
 def run_pipelines(ctx: BenchContext) -> None:
@@ -550,6 +646,7 @@ def run_pipelines(ctx: BenchContext) -> None:
                     )
                     ctx.emit(saving, "traffic")
                     _log_saving(ctx, saving)
+                _per_method_savings(ctx, meter, p, target, cap_s)
 
 
 def _log_saving(ctx: BenchContext, record: BenchRecord) -> None:
