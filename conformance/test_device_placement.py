@@ -17,6 +17,7 @@ names its rule, ``placement/<rule>``:
   every copy that is made goes through pinned memory — rule ``copies/pinned-host-memory``).
 * **pipelines** (CUDA): ASR (encoder → decoder) and LLM (prefill → decode with its KV cache) with every
   input and output on the device end to end: tokens equal eager, and no execute moves a byte.
+* **zoo** (CUDA): every other zoo model lowered with every input and output on the device.
 * **bad inputs** (CUDA): a host tensor, a tensor on another GPU, a wrong dtype for a device-input method
   are ``ValueError``s naming the input, and nothing changes (the inputs, the byte counters, later results).
 * **CPU target**: the device is the host, so placement is accepted and changes nothing.
@@ -48,6 +49,7 @@ from conformance.method_runs import (
     nbytes,
     run_methods,
 )
+from conformance.models import ZOO
 from conformance.pipelines import CallStats, asr_transcribe, llm_generate
 from conformance.programs import (
     SKIP_COPY_OPTION,
@@ -247,6 +249,26 @@ def test_pipeline_stays_on_the_device(
     if moved:
         fail("placement/pipeline", call, f"{len(moved)} of {len(stats)} executes moved bytes: {moved[:3]}")
     check_tokens(model, lm, got.cpu(), eager_tokens(model, lm.eager).cpu(), call)
+
+
+#: Every other zoo model (ASR and LLM run above): one method each, all inputs and outputs on the device.
+OTHER_ZOO = [name for name in ZOO if name not in MODEL_METHODS]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", OTHER_ZOO)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_zoo_model_device_resident(placing: Backend, dtype: str, model: str) -> None:
+    """placement/zoo: every zoo model lowered with every input and output on the device returns CUDA
+    tensors equal to float64 eager, and moves 0 bytes either way (counters and profiler)."""
+    backend = placing
+    lm = lower_or_fail(backend, model, dtype, "cuda", END_TO_END)
+    with handles(backend, lm.program, *lm.methods) as made:
+        runs = run_methods(backend, lm, made, device_inputs=set(lm.methods))
+        for method, run in runs.items():
+            call = f"execute({model}.{method}, {dtype}) lowered with {END_TO_END}"
+            check_run(call, lm, run, keep=True, device_in=True)
+            check_profiled(backend, call, run, keep=True, device_in=True)
 
 
 # ============================================================================================= bad inputs
