@@ -112,6 +112,11 @@ def _run_suite(session: nox.Session, name: str, selection: list[str], *, prelowe
     afterwards in one unpinned worker, into a second result file (a shard) that the report merges.
     """
     RESULTS.mkdir(exist_ok=True)
+    # A run that stops before writing (a backend that does not load, a bad option) must not leave the last
+    # run's files to be rendered and reported as this one's.
+    for stale in RESULTS.glob(f"{name}*"):
+        if stale.suffix in (".json", ".jsonl", ".xml", ".html"):
+            stale.unlink()
     gpus = _cuda_device_count(session)
     workers = gpus or min(2, os.cpu_count() or 1)
     session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
@@ -197,6 +202,9 @@ def report(session: nox.Session) -> None:
     ``-- --baseline DIR_OR_JSON --fail-on-regression`` compares with a baseline and exits non-zero on a
     regression or a newly failing case, so CI can gate on it.
     """
+    inputs = [a for a in session.posargs if not a.startswith("-")]
+    if not inputs and not list(RESULTS.glob("*.json")):
+        session.error(f"no result files in {RESULTS}: run `nox -s conformance` (or `nox -s bench`) first")
     _install(session)
     session.run(_python(session), "-m", "reports.dashboard", *session.posargs)
 

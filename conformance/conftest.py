@@ -38,6 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dtype",
         default=None,
+        choices=("float32", "float16", "bfloat16", "independent"),
         help="run one matrix cell: only cases of this dtype (float32, float16, bfloat16), or "
         "'independent' for the cases that have no dtype parameter",
     )
