@@ -12,9 +12,9 @@ import torch
 
 from conformance import known_failures
 from conformance import outcomes as case_outcomes
-from conformance.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
 from conformance.programs import SKIP_COPY_OPTION
 from conformance.protocol import Backend, missing_attributes
+from harness.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
 
 #: Set by ``nox -s conformance`` on multi-GPU machines: the GPU ids the xdist workers share out, one each.
 WORKER_GPUS_ENV = "CONFORMANCE_WORKER_GPUS"

@@ -94,9 +94,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-#: The mm_out dtypes every backend must support.
-MM_OUT_DTYPES = ("float32", "float16", "bfloat16")
-
 
 @runtime_checkable
 class Backend(Protocol):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import shlex
 import sys
 import time
@@ -26,13 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from harness.backend_loader import BACKEND_ENV_VAR, DEFAULT_BACKEND, backend_spec, load_backend
 from harness.environment import capture_environment
 from harness.records import BenchRecord
 from harness.results import CaseResult, ResultJournal, RunResult, new_run, utc_now, write_results
 from harness.timing import QUICK_POLICY, StopPolicy
 
-DEFAULT_BACKEND = "reference_impl:BACKEND"
-BACKEND_ENV_VAR = "CONFORMANCE_BACKEND"
 CHAPTER = "bench"
 KINDS = ("benchmark", "traffic")
 
@@ -98,20 +96,6 @@ def resolve_suite(name: str) -> Suite:
     if name not in suites:
         raise SuiteSkipped(f"suite {name!r} is not implemented yet ({module_name} does not define it)")
     return suites[name]
-
-
-def load_backend(spec: str) -> Any:
-    """Import ``module:attr`` (attr may be dotted); any object with ``name`` and ``version`` will do."""
-    module_name, sep, attr_path = spec.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise ValueError(f"backend spec {spec!r} must have the form 'module:attr' (e.g. {DEFAULT_BACKEND!r})")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        obj = getattr(obj, part)
-    for attr in ("name", "version"):
-        if not isinstance(getattr(obj, attr, None), str):
-            raise ValueError(f"backend {spec!r} lacks the identity attribute {attr!r} (a str)")
-    return obj
 
 
 def cuda_status() -> tuple[int, str]:
@@ -223,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"unknown suite(s): {', '.join(unknown)}; known: {', '.join(SUITE_MODULES)}", file=sys.stderr)
         return 2
-    spec = args.backend or os.environ.get(BACKEND_ENV_VAR) or DEFAULT_BACKEND
+    spec = backend_spec(args.backend)
     try:
         backend = load_backend(spec)
     except Exception as exc:

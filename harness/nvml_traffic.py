@@ -898,10 +898,6 @@ class TrafficMeter:
         with _calibrations_lock:
             _calibrations[self.uuid] = self.calibration
 
-    def recalibrate(self) -> Calibration | None:
-        self._ensure_calibration(force=True)
-        return self.calibration
-
     def run_calibration(self) -> Calibration:
         """Copy a pinned buffer of ``calibration_bytes`` each way, ``calibration_repeats`` times."""
         if self.device_index is None:

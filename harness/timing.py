@@ -46,9 +46,6 @@ class Measurement:
     def to_metric(self, better: str = "lower") -> Metric:
         return Metric(unit=self.unit, value=self.value, spread=self.spread, better=better, n=self.n)
 
-    def best(self, better: str = "lower") -> float:
-        return min(self.samples) if better == "lower" else max(self.samples)
-
 
 @dataclass(frozen=True)
 class StopPolicy:

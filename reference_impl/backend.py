@@ -6,11 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from reference_impl._version import __version__
+
 if TYPE_CHECKING:
     import torch
     from torch.fx import GraphModule
-
-__version__ = "0.1.0"
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.backend_loader import (
+from conformance.protocol import MmOutBackend, missing_attributes
+from harness.backend_loader import (
     BACKEND_ENV_VAR,
     DEFAULT_BACKEND,
     BackendLoadError,
     backend_spec,
     load_backend,
 )
-from conformance.protocol import MmOutBackend, missing_attributes
 
 
 def test_default_backend_is_the_reference_and_implements_mm_out() -> None:

@@ -28,8 +28,8 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
 import upstream_executorch
-from conformance.backend_loader import BackendLoadError, load_backend
 from conformance.protocol import lower_options, lowering_devices, missing_attributes
+from harness.backend_loader import BackendLoadError, load_backend
 
 aten = torch.ops.aten
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,6 @@ Helpers shared by several suites live here; they import nothing heavy at module 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from harness.records import Metric
@@ -58,8 +57,3 @@ def cuda_device(index: int) -> Any:
     import torch
 
     return torch.device("cuda", index)
-
-
-def round_floats(data: Mapping[str, Any], digits: int = 6) -> dict[str, Any]:
-    """A shallow copy with float values rounded (for compact conditions)."""
-    return {k: round(v, digits) if isinstance(v, float) else v for k, v in data.items()}

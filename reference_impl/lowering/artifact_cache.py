@@ -174,11 +174,6 @@ class ArtifactCache:
         for path in (self.digest_path(key), self.entry_path(key), self.description_path(key)):
             path.unlink(missing_ok=True)
 
-    def remove(self, key: str) -> None:
-        """Delete an entry (under its lock)."""
-        with self._locked(key):
-            self._remove(key)
-
     @staticmethod
     def _atomic_write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

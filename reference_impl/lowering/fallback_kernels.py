@@ -137,13 +137,6 @@ class KernelInventory:
         have = frozenset(provided)
         return tuple(k for k in self.kernels if k not in have)
 
-    def as_dict(self) -> dict[str, list[str]]:
-        return {
-            "kernels": list(self.kernels),
-            "runtime_shims": list(self.runtime_shims),
-            "dynamic_ops": list(self.dynamic_ops),
-        }
-
 
 def strip_cpp_comments(text: str) -> str:
     """``text`` with ``//`` and ``/* */`` comments blanked; string and character literals are kept intact."""

@@ -48,7 +48,6 @@ __all__ = [
 
 KNOWN_GOOD_CXX = "/usr/bin/g++"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("compiler", "device", "compile", "load", "run")
 
 
 # --- the report ----------------------------------------------------------------------------------------

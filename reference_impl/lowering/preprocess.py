@@ -41,6 +41,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from reference_impl._version import __version__
 from reference_impl.lowering.artifact_cache import (
     ArtifactCache,
     default_cache,
@@ -179,8 +180,6 @@ def artifact_key(
     cxx: str | None = None,
 ) -> str:
     """The artifact-cache key of compiling ``exported`` (the graph *after* the passes) for ``target``."""
-    from reference_impl.backend import __version__
-
     device: dict[str, Any] = {"type": target.type}
     if target.type == "cuda":
         # Generated kernels are specialised to the architecture they were compiled on.

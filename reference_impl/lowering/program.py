@@ -39,6 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from reference_impl._version import __version__
 from reference_impl.lowering.blob import (
     BlobContents,
     check_runtime_compat,
@@ -77,8 +78,6 @@ _UNSET: Any = object()
 
 def default_created_by() -> dict[str, str]:
     """Creation info recorded in new manifests: which tool wrote the file, and under which Python."""
-    from reference_impl.backend import __version__
-
     return {"tool": "reference_impl", "tool_version": __version__, "python": platform.python_version()}
 
 
