@@ -18,9 +18,9 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from conformance.backend_loader import backend_spec, load_backend
 from conformance.models import ZOO
 from conformance.tolerances import DTYPES_BY_NAME
+from harness.backend_loader import backend_spec, load_backend
 
 
 def _lower_one(spec: str, model: str, dtype: str, device: str) -> tuple[str, str, float, int, str]:
