@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import operator
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,31 +84,48 @@ class IgnoresSourceMutation(_Wrapped):
     truthful and skips a view that cannot be built on the base's layout, so only what it ignores shows."""
 
     def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
-        module = copy.deepcopy(graph_module)
-        outcome = NaiveViewPassOutcome(module)
-        for node in module.graph.nodes:
-            view = COPY_TO_VIEW.get(node.target) if node.op == "call_function" else None
-            if view is None:
-                continue
-            blocker = _upstream_blocker(node)
-            if blocker is not None:
-                outcome.refused[node.name] = blocker
-                continue
-            try:
-                value = view(*_fake(node.args), **_fake(node.kwargs))
-            except Exception as exc:  # no fake values, or a view the base's strides do not allow
-                outcome.refused[node.name] = f"cannot build {view}: {exc}"
-                continue
-            node.target, node.meta["val"] = view, value
-            for user in node.users:
-                if user.target is operator.getitem:  # an item of a split/unbind result
-                    user.meta["val"] = value[user.args[1]]
-            outcome.rewritten.append(node.name)
+        outcome = _user_checked_pass(graph_module, COPY_TO_VIEW, _retarget_with_truthful_meta)
         if outcome.rewritten:
-            module.graph.lint()
-            module.recompile()
-            _repropagate(module)
+            _repropagate(outcome.graph_module)
         return outcome
+
+
+def _user_checked_pass(
+    graph_module: GraphModule, table: dict[Any, Any], retarget: Callable[[Node, Any], str | None]
+) -> NaiveViewPassOutcome:
+    """Upstream's shape of pass over a copy of ``graph_module``: every copy in ``table`` whose users do not
+    block it goes to ``retarget`` (which rewrites it, or returns why not); nothing else is looked at."""
+    module = copy.deepcopy(graph_module)
+    outcome = NaiveViewPassOutcome(module)
+    for node in module.graph.nodes:
+        view = table.get(node.target) if node.op == "call_function" else None
+        if view is None:
+            continue
+        reason = _upstream_blocker(node) or retarget(node, view)
+        if reason is not None:
+            outcome.refused[node.name] = reason
+            continue
+        outcome.rewritten.append(node.name)
+    if outcome.rewritten:
+        module.graph.lint()
+        module.recompile()
+    return outcome
+
+
+def _retarget_with_truthful_meta(node: Node, view: Any) -> str | None:
+    try:
+        value = view(*_fake(node.args), **_fake(node.kwargs))
+    except Exception as exc:  # no fake values, or a view the base's strides do not allow
+        return f"cannot build {view}: {exc}"
+    node.target, node.meta["val"] = view, value
+    for user in node.users:
+        if user.target is operator.getitem:  # an item of a split/unbind result
+            user.meta["val"] = value[user.args[1]]
+    return None
+
+
+def _retarget_keeping_meta(node: Node, view: Any) -> None:
+    node.target = view  # upstream: meta["val"] stays the copy's
 
 
 def _repropagate(module: GraphModule) -> None:
@@ -140,22 +158,7 @@ class UpstreamLike(_Wrapped):
     its table is in neither list (unmapped)."""
 
     def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
-        module = copy.deepcopy(graph_module)
-        outcome = NaiveViewPassOutcome(module)
-        for node in module.graph.nodes:
-            view = UPSTREAM_VIEW_TARGETS.get(node.target) if node.op == "call_function" else None
-            if view is None:
-                continue
-            blocker = _upstream_blocker(node)
-            if blocker is not None:
-                outcome.refused[node.name] = blocker
-                continue
-            node.target = view
-            outcome.rewritten.append(node.name)
-        if outcome.rewritten:
-            module.graph.lint()
-            module.recompile()
-        return outcome
+        return _user_checked_pass(graph_module, UPSTREAM_VIEW_TARGETS, _retarget_keeping_meta)
 
 
 class MapsNothing(_Wrapped):
