@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.backend_loader import BACKEND_ENV_VAR, DEFAULT_BACKEND, backend_spec, load_backend
 from harness.environment import capture_environment
+from harness.formatting import show_relative
 from harness.records import BenchRecord
 from harness.results import CaseResult, ResultJournal, RunResult, new_run, utc_now, write_results
 from harness.timing import QUICK_POLICY, StopPolicy
@@ -255,30 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # ---------------------------------------------------------------------------------------------- table
 
-_PREFIXES = (
-    (1e12, "T"),
-    (1e9, "G"),
-    (1e6, "M"),
-    (1e3, "k"),
-    (1.0, ""),
-    (1e-3, "m"),
-    (1e-6, "µ"),
-    (1e-9, "n"),
-)
-_SCALED_UNITS = ("s", "B", "calls/s")
-
 
 def format_value(value: float | None, spread: float | None, unit: str) -> str:
-    """``1.23 ms ± 1.2%``: scaled to a readable prefix for s/B/calls/s, spread as a percentage."""
-    if value is None:
-        return "n/a"
-    scale, prefix = 1.0, ""
-    if unit in _SCALED_UNITS and value != 0:
-        scale, prefix = next(((f, p) for f, p in _PREFIXES if abs(value) >= f), _PREFIXES[-1])
-    text = f"{value / scale:.3g} {prefix}{unit}"
-    if spread is not None and value:
-        text += f" ±{100 * spread / abs(value):.1f}%"
-    return text
+    """``1.23 ms ±1.0%``: scaled by the project's one formatter, spread as a percentage."""
+    return show_relative(value, spread, unit)
 
 
 def format_table(run: RunResult, extra_metrics: int = 3) -> str:

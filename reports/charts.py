@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.formatting import scale_for
 from reports import chart_cache
-from reports.formatting import scale_for
 
 # Outcome colours, shared with the stylesheet's badges.
 OUTCOME_COLOURS = {

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.formatting import number, show_quantity
 from harness.results import CaseResult, RunResult
-from reports.formatting import number, show_quantity
 
 DEFAULT_THRESHOLD_PCT = 5.0
 METRIC_VERDICTS: tuple[str, ...] = ("slower", "ambiguous", "changed", "faster", "same", "n/a")

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import jinja2
 
+from harness.formatting import show_quantity
 from harness.results import atomic_write_text, utc_now
 from reports import charts
 from reports.compare import Comparison
-from reports.formatting import show_quantity
 from reports.history import run_slug
 from reports.inputs import LoadedRun
 from reports.views import (

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from harness import formatting
+from harness.formatting import ShownValue, show_bytes, show_metric, show_quantity
 from harness.results import OUTCOMES, CaseResult, RunResult
-from reports import charts, formatting
+from reports import charts
 from reports.compare import (
     SIDE_BY_SIDE_GROUPS,
     Comparison,
@@ -23,7 +25,6 @@ from reports.compare import (
     record_keys,
     side_by_side,
 )
-from reports.formatting import ShownValue, show_bytes, show_metric, show_quantity
 from reports.inputs import LoadedRun
 from reports.matrix import ChapterMatrix, build_matrices
 from reports.summary import PROBLEM_OUTCOMES, backend_label

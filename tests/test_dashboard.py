@@ -15,10 +15,10 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from harness.formatting import show_metric, show_quantity
 from harness.results import SCHEMA_VERSION, dumps_run, load_results
 from reports import charts
 from reports.dashboard import main
-from reports.formatting import show_metric, show_quantity
 from reports.history import run_slug
 from reports.matrix import build_matrices, case_row_label, natural_key
 from reports.site import environment

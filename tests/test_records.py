@@ -152,10 +152,11 @@ def test_thread_speedup_noise() -> None:
 
 
 def test_format_value() -> None:
-    assert format_value(0.00123, 0.0000123, "s") == "1.23 ms ±1.0%"
-    assert format_value(1.5 * 2**30, None, "B") == "1.61 GB"
+    assert format_value(0.00123, 0.0000123, "s") == "1.230 ms ±1.0%"
+    assert format_value(1.5 * 2**30, None, "B") == "1.500 GiB"  # the dashboard's units, not GB
     assert format_value(None, None, "B") == "n/a"
-    assert format_value(0.98, 0.01, "x") == "0.98 x ±1.0%"
+    assert format_value(0.98, 0.01, "x") == "0.9800 × ±1.0%"
+    assert format_value(175_000, None, "calls/s") == "175.0 k calls/s"
 
 
 # ---------------------------------------------------------------------------------------------- bench CLI
@@ -224,7 +225,7 @@ def test_format_table_lists_records_and_cases(tmp_path: Path) -> None:
     run.benchmarks.append(SPEC_EXAMPLE)
     text = format_table(run)
     assert "mm_out[bfloat16-8192x8192x8192]" in text
-    assert "time=1.23 ms" in text
+    assert "time=1.230 ms" in text
 
 
 def test_host_calls_cover_about_two_ms_of_gpu_work() -> None:

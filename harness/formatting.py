@@ -1,4 +1,5 @@
-"""Human-readable numbers for metric values: one scale per value/spread pair, so both read in one unit."""
+"""Human-readable numbers for metric values, the one formatter of the project: the dashboard and the bench's
+terminal table both show figures through it (bytes in KiB/MiB/GiB, times in ms/µs, rates in k/M)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ _SCALES: dict[str, list[tuple[float, str]]] = {
     "bytes": [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")],
     "B": [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")],
     "B/s": [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"), (1.0, "B/s")],
+    "calls/s": [(1e9, "G calls/s"), (1e6, "M calls/s"), (1e3, "k calls/s"), (1.0, "calls/s")],
 }
 
 
@@ -98,3 +100,13 @@ def show_quantity(value: float | None, unit: str) -> str:
 def show_bytes(count: object) -> str:
     value = number(count)
     return "" if value is None else show_quantity(value, "bytes")
+
+
+def show_relative(value: float | None, spread: float | None, unit: str) -> str:
+    """``1.23 ms ±1.0%``: the value scaled as everywhere else, the spread relative (for a terminal line)."""
+    if value is None:
+        return "n/a"
+    text = show_quantity(value, unit)
+    if spread is not None and value:
+        text += f" ±{100 * spread / abs(value):.1f}%"
+    return text
