@@ -11,6 +11,7 @@ import copy
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -123,3 +124,64 @@ def check_pinned_copies(call: str, copies: Sequence[str]) -> None:
     pageable = sorted({n for n in copies if "Pageable" in n})
     if pageable:
         fail("copies/pinned-host-memory", call, f"the profiler saw copies through pageable memory {pageable}")
+
+
+def check_where_data_went(
+    prefix: str, call: str, lm: LoweredModel, run: MethodRun, keep: bool, device_in: bool = False
+) -> None:
+    """``<prefix>/output-device``, ``/values``, ``/d2h-bytes``, ``/h2d-bytes`` of one CUDA execute: outputs
+    kept on the device or copied to the host as the mechanism says, values against float64 eager, and
+    counters that count exactly the host inputs and the copied outputs."""
+    want = str(cuda_device()) if keep else "cpu"
+    if any(d != want for d in devices(run.outputs)):
+        where = "kept on the device" if keep else "copied to the host"
+        fail(f"{prefix}/output-device", call, f"outputs are {where}: want {want}, got {devices(run.outputs)}")
+    check_values(f"{prefix}/values", call, lm, run)
+    d2h, want_d2h = run.stats.get("d2h_bytes"), 0 if keep else nbytes(run.outputs)
+    if d2h != want_d2h:
+        fail(f"{prefix}/d2h-bytes", call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
+    h2d = run.stats.get("h2d_bytes")
+    want_h2d = nbytes([t for t in run.inputs if t.device.type == "cpu"])
+    if h2d != want_h2d:
+        why = (
+            "inputs arrive on the device"
+            if device_in
+            else "the host inputs' bytes; device inputs are not copied"
+        )
+        fail(f"{prefix}/h2d-bytes", call, f"execute_stats h2d_bytes = {h2d}, want {want_h2d} ({why})")
+
+
+def check_profiled_copies(
+    prefix: str, backend: Backend, call: str, run: MethodRun, keep: bool, device_in: bool = False
+) -> None:
+    """The execute again under the profiler: ``<prefix>/no-d2h-copy`` for kept outputs, ``/d2h-copy`` for
+    copied ones, ``/no-h2d-copy`` for device inputs, and every copy through pinned memory."""
+    copies, activities = memcpy_names(lambda: backend.execute(run.handle, run.inputs))  # type: ignore[attr-defined]
+    if activities == 0:
+        pytest.skip("the torch profiler recorded no CUDA activity (CUPTI unavailable?): copies not observed")
+    dtoh = sorted({n for n in copies if "DtoH" in n})
+    htod = sorted({n for n in copies if "HtoD" in n})
+    if keep and dtoh:
+        fail(f"{prefix}/no-d2h-copy", call, f"outputs are kept on the device, yet the profiler saw {dtoh}")
+    if not keep and not dtoh:
+        fail(
+            f"{prefix}/d2h-copy", call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'"
+        )
+    if device_in and htod:
+        fail(f"{prefix}/no-h2d-copy", call, f"inputs arrive on the device, yet the profiler saw {htod}")
+    check_pinned_copies(call, copies)
+
+
+def check_cpu_target(prefix: str, call: str, lm: LoweredModel, run: MethodRun) -> None:
+    """``<prefix>/cpu-target``: a program lowered for the CPU returns host tensors and moves 0 bytes across
+    PCIe whatever placement was asked for; ``<prefix>/values`` against float64 eager."""
+    if any(d != "cpu" for d in devices(run.outputs)):
+        fail(
+            f"{prefix}/cpu-target",
+            call,
+            f"outputs on {devices(run.outputs)}; a CPU target returns host tensors",
+        )
+    stats = {k: run.stats.get(k) for k in ("h2d_bytes", "d2h_bytes")}
+    if stats != {"h2d_bytes": 0, "d2h_bytes": 0}:
+        fail(f"{prefix}/cpu-target", call, f"execute_stats {stats}: a CPU target moves nothing across PCIe")
+    check_values(f"{prefix}/values", call, lm, run)

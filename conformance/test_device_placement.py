@@ -40,20 +40,16 @@ from conformance.checks import assert_raises_invalid_argument, bits, fail, snaps
 from conformance.conftest import cuda_device_count, require_part
 from conformance.method_runs import (
     MODEL_METHODS,
-    MethodRun,
-    check_pinned_copies,
-    check_values,
+    check_cpu_target,
+    check_profiled_copies,
+    check_where_data_went,
     cuda_device,
-    devices,
-    memcpy_names,
-    nbytes,
     run_methods,
 )
 from conformance.models import ZOO
 from conformance.pipelines import CallStats, asr_transcribe, llm_generate
 from conformance.programs import (
     SKIP_COPY_OPTION,
-    LoweredModel,
     handles,
     lower_or_fail,
     option,
@@ -168,39 +164,6 @@ MATRIX = [
 ]
 
 
-def check_run(call: str, lm: LoweredModel, run: MethodRun, keep: bool, device_in: bool) -> None:
-    want = str(cuda_device()) if keep else "cpu"
-    if any(d != want for d in devices(run.outputs)):
-        where = "kept on the device" if keep else "copied to the host"
-        fail("placement/output-device", call, f"outputs are {where}: want {want}, got {devices(run.outputs)}")
-    check_values("placement/values", call, lm, run)
-    d2h, want_d2h = run.stats.get("d2h_bytes"), 0 if keep else nbytes(run.outputs)
-    if d2h != want_d2h:
-        fail("placement/d2h-bytes", call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
-    h2d = run.stats.get("h2d_bytes")
-    want_h2d = nbytes([t for t in run.inputs if t.device.type == "cpu"])
-    if h2d != want_h2d:
-        why = "inputs arrive on the device" if device_in else "the host inputs' bytes"
-        fail("placement/h2d-bytes", call, f"execute_stats h2d_bytes = {h2d}, want {want_h2d} ({why})")
-
-
-def check_profiled(backend: Backend, call: str, run: MethodRun, keep: bool, device_in: bool) -> None:
-    copies, activities = memcpy_names(lambda: backend.execute(run.handle, run.inputs))  # type: ignore[attr-defined]
-    if activities == 0:
-        pytest.skip("the torch profiler recorded no CUDA activity (CUPTI unavailable?): copies not observed")
-    dtoh = sorted({n for n in copies if "DtoH" in n})
-    htod = sorted({n for n in copies if "HtoD" in n})
-    if keep and dtoh:
-        fail("placement/no-d2h-copy", call, f"outputs are kept on the device, yet the profiler saw {dtoh}")
-    if not keep and not dtoh:
-        fail(
-            "placement/d2h-copy", call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'"
-        )
-    if device_in and htod:
-        fail("placement/no-h2d-copy", call, f"inputs arrive on the device, yet the profiler saw {htod}")
-    check_pinned_copies(call, copies)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(("model", "label", "options"), MATRIX)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -216,8 +179,8 @@ def test_placement_matrix(placing: Backend, dtype: str, model: str, label: str, 
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) lowered with {options}"
             keep = covered(options, SKIP_D2H, method)
-            check_run(call, lm, run, keep, method in device_in)
-            check_profiled(backend, call, run, keep, method in device_in)
+            check_where_data_went("placement", call, lm, run, keep, method in device_in)
+            check_profiled_copies("placement", backend, call, run, keep, method in device_in)
 
 
 # ============================================================================================== pipelines
@@ -267,8 +230,8 @@ def test_zoo_model_device_resident(placing: Backend, dtype: str, model: str) -> 
         runs = run_methods(backend, lm, made, device_inputs=set(lm.methods))
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) lowered with {END_TO_END}"
-            check_run(call, lm, run, keep=True, device_in=True)
-            check_profiled(backend, call, run, keep=True, device_in=True)
+            check_where_data_went("placement", call, lm, run, keep=True, device_in=True)
+            check_profiled_copies("placement", backend, call, run, keep=True, device_in=True)
 
 
 # ============================================================================================= bad inputs
@@ -333,12 +296,4 @@ def test_placement_on_a_cpu_target_changes_nothing(placing: Backend) -> None:
         runs = run_methods(backend, lm, made)
     for method, run in runs.items():
         call = f"execute(llm.{method}, cpu target) lowered with {END_TO_END}"
-        if any(d != "cpu" for d in devices(run.outputs)):
-            fail(
-                "placement/cpu-target",
-                call,
-                f"outputs on {devices(run.outputs)}; a CPU target returns host tensors",
-            )
-        if {k: run.stats.get(k) for k in ("h2d_bytes", "d2h_bytes")} != {"h2d_bytes": 0, "d2h_bytes": 0}:
-            fail("placement/cpu-target", call, f"execute_stats {run.stats}: a CPU target moves nothing")
-        check_values("placement/values", call, lm, run)
+        check_cpu_target("placement", call, lm, run)

@@ -31,13 +31,12 @@ from conformance.checks import assert_raises_invalid_argument, fail, snapshot
 from conformance.conftest import require_part
 from conformance.method_runs import (
     MODEL_METHODS,
-    MethodRun,
-    check_pinned_copies,
+    check_cpu_target,
+    check_profiled_copies,
     check_values,
+    check_where_data_went,
     cuda_device,
     devices,
-    memcpy_names,
-    nbytes,
     relative_error,
     run_methods,
 )
@@ -360,49 +359,11 @@ def test_skip_copy_matrix(
         runs = run_methods(rt, lm, made)
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) with {SKIP}={value!r}"
-            is_skipped = method in skipped
-            want = str(cuda_device()) if is_skipped else "cpu"
-            got = devices(run.outputs)
-            if any(d != want for d in got):
-                why = "named in" if is_skipped else "not named in"
-                fail(
-                    "skip-copy/output-device", call, f"method {why} the option: outputs on {got}, want {want}"
-                )
-            check_values("skip-copy/values", call, lm, run)
-            d2h = run.stats.get("d2h_bytes")
-            want_d2h = 0 if is_skipped else nbytes(run.outputs)
-            if d2h != want_d2h:
-                fail("skip-copy/d2h-bytes", call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
-            h2d = run.stats.get("h2d_bytes")
-            want_h2d = nbytes([t for t in run.inputs if t.device.type == "cpu"])
-            if h2d != want_h2d:
-                fail(
-                    "skip-copy/h2d-bytes",
-                    call,
-                    f"execute_stats h2d_bytes = {h2d}, want {want_h2d} (the host inputs' bytes; inputs "
-                    f"on {devices(run.inputs)}, device inputs are used without a copy)",
-                )
+            check_where_data_went("skip-copy", call, lm, run, keep=method in skipped)
         # Each execute again, under the profiler: what actually crosses PCIe device→host.
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) with {SKIP}={value!r}"
-            check_profiled_copies(rt, call, run, method in skipped)
-
-
-def check_profiled_copies(rt: Backend, call: str, run: MethodRun, is_skipped: bool) -> None:
-    def again() -> object:
-        return rt.execute(run.handle, run.inputs)  # type: ignore[attr-defined]
-
-    copies, activities = memcpy_names(again)
-    if activities == 0:
-        pytest.skip("the torch profiler recorded no CUDA activity (CUPTI unavailable?): copies not observed")
-    dtoh = [n for n in copies if "Memcpy DtoH" in n]
-    if is_skipped and dtoh:
-        fail("skip-copy/no-d2h-copy", call, f"the profiler saw device→host copies: {sorted(set(dtoh))}")
-    if not is_skipped and not dtoh:
-        fail(
-            "skip-copy/d2h-copy", call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'"
-        )
-    check_pinned_copies(call, copies)
+            check_profiled_copies("skip-copy", rt, call, run, keep=method in skipped)
 
 
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
@@ -419,15 +380,4 @@ def test_skip_copy_matrix_cpu_target(
         runs = run_methods(rt, lm, made)
     for method, run in runs.items():
         call = f"execute({model}.{method}, {dtype}, cpu target) with {SKIP}={value!r}"
-        if any(d != "cpu" for d in devices(run.outputs)):
-            fail(
-                "skip-copy/cpu-target",
-                call,
-                f"outputs on {devices(run.outputs)}; a CPU target returns host tensors",
-            )
-        stats = {k: run.stats.get(k) for k in ("h2d_bytes", "d2h_bytes")}
-        if stats != {"h2d_bytes": 0, "d2h_bytes": 0}:
-            fail(
-                "skip-copy/cpu-target", call, f"execute_stats {stats}: a CPU target moves nothing across PCIe"
-            )
-        check_values("skip-copy/values", call, lm, run)
+        check_cpu_target("skip-copy", call, lm, run)
