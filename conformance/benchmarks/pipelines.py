@@ -439,8 +439,8 @@ class _Prepared:
     """mode → the handles it runs (``copy`` and ``skip_copy`` share one program's)."""
     inputs: dict[str, Any]
     """mode → the pipeline's input: on the host, or on the device for ``placed``."""
-    eager: dict[str, Any] = field(default_factory=dict)
-    """method → (module, example inputs): the per-method windows execute each method on these."""
+    models: dict[str, Any] = field(default_factory=dict)
+    """mode → the ``LoweredModel`` its handles run (the per-method windows execute its example inputs)."""
     counted: dict[str, RunBytes] = field(default_factory=dict)
 
     @property
@@ -513,7 +513,10 @@ def _prepare(ctx: BenchContext, spec: PipelineSpec, stack: Any) -> _Prepared:
     made = stack.enter_context(handles(ctx.backend, model.program, *spec.methods))
     host_input = model.eager[spec.methods[0]][1][0].detach().cpu()
     prepared = _Prepared(
-        spec, {"copy": made, "skip_copy": made}, {"copy": host_input, "skip_copy": host_input}, model.eager
+        spec,
+        {"copy": made, "skip_copy": made},
+        {"copy": host_input, "skip_copy": host_input},
+        {"copy": model, "skip_copy": model},
     )
     lacking = missing_attributes(ctx.backend, "device_placement")
     if lacking:
@@ -522,30 +525,21 @@ def _prepare(ctx: BenchContext, spec: PipelineSpec, stack: Any) -> _Prepared:
     placed = lowered(ctx.backend, spec.model, dtype, "cuda", PLACED_OPTIONS)
     prepared.handles["placed"] = stack.enter_context(handles(ctx.backend, placed.program, *spec.methods))
     prepared.inputs["placed"] = host_input.to(torch.device("cuda", ctx.device_index))
+    prepared.models["placed"] = placed
     return prepared
 
 
 def _method_calls(ctx: BenchContext, p: _Prepared, mode: str) -> dict[str, tuple[object, list[Any]]]:
     """method → (handle, inputs) as ``mode`` passes them: each method executed once, in order, on the
     example inputs (on the device for ``placed``), chained as the pipeline chains them."""
-    import torch
-
-    from conformance.method_runs import FEEDS
+    from conformance.method_runs import run_methods
     from conformance.programs import option
 
-    device = torch.device("cuda", ctx.device_index)
-    calls: dict[str, tuple[object, list[Any]]] = {}
-    outputs: dict[str, list[Any]] = {}
+    lm = p.models[mode]
+    device_inputs = set(lm.methods) if mode == "placed" else set()
     with option(ctx.backend, SKIP_COPY_OPTION, p.spec.option_value(mode)):
-        for method, handle in zip(p.spec.methods, p.handles[mode], strict=True):
-            inputs = [t.detach().cpu() for t in p.eager[method][1]]
-            for index, (source, output) in FEEDS.get(p.spec.model, {}).get(method, {}).items():
-                inputs[index] = outputs[source][output]
-            if mode == "placed":
-                inputs = [t.to(device) for t in inputs]
-            outputs[method] = list(ctx.backend.execute(handle, inputs))
-            calls[method] = (handle, inputs)
-    return calls
+        runs = run_methods(ctx.backend, lm, p.handles[mode], device_inputs=device_inputs)
+    return {method: (run.handle, run.inputs) for method, run in runs.items()}
 
 
 def _per_method_savings(
