@@ -126,9 +126,9 @@ def _run_suite(session: nox.Session, name: str, selection: list[str], *, prelowe
     RESULTS.mkdir(exist_ok=True)
     # A run that stops before writing (a backend that does not load, a bad option) must not leave the last
     # run's files to be rendered and reported as this one's.
-    for stale in RESULTS.glob(f"{name}*"):
-        if stale.suffix in (".json", ".jsonl", ".xml", ".html"):
-            stale.unlink()
+    for shard in (name, f"{name}-multi-gpu"):  # exactly this run's files, not another session's
+        for suffix in (".json", ".json.journal.jsonl", ".junit.xml", ".html"):
+            (RESULTS / f"{shard}{suffix}").unlink(missing_ok=True)
     gpus = _cuda_device_count(session)
     workers = gpus or min(2, os.cpu_count() or 1)
     session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
