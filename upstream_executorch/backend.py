@@ -172,7 +172,7 @@ def run_upstream_view_pass(graph_module: GraphModule) -> ViewPassOutcome:
 # ================================================================================================ lowering
 
 
-def _check_methods(methods: object) -> list[str]:
+def _check_methods(methods: object) -> None:
     if not isinstance(methods, Mapping) or not methods:
         raise ValueError(
             "lower: argument 'methods' must be a non-empty mapping "
@@ -188,7 +188,6 @@ def _check_methods(methods: object) -> list[str]:
                 f"lower: argument 'methods': method {name!r} must be (module, inputs[, dynamic_shapes]), "
                 f"got {type(entry).__name__}"
             )
-    return list(methods)
 
 
 def check_options(options: Mapping[str, object] | None, accepted: frozenset[str]) -> dict[str, object]:
