@@ -64,7 +64,7 @@ from typing import Any
 
 import torch
 
-from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D, MethodPlacement
+from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D, MethodPlacement, placement_conflicts
 from reference_impl.lowering.program import program_from_bytes
 from reference_impl.runtime.errors import (
     DestroyedHandleError,
@@ -210,7 +210,7 @@ def init(
     io = IOSpec.from_json(contents.extra["io"]) if "io" in contents.extra else None
     placement = MethodPlacement.from_json(contents.extra.get("placement"))
     store = STORE if options is None else options
-    if placement.outputs_on_device is False and store.should_skip_copy(contents.method_name):
+    if placement_conflicts({contents.method_name: placement}, store.skip_copy_methods()):
         raise RuntimeArgumentError(
             f"method: {method!r} was lowered with {SKIP_D2H}=False (outputs copied to the host), but the "
             f"runtime option {SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD!r} names it: conflicting placement "
