@@ -30,8 +30,8 @@ import pytest
 from conformance.checks import CoverageGap
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
 from conformance.rules import Level, level_of, rule_of
+from harness.pytest_plugin import CASE_RESULT_ATTR
 
-CASE_RESULT_ATTR = "case_result"  # the same name as harness.pytest_plugin.CASE_RESULT_ATTR
 PROPERTY_PREFIX = "conformance:"
 WORKER_OUTPUT_KEY = "conformance_known_failures_matched"
 SHOULD_FAILED, COVERAGE, XFAILED = "should-failed", "coverage", "xfailed"
