@@ -11,6 +11,8 @@ import os
 import shlex
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -45,8 +47,18 @@ def _uses_venv(session: nox.Session) -> bool:
 
 
 def _python(session: nox.Session) -> str:
-    # Without a venv, "python" on PATH may be another interpreter than the one with CUDA torch.
-    return "python" if _uses_venv(session) else sys.executable
+    """The session's interpreter as a full path: the venv's, or without one the Python that runs nox
+    (``python`` on PATH may be another interpreter than the one with CUDA torch). A full path also makes
+    the repro lines in the results runnable from a plain shell."""
+    if not _uses_venv(session):
+        return sys.executable
+    return str(Path(session.bin) / "python")
+
+
+def _shown(python: str) -> str:
+    """``python`` as a repro line shows it: relative to the repository when inside it (``.nox/…``)."""
+    path = Path(python)
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else python
 
 
 def _install(session: nox.Session, extras: str = "") -> None:
@@ -58,23 +70,33 @@ def _install(session: nox.Session, extras: str = "") -> None:
     session.install("-e", f".[{extras}]" if extras else ".")
 
 
-def _install_executorch(session: nox.Session) -> None:
-    """Upstream ExecuTorch and exactly what its AOT path imports (pyproject's ``executorch`` extra), with
-    ``--no-deps``: its metadata would also pull coremltools, pandas, scikit-learn, torchao and more."""
-    if not _uses_venv(session):
-        return
+def _extra(name: str) -> list[str]:
+    """The requirements of pyproject's optional-dependency group ``name``."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10: nox itself depends on tomli there
         import tomli as tomllib
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    session.install("--no-deps", *extras["executorch"])
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][name]
 
 
-def _cuda_device_count(session: nox.Session) -> int:
-    out = session.run(
-        _python(session), "-c", "import torch; print(torch.cuda.device_count())", silent=True, log=False
-    )
+def _install_executorch(session: nox.Session) -> None:
+    """Upstream ExecuTorch and exactly what its AOT path imports (pyproject's ``executorch`` extra), with
+    ``--no-deps``: its metadata would also pull coremltools, pandas, scikit-learn, torchao and more."""
+    if _uses_venv(session):
+        session.install("--no-deps", *_extra("executorch"))
+
+
+def _install_report(session: nox.Session) -> None:
+    """What rendering needs (pyproject's ``report`` extra) and the project without its dependencies: the
+    reports never import torch, so this venv is tens of MB instead of a torch install."""
+    if _uses_venv(session):
+        session.install(*_extra("report"))
+        session.install("--no-deps", "-e", ".")
+
+
+def _cuda_device_count(session: nox.Session, python: str) -> int:
+    code = "import torch; print(torch.cuda.device_count())"
+    out = session.run(python, "-c", code, silent=True, log=False, external=True)
     return int(str(out).strip().splitlines()[-1])
 
 
@@ -84,92 +106,198 @@ def _visible_gpu_ids(count: int) -> list[str]:
     return ids[:count]
 
 
-def _pytest(session: nox.Session, name: str, args: list[str], env: dict[str, str]) -> CommandFailed | None:
+def _pytest(
+    session: nox.Session, python: str, name: str, args: list[str], env: dict[str, str]
+) -> CommandFailed | None:
     """One pytest run writing results/<name>.json and .junit.xml; returns its failure instead of raising."""
     try:
         session.run(
-            _python(session), "-m", "pytest", *args,
+            python, "-m", "pytest", *args,
             "-p", "harness.pytest_plugin",
             f"--results-json={RESULTS / f'{name}.json'}",
+            f"--repro-prefix={_shown(python)} -m pytest",
             f"--junitxml={RESULTS / f'{name}.junit.xml'}",
             *session.posargs,
             env=env,
+            external=True,
         )  # fmt: skip
     except CommandFailed as exc:
         return exc
     return None
 
 
-def _prelower(session: nox.Session, gpus: int) -> None:
-    """On a GPU runner, compile the zoo in parallel first (the GPU workers would compile one at a time)."""
-    jobs = min(8, (os.cpu_count() or 1) // 2)
-    if gpus == 0 or jobs < 2 or os.environ.get("CONFORMANCE_PRELOWER") == "0":
-        return
-    args: list[str] = []
-    for i, arg in enumerate(session.posargs):  # the same backend as the suite: --backend X or --backend=X
+def _backend_args(session: nox.Session) -> list[str]:
+    """The suite's ``--backend X`` / ``--backend=X`` from the posargs, for steps that need the same one."""
+    for i, arg in enumerate(session.posargs):
         if arg.startswith("--backend="):
-            args = ["--backend", arg.partition("=")[2]]
-        elif arg == "--backend" and i + 1 < len(session.posargs):
-            args = ["--backend", session.posargs[i + 1]]
-    session.run(_python(session), "-m", "conformance.prelower", "--device=cuda", f"--jobs={jobs}", *args)
+            return ["--backend", arg.partition("=")[2]]
+        if arg == "--backend" and i + 1 < len(session.posargs):
+            return ["--backend", session.posargs[i + 1]]
+    return []
 
 
-def _run_suite(session: nox.Session, name: str, selection: list[str], *, prelower: bool = True) -> None:
-    """Run the conformance suite, then render the summary page even if cases failed or crashed.
+def _prelower(session: nox.Session, python: str, gpus: int) -> str | None:
+    """On a GPU runner, compile the zoo for both targets in parallel first: compiling is CPU work, and the
+    chapters then find every program in the backend's cache. Returns what it did, or None if skipped."""
+    jobs = max(1, (os.cpu_count() or 1) - 1)
+    if gpus == 0 or jobs < 2 or os.environ.get("CONFORMANCE_PRELOWER") == "0":
+        return None
+    args = ["--device=cuda", "--device=cpu", f"--jobs={jobs}", *_backend_args(session)]
+    session.run(python, "-m", "conformance.prelower", *args, external=True)
+    return f"zoo × dtypes for cuda and cpu, {jobs} processes"
+
+
+def _workers_per_gpu() -> int:
+    """Parallel-phase workers per GPU: the cases are mostly host work (checks, small kernels), so the cores
+    decide; ``$CONFORMANCE_WORKERS_PER_GPU`` overrides."""
+    configured = os.environ.get("CONFORMANCE_WORKERS_PER_GPU", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return max(1, min(8, (os.cpu_count() or 1) // 2))
+
+
+#: Cases that need their GPU to themselves (device-wide NVML counters, recorded timings): they run after
+#: the parallel phase, one worker per GPU (pyproject's markers ``traffic`` and ``timing``).
+EXCLUSIVE = "traffic or timing"
+#: harness/results.py's RUN_ID_ENV (nox cannot import the project): the shards of one run share its id.
+RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+
+
+class _Phases:
+    """Wall-clock time of each step of a run, for the table at its end (``harness/phases.py``)."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+
+    def timed(self, name: str, step: Callable[[], str | None]) -> None:
+        start = time.perf_counter()
+        detail = step()
+        if detail is not None:
+            self.entries.append(f"{name}={time.perf_counter() - start:.2f}={detail}")
+
+
+def _run_suite(
+    session: nox.Session, name: str, selection: list[str], *, prelower: bool = True, python: str | None = None
+) -> None:
+    """Run the conformance suite in phases, then render the summary page even if cases failed or crashed.
 
     ``prelower=False`` skips compiling the zoo up front (for a backend whose zoo cases cannot run).
+    ``python``: the interpreter (default: the session's).
 
-    One pytest-xdist worker per GPU, each pinned to its own GPU (xdist also turns a crashed case into a
-    record instead of a lost run). With two or more GPUs, the cases that need several GPUs at once run
-    afterwards in one unpinned worker, into a second result file (a shard) that the report merges.
+    On a GPU machine: (1) the zoo pre-lowered for both targets on all cores; (2) every case that may share
+    its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with ``CUDA_VISIBLE_DEVICES``
+    before CUDA starts; (3) the cases that need their GPU alone (``EXCLUSIVE``), one worker per GPU; (4) with
+    two or more GPUs, the cases that need several at once, in one unpinned worker. Each pytest run writes a
+    shard (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id, so every report merges
+    them into one run. The per-phase table is printed at the end and stored in each shard.
     """
     RESULTS.mkdir(exist_ok=True)
+    shards = [name, f"{name}-exclusive", f"{name}-multi-gpu"]
     # A run that stops before writing (a backend that does not load, a bad option) must not leave the last
     # run's files to be rendered and reported as this one's.
-    for shard in (name, f"{name}-multi-gpu"):  # exactly this run's files, not another session's
+    for shard in shards:  # exactly this run's files, not another session's
         for suffix in (".json", ".json.journal.jsonl", ".junit.xml", ".html"):
             (RESULTS / f"{shard}{suffix}").unlink(missing_ok=True)
-    gpus = _cuda_device_count(session)
-    workers = gpus or min(2, os.cpu_count() or 1)
-    session.log(f"{gpus} CUDA device(s) visible; {workers} pytest-xdist worker(s)")
+    python = python or _python(session)
+    gpus = _cuda_device_count(session, python)
+    phases = _Phases()
+    env = {RUN_ID_ENV: f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid():x}-{name}"}
     if prelower:
-        _prelower(session, gpus)
-    shards = [name]
-    if gpus >= 2:
-        pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))}
-        failures = [
-            _pytest(session, name, [*selection, "-n", str(workers), "-m", "not multi_gpu"], pinned),
-            _pytest(session, f"{name}-multi-gpu", [*selection, "-n", "1", "-m", "multi_gpu"], {}),
-        ]
-        shards.append(f"{name}-multi-gpu")
+        phases.timed("prelower", lambda: _prelower(session, python, gpus))
+    pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))} if gpus >= 2 else {}
+    failures: list[CommandFailed | None] = []
+
+    def phase(
+        shard: str, workers: int, marks: str, extra_env: dict[str, str], detail: str
+    ) -> Callable[[], str]:
+        def run() -> str:
+            args = [*selection, "-n", str(workers), "--dist", "worksteal", "-m", marks]
+            failures.append(_pytest(session, python, shard, args, {**env, **extra_env}))
+            return detail
+
+        return run
+
+    if gpus == 0:
+        workers = min(2, os.cpu_count() or 1)
+        session.log(f"no CUDA device; {workers} pytest-xdist worker(s)")
+        phases.timed("cases", phase(name, workers, "not multi_gpu", {}, f"{workers} workers, CPU"))
+        ran = [name]
     else:
-        failures = [_pytest(session, name, [*selection, "-n", str(workers)], {})]
-    files = [str(RESULTS / f"{s}.json") for s in shards]
+        per_gpu = _workers_per_gpu()
+        # Each worker gets its share of the cores for CPU-target programs and eager checks.
+        threads = {
+            "OMP_NUM_THREADS": os.environ.get(
+                "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // per_gpu // gpus))
+            )
+        }
+        session.log(
+            f"{gpus} CUDA device(s); {per_gpu} pytest-xdist worker(s) per GPU, then {EXCLUSIVE!r} alone"
+        )
+        parallel = f"{per_gpu * gpus} workers, {per_gpu} per GPU"
+        phases.timed(
+            "cases (shared GPU)",
+            phase(
+                name, per_gpu * gpus, f"not multi_gpu and not ({EXCLUSIVE})", {**pinned, **threads}, parallel
+            ),
+        )
+        exclusive = f"{gpus} worker(s), one per GPU"
+        phases.timed(
+            "cases (GPU alone)",
+            phase(f"{name}-exclusive", gpus, f"not multi_gpu and ({EXCLUSIVE})", pinned, exclusive),
+        )
+        ran = [name, f"{name}-exclusive"]
+        if gpus >= 2:
+            phases.timed(
+                "cases (multi-GPU)", phase(f"{name}-multi-gpu", 1, "multi_gpu", {}, "1 worker, all GPUs")
+            )
+            ran.append(f"{name}-multi-gpu")
+    files = [str(RESULTS / f"{s}.json") for s in ran]
     present = [f for f in files if Path(f).exists() or Path(f"{f}.journal.jsonl").exists()]
     if present:
         html = RESULTS / f"{name}.html"
-        session.run(_python(session), "-m", "reports", *present, "-o", str(html))
+
+        def report() -> str:
+            session.run(python, "-m", "reports", *present, "-o", str(html), external=True)
+            return "summary page"
+
+        phases.timed("report", report)
+        phase_args = [f"--phase={entry}" for entry in phases.entries]
+        session.run(python, "-m", "harness.phases", *present, *phase_args, external=True)
         session.log(f"results: {', '.join(present)}  page: {html}")
-    # pytest exit 5 (nothing selected) is fine for the multi-GPU shard alone, never for the main run.
-    real = [f for i, f in enumerate(failures) if f and not (i > 0 and f.return_code == 5)]
+    # pytest's exit 5 (nothing selected) is fine for a phase, as long as some phase ran cases.
+    real = [f for f in failures if f and f.return_code != 5]
     if real:
         session.error(f"conformance run failed: pytest exit code {real[0].return_code}")
+    if failures and all(f and f.return_code == 5 for f in failures):
+        session.error(
+            "conformance run selected no case (pytest exit code 5): check -k / -m / the chapter path"
+        )
 
 
-def _ensure_chromium(session: nox.Session) -> None:
-    """The dashboard's browser test needs a real Chromium; install Debian's where we may (root + apt).
+@nox.session(venv_backend="none")
+def browser(session: nox.Session) -> None:
+    """Install a real browser for the dashboard's browser self-test: Debian's ``chromium`` via apt-get.
 
-    Elsewhere the test skips and says why; Playwright's own browser download is never used.
+    This changes the host system (root, apt), so it is its own session that you ask for; ``nox -s tests``
+    never installs one and skips that test with this command as the reason. Playwright's own browser
+    download is not used (its CDN is often unreachable from CI machines; the distribution's is not).
     """
-    if shutil.which("chromium") or os.environ.get("DASHBOARD_CHROMIUM"):
+    if found := _chromium():
+        session.log(f"a browser is already there: {found}")
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        session.warn("no Chromium and no root apt-get: the dashboard browser test will be skipped")
-        return
-    session.log("installing Debian's chromium for the dashboard browser test")
+        session.error("needs root and apt-get; or install Chromium yourself and set DASHBOARD_CHROMIUM")
+    session.log("installing Debian's chromium with apt-get (system packages, about 250 MB)")
     session.run("apt-get", "update", "-qq", external=True, silent=True)
     apt_install = ("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium")
     session.run(*apt_install, external=True, silent=True)
+
+
+def _chromium() -> str | None:
+    """The browser the dashboard test would use (tests/test_dashboard_browser.py looks in the same places)."""
+    candidates = [os.environ.get("DASHBOARD_CHROMIUM"), "/usr/bin/chromium"]
+    candidates += [shutil.which("chromium"), shutil.which("chromium-browser")]
+    return next((c for c in candidates if c and os.path.exists(c)), None)
 
 
 @nox.session
@@ -177,7 +305,8 @@ def tests(session: nox.Session) -> None:
     """Self-tests of our own machinery; run on any CPU machine."""
     _install(session, extras="test")
     _install_executorch(session)  # 19 MB: the adapter's self-tests run upstream's real pass
-    _ensure_chromium(session)
+    if not _chromium():
+        session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
     # Several self-tests compile real artifacts or run the suite in a subprocess: spread them out.
     workers = str(min(4, os.cpu_count() or 1))
     session.run(_python(session), "-m", "pytest", "tests", "-n", workers, *session.posargs)
@@ -193,9 +322,42 @@ def conformance(session: nox.Session) -> None:
 @nox.session(tags=["matrix"])
 @nox.parametrize(("chapter", "dtype"), MATRIX_CELLS)
 def conformance_cell(session: nox.Session, chapter: str, dtype: str) -> None:
-    """One cell of the matrix (chapter × dtype), for CI fan-out from ``nox -l --json``."""
-    _install(session)
-    _run_suite(session, f"cell-{chapter}-{dtype}", [f"conformance/test_{chapter}.py", f"--dtype={dtype}"])
+    """One cell of the matrix (chapter × dtype), for CI fan-out from ``nox -l --json``.
+
+    The cells share one venv (``.nox/_cells``, built on first use) instead of a torch install each."""
+    selection = [f"conformance/test_{chapter}.py", f"--dtype={dtype}"]
+    _run_suite(session, f"cell-{chapter}-{dtype}", selection, python=_shared_cells_python(session))
+
+
+CELLS_VENV = ROOT / ".nox" / "_cells"
+
+
+def _shared_cells_python(session: nox.Session) -> str:
+    """The interpreter of the venv all cells share, (re)built when the torch pin or pyproject changes.
+
+    Under ``--no-venv`` it is this interpreter, as for every session. A lock file keeps cells started at
+    once on one machine from building it twice."""
+    if not _uses_venv(session):
+        return sys.executable
+    import fcntl
+    import hashlib
+
+    python = CELLS_VENV / "bin" / "python"
+    stamp = CELLS_VENV / "installed.txt"
+    want = f"{TORCH_SPEC}\n{hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()}\n"
+    CELLS_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(CELLS_VENV.parent / "_cells.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if python.exists() and stamp.exists() and stamp.read_text() == want:
+            session.log(f"cells share {CELLS_VENV} (up to date)")
+            return str(python)
+        session.log(f"building the venv every cell shares: {CELLS_VENV}")
+        session.run("python", "-m", "venv", "--clear", str(CELLS_VENV))
+        pip = (str(python), "-m", "pip", "install", "-q")
+        session.run(*pip, *shlex.split(TORCH_SPEC), external=True)
+        session.run(*pip, "-e", ".", external=True)
+        stamp.write_text(want)
+    return str(python)
 
 
 @nox.session
@@ -216,7 +378,7 @@ def report(session: nox.Session) -> None:
     inputs = [a for a in session.posargs if not a.startswith("-")]
     if not inputs and not list(RESULTS.glob("*.json")):
         session.error(f"no result files in {RESULTS}: run `nox -s conformance` (or `nox -s bench`) first")
-    _install(session)
+    _install_report(session)
     session.run(_python(session), "-m", "reports.dashboard", *session.posargs)
 
 

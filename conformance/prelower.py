@@ -1,9 +1,9 @@
 """Lower every zoo model × dtype ahead of the suite, in parallel processes.
 
-    python -m conformance.prelower --device cuda --jobs 8 [--backend module:attr] [--dtype float16 ...]
+    python -m conformance.prelower --device cuda --device cpu --jobs 15 [--backend module:attr] [--dtype ...]
 
-On a GPU runner the suite has one pytest-xdist worker per GPU, so its AOTInductor compiles (45-60 s each
-on our H200 image) would run one after another. Compiling is CPU work: this runs the same
+The suite's workers would compile programs as cases ask for them, several workers waiting on one compile
+(45-60 s each for CUDA on our H200 image). Compiling is CPU work: this runs the same
 ``backend.lower`` calls the chapters make, many at once, and a backend that caches its artifacts by
 content (the reference does) then serves the chapters from its cache. A backend without a cache only
 loses the time; set ``CONFORMANCE_PRELOWER=0`` for ``nox -s conformance`` to skip this step. The table it
@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--device", default="cuda", help="target device (default: cuda)")
+    parser.add_argument(
+        "--device", action="append", choices=["cuda", "cpu"], help="target device, repeatable (default: cuda)"
+    )
     parser.add_argument("--jobs", type=int, default=4, help="parallel lowering processes")
     parser.add_argument(
         "--backend", default=None, help="module:attr (default: $CONFORMANCE_BACKEND or the reference)"
@@ -50,19 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", action="append", choices=list(ZOO), help="repeatable; default: all")
     args = parser.parse_args(argv)
     spec = backend_spec(args.backend)
-    tasks = [(m, d) for m in (args.model or list(ZOO)) for d in (args.dtype or list(DTYPES_BY_NAME))]
-    print(f"prelower: {len(tasks)} programs for {args.device} with {spec}, {args.jobs} processes", flush=True)
+    devices = args.device or ["cuda"]
+    # The big programs first: the pool's tail is then short ones, not one asr compile with 14 idle processes.
+    models = sorted(args.model or list(ZOO), key=lambda m: -len(ZOO[m].methods))
+    dtypes = args.dtype or list(DTYPES_BY_NAME)
+    tasks = [(m, d, dev) for m in models for dev in devices for d in dtypes]
+    targets = "+".join(devices)
+    print(f"prelower: {len(tasks)} programs for {targets} with {spec}, {args.jobs} processes", flush=True)
     start = time.perf_counter()
     rows = []
     # spawn: a forked child would inherit the parent's CUDA state, which CUDA does not allow.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
-        futures = [pool.submit(_lower_one, spec, m, d, args.device) for m, d in tasks]
+        futures = {pool.submit(_lower_one, spec, m, d, dev): dev for m, d, dev in tasks}
         for future in as_completed(futures):
             row = future.result()
             rows.append(row)
             model, dtype, seconds, size, error = row
-            print(f"  {model:16} {dtype:9} {seconds:7.1f} s  {size / 2**20:7.2f} MiB  {error}", flush=True)
+            where = f"{model:16} {futures[future]:4} {dtype:9}"
+            print(f"  {where} {seconds:7.1f} s  {size / 2**20:7.2f} MiB  {error}", flush=True)
     failed = [r for r in rows if r[4]]
     total = time.perf_counter() - start
     print(

@@ -173,7 +173,7 @@ def run_suite(name: str, bench: BenchRun, ctx_factory: Callable[[], BenchContext
     except Exception as exc:
         outcome = "error"
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
-    if outcome != "passed":
+    if outcome in ("failed", "error"):  # skips are listed once, with their reason, in the closing table
         ctx.log(f"[{name}] {outcome}: {message.splitlines()[0] if message else ''}")
     bench.record_case(name, outcome, message, time.monotonic() - start, ctx.quick)
     return outcome
@@ -275,9 +275,14 @@ def format_table(run: RunResult, extra_metrics: int = 3) -> str:
             if (m := metrics.get(key)) is not None
         ]
         lines.append(f"{entry.get('name', '?'):<44} " + "  ".join(figures))
+    skipped: dict[str, list[str]] = {}  # one line per skip reason, not one per suite
     for case in run.cases:
-        reason = f" — {case.message.splitlines()[0]}" if case.message and case.outcome != "passed" else ""
-        lines.append(f"{case.id:<44} {case.outcome}{reason}")
+        reason = case.message.splitlines()[0] if case.message and case.outcome != "passed" else ""
+        if case.outcome == "skipped":
+            skipped.setdefault(reason, []).append(case.id)
+            continue
+        lines.append(f"{case.id:<44} {case.outcome}{f' — {reason}' if reason else ''}")
+    lines += [f"{', '.join(ids):<44} skipped — {reason}" for reason, ids in skipped.items()]
     return "\n".join(lines)
 
 

@@ -93,8 +93,17 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+#: Set by the front door for every pytest run of one ``nox -s conformance``: its shards share one run id, so
+#: every reader (the report, the dashboard) merges them into one run without being told.
+RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+
+
 def new_run_id() -> str:
-    """Sortable by time and unique enough across shards started in the same second."""
+    """``$CONFORMANCE_RUN_ID`` when the front door set it, else sortable by time and unique enough across
+    shards started in the same second."""
+    shared = os.environ.get(RUN_ID_ENV, "").strip()
+    if shared:
+        return shared
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 

@@ -4,7 +4,8 @@ Checks what only a browser can: no console or page errors (a Content-Security-Po
 no request leaves the local server, the key elements are there and visible, and a hostile string shows
 as text without running. Screenshots go to /tmp/dashboard-index.png and /tmp/dashboard-run.png (or
 $DASHBOARD_SCREENSHOTS). Skips, with the reason, when Playwright or Chromium is missing; Chromium is
-the system one (``apt-get install chromium``), not Playwright's download, or $DASHBOARD_CHROMIUM.
+the system one (``nox -s browser`` installs it, when asked), not Playwright's download, or
+$DASHBOARD_CHROMIUM.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ SCREENSHOTS = Path(os.environ.get("DASHBOARD_SCREENSHOTS", "/tmp"))
 
 
 def find_chromium() -> str | None:
+    # The same places noxfile.py's `_chromium` looks (`nox -s browser` installs the /usr/bin one).
     candidates = [os.environ.get("DASHBOARD_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")]
     candidates.append(shutil.which("chromium-browser"))
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
@@ -58,7 +60,7 @@ def find_chromium() -> str | None:
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no system Chromium (apt-get install chromium, or set DASHBOARD_CHROMIUM)"
+    CHROMIUM is None, reason="no Chromium: `nox -s browser` installs Debian's (root, apt-get), or set DASHBOARD_CHROMIUM"
 )
 
 

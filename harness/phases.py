@@ -1,0 +1,128 @@
+"""Where a conformance run's time went: the per-phase table that ``nox -s conformance`` prints and stores.
+
+    python -m harness.phases RESULT.json [RESULT.json ...] --phase NAME=SECONDS[=DETAIL] ...
+
+A run is several pytest invocations (shards: the parallel phase, the cases that need their GPU alone, the
+two-GPU cases) plus steps around them (pre-lowering, the report). The front door times each step; this
+stores the phases in the ``metadata["phases"]`` of every shard file, so a dashboard that merges the shards
+keeps them (``merge_runs`` keeps the metadata the shards agree on), and prints the table: each phase's wall
+time, and per chapter the case-seconds its cases took. Case-seconds, not wall time, because in a parallel
+phase chapters overlap: the sum over workers is what a chapter costs.
+
+Only the standard library and ``harness.results``: nox runs this with whatever interpreter the run used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.results import ResultFileError, load_results, write_results
+
+__all__ = ["Phase", "chapter_seconds", "format_table", "parse_phase", "phases_from_metadata", "store_phases"]
+
+METADATA_KEY = "phases"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a run: its name, wall-clock seconds and what it did (``8 workers on 1 GPU``)."""
+
+    name: str
+    wall_s: float
+    detail: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "wall_s": round(self.wall_s, 2), "detail": self.detail}
+
+
+def parse_phase(text: str) -> Phase:
+    """``NAME=SECONDS`` or ``NAME=SECONDS=DETAIL`` (the command-line form)."""
+    name, sep, rest = text.partition("=")
+    seconds, _, detail = rest.partition("=")
+    try:
+        wall = float(seconds)
+    except ValueError:
+        wall = -1.0
+    if not sep or not name or wall < 0:
+        raise argparse.ArgumentTypeError(f"--phase {text!r}: want NAME=SECONDS[=DETAIL] with SECONDS ≥ 0")
+    return Phase(name, wall, detail)
+
+
+def phases_from_metadata(metadata: dict[str, object]) -> list[Phase]:
+    """The phases a result file stores (none for a file from a plain pytest run)."""
+    raw = metadata.get(METADATA_KEY)
+    if not isinstance(raw, list):
+        return []
+    phases = []
+    for entry in raw:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            wall = entry.get("wall_s")
+            if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+                phases.append(Phase(entry["name"], float(wall), str(entry.get("detail", ""))))
+    return phases
+
+
+def chapter_seconds(paths: Sequence[Path]) -> dict[str, float]:
+    """Case-seconds per chapter over every shard that can be read."""
+    totals: dict[str, float] = {}
+    for path in paths:
+        try:
+            run = load_results(path)
+        except (OSError, ResultFileError):
+            continue
+        for case in run.cases:
+            totals[case.chapter] = totals.get(case.chapter, 0.0) + case.duration_s
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def store_phases(paths: Sequence[Path], phases: Sequence[Phase]) -> list[Path]:
+    """Write the phases into every finished shard file; returns the files written (a crashed shard has only
+    its journal: it is left as it is and still renders)."""
+    written = []
+    for path in paths:
+        if not path.exists():
+            continue
+        run = load_results(path)
+        run.metadata[METADATA_KEY] = [p.to_json() for p in phases]
+        write_results(path, run)
+        written.append(path)
+    return written
+
+
+def format_table(phases: Sequence[Phase], chapters: dict[str, float]) -> str:
+    """The terminal table: phases with wall time and share of the total, then chapters' case-seconds."""
+    total = sum(p.wall_s for p in phases)
+    width = max([len(p.name) for p in phases] + [len(c) + 2 for c in chapters] + [len("total")])
+    lines = [f"{'phase':<{width}}  {'wall':>8}  {'share':>5}  detail"]
+    for p in phases:
+        share = f"{p.wall_s / total:.0%}" if total > 0 else "-"
+        lines.append(f"{p.name:<{width}}  {p.wall_s:>7.1f}s  {share:>5}  {p.detail}")
+    lines.append(f"{'total':<{width}}  {total:>7.1f}s")
+    if chapters:
+        lines.append(f"{'chapter':<{width}}  {'case-s':>8}  (summed over workers)")
+        lines.extend(f"  {name:<{width - 2}}  {seconds:>7.1f}s" for name, seconds in chapters.items())
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("results", nargs="+", type=Path, help="the run's shard result files")
+    parser.add_argument(
+        "--phase", action="append", type=parse_phase, default=[], help="NAME=SECONDS[=DETAIL]"
+    )
+    parser.add_argument("--no-store", action="store_true", help="print the table only")
+    args = parser.parse_args(argv)
+    if not args.no_store:
+        store_phases(args.results, args.phase)
+    print(format_table(args.phase, chapter_seconds(args.results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The per-phase table of a run: parsed from the front door's flags, stored in every shard so a merged run
+keeps it, and printed with each chapter's case-seconds."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness import phases
+from harness.results import load_results, merge_runs, new_run_id
+from tests.dashboard_samples import sample_run, write_run
+
+
+def test_phase_flag_parses_name_seconds_and_detail() -> None:
+    assert phases.parse_phase("prelower=71.5=54 programs, 15 processes") == phases.Phase(
+        "prelower", 71.5, "54 programs, 15 processes"
+    )
+    assert phases.parse_phase("report=0.2") == phases.Phase("report", 0.2, "")
+
+
+@pytest.mark.parametrize("bad", ["prelower", "=3", "prelower=", "prelower=soon", "prelower=-1"])
+def test_bad_phase_flag_names_the_form(bad: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=r"NAME=SECONDS\[=DETAIL\]"):
+        phases.parse_phase(bad)
+
+
+def test_phases_survive_merging_the_shards_and_a_missing_shard_is_left_alone(tmp_path: Path) -> None:
+    run_id = "20261123T120000Z-1-conformance"
+    main = write_run(tmp_path / "conformance.json", dataclasses.replace(sample_run(), run_id=run_id))
+    alone = write_run(
+        tmp_path / "conformance-exclusive.json", dataclasses.replace(sample_run(), run_id=run_id)
+    )
+    crashed = tmp_path / "conformance-multi-gpu.json"  # only a journal: not rewritten
+    table = [phases.Phase("prelower", 70.0, "cuda+cpu"), phases.Phase("cases (shared GPU)", 40.0)]
+    assert phases.store_phases([main, alone, crashed], table) == [main, alone]
+    assert not crashed.exists()
+    merged = merge_runs([load_results(main), load_results(alone)])
+    assert phases.phases_from_metadata(merged.metadata) == table
+
+
+def test_table_shows_share_of_the_total_and_chapter_case_seconds(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "r.json", sample_run())
+    chapters = phases.chapter_seconds([path, tmp_path / "absent.json"])
+    run = load_results(path)
+    assert chapters == pytest.approx(
+        {c: sum(x.duration_s for x in run.cases if x.chapter == c) for c in {x.chapter for x in run.cases}}
+    )
+    text = phases.format_table(
+        [phases.Phase("prelower", 30.0), phases.Phase("cases", 90.0, "8 workers")], chapters
+    )
+    assert "prelower" in text
+    assert "25%" in text
+    assert "75%" in text
+    assert "120.0s" in text
+    assert all(name in text for name in chapters)
+
+
+def test_shards_of_one_run_share_the_front_doors_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONFORMANCE_RUN_ID", "20261123T120000Z-1-conformance")
+    assert new_run_id() == "20261123T120000Z-1-conformance"
+    monkeypatch.delenv("CONFORMANCE_RUN_ID")
+    assert new_run_id() != new_run_id()
