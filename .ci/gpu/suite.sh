@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
-# The whole suite as a GPU CI job runs it, then the report.
+# The whole suite as a GPU CI job runs it on a fresh machine: cold (empty artifact and inductor caches),
+# then warm (the same caches again). Each run's console, result files and per-phase table go to
+# $OUT/cold and $OUT/warm; the last lines printed are both tables.
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
-timeout 520 python3 -m nox -s conformance --no-venv > "$OUT/conformance.log" 2>&1; echo "conformance rc=$?"
-cp results/*.json "$OUT/" 2>/dev/null
-grep -E "^[a-z_]+: [0-9]+ passed|results:|prelower:" "$OUT/conformance.log" | cut -c1-200
+export CONFORMANCE_CACHE_DIR="${SUITE_CACHE_DIR:-$(mktemp -d /tmp/aoti-suite.XXXXXX)}"
+for run in cold warm; do
+  mkdir -p "$OUT/$run"
+  start=$(date +%s)
+  timeout "${SUITE_TIMEOUT:-400}" python3 -m nox -s conformance --no-venv > "$OUT/$run/conformance.log" 2>&1
+  echo "$run: rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/summary.txt"
+  cp results/conformance*.json results/conformance*.junit.xml "$OUT/$run/" 2>/dev/null
+done
+for run in cold warm; do
+  echo "== $run"; grep -E "^[a-z_]+: [0-9]+ passed|prelower: [0-9]+ lowered" "$OUT/$run/conformance.log" | cut -c1-160
+  sed -n '/^phase .*wall/,/^nox > results/p' "$OUT/$run/conformance.log" | grep -v "^nox >"
+done
+cat "$OUT/summary.txt"
