@@ -10,6 +10,7 @@ import importlib.util
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -136,15 +137,37 @@ def _backend_args(session: nox.Session) -> list[str]:
     return []
 
 
-def _prelower(session: nox.Session, python: str, gpus: int) -> str | None:
-    """On a GPU runner, compile the zoo for both targets in parallel first: compiling is CPU work, and the
-    chapters then find every program in the backend's cache. Returns what it did, or None if skipped."""
+def _start_prelower(
+    session: nox.Session, python: str, gpus: int, log: Path
+) -> subprocess.Popen[bytes] | None:
+    """On a GPU runner, start compiling the zoo for both targets on all cores but one, in the background.
+
+    Compiling is CPU work the cases would otherwise do one program at a time. It overlaps the parallel
+    phase: a case that needs a program still being compiled waits on the backend's per-program cache lock
+    (the reference's artifact cache), and cases that need none run meanwhile. Its table goes to ``log``.
+    """
     jobs = max(1, (os.cpu_count() or 1) - 1)
     if gpus == 0 or jobs < 2 or os.environ.get("CONFORMANCE_PRELOWER") == "0":
         return None
-    args = ["--device=cuda", "--device=cpu", f"--jobs={jobs}", *_backend_args(session)]
-    session.run(python, "-m", "conformance.prelower", *args, external=True)
-    return f"zoo × dtypes for cuda and cpu, {jobs} processes"
+    cmd = [python, "-m", "conformance.prelower", "--device=cuda", "--device=cpu", f"--jobs={jobs}"]
+    cmd += _backend_args(session)
+    session.log(f"{shlex.join(cmd)} > {log}  (in the background)")
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **COMPILE_ENV})
+
+
+def _finish_prelower(session: nox.Session, process: subprocess.Popen[bytes], log: Path) -> str:
+    """Wait for the background pre-lowering (before any phase that measures the GPU) and say how it went."""
+    code = process.wait()
+    lines = log.read_text(errors="replace").splitlines()
+    summary = next((line for line in reversed(lines) if line.startswith("prelower: ")), f"exit code {code}")
+    session.log(f"{summary} (table: {log})")
+    return summary.removeprefix("prelower: ")
+
+
+#: Inductor starts a pool of compile subprocesses per compiling process (one per core); with a process per
+#: core compiling, one each is enough and spares hundreds of torch imports.
+COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 def _workers_per_gpu() -> int:
@@ -164,16 +187,19 @@ RUN_ID_ENV = "CONFORMANCE_RUN_ID"
 
 
 class _Phases:
-    """Wall-clock time of each step of a run, for the table at its end (``harness/phases.py``)."""
+    """When each step of a run started and how long it took, for the table at its end (harness/phases.py)."""
 
     def __init__(self) -> None:
+        self.origin = time.perf_counter()
         self.entries: list[str] = []
 
-    def timed(self, name: str, step: Callable[[], str | None]) -> None:
+    def add(self, name: str, start: float, detail: str) -> None:
+        end = time.perf_counter()
+        self.entries.append(f"{name}@{start - self.origin:.2f}={end - start:.2f}={detail}")
+
+    def timed(self, name: str, step: Callable[[], str]) -> None:
         start = time.perf_counter()
-        detail = step()
-        if detail is not None:
-            self.entries.append(f"{name}={time.perf_counter() - start:.2f}={detail}")
+        self.add(name, start, step())
 
 
 def _run_suite(
@@ -184,26 +210,25 @@ def _run_suite(
     ``prelower=False`` skips compiling the zoo up front (for a backend whose zoo cases cannot run).
     ``python``: the interpreter (default: the session's).
 
-    On a GPU machine: (1) the zoo pre-lowered for both targets on all cores; (2) every case that may share
-    its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with ``CUDA_VISIBLE_DEVICES``
-    before CUDA starts; (3) the cases that need their GPU alone (``EXCLUSIVE``), one worker per GPU; (4) with
-    two or more GPUs, the cases that need several at once, in one unpinned worker. Each pytest run writes a
-    shard (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id, so every report merges
-    them into one run. The per-phase table is printed at the end and stored in each shard.
+    On a GPU machine: (1) the zoo pre-lowered for both targets on all cores but one, in the background,
+    overlapping (2) every case that may share its GPU, several pytest-xdist workers per GPU, each pinned to
+    its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts; (3) once both are done, the cases that need
+    their GPU alone (``EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the cases that need
+    several at once, in one unpinned worker. Each pytest run writes a shard
+    (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id, so every report merges them into
+    one run. The per-phase table is printed at the end and stored in each shard.
     """
     RESULTS.mkdir(exist_ok=True)
     shards = [name, f"{name}-exclusive", f"{name}-multi-gpu"]
     # A run that stops before writing (a backend that does not load, a bad option) must not leave the last
     # run's files to be rendered and reported as this one's.
     for shard in shards:  # exactly this run's files, not another session's
-        for suffix in (".json", ".json.journal.jsonl", ".junit.xml", ".html"):
+        for suffix in (".json", ".json.journal.jsonl", ".junit.xml", ".html", ".prelower.log"):
             (RESULTS / f"{shard}{suffix}").unlink(missing_ok=True)
+    phases = _Phases()
     python = python or _python(session)
     gpus = _cuda_device_count(session, python)
-    phases = _Phases()
     env = {RUN_ID_ENV: f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid():x}-{name}"}
-    if prelower:
-        phases.timed("prelower", lambda: _prelower(session, python, gpus))
     pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))} if gpus >= 2 else {}
     failures: list[CommandFailed | None] = []
 
@@ -224,32 +249,28 @@ def _run_suite(
         ran = [name]
     else:
         per_gpu = _workers_per_gpu()
+        log = RESULTS / f"{name}.prelower.log"
+        started = time.perf_counter()
+        narrowed = any(a.startswith(("-k", "-m")) or "::" in a or a.endswith(".py") for a in session.posargs)
+        background = _start_prelower(session, python, gpus, log) if prelower and not narrowed else None
         # Each worker gets its share of the cores for CPU-target programs and eager checks.
-        threads = {
-            "OMP_NUM_THREADS": os.environ.get(
-                "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // per_gpu // gpus))
-            )
-        }
+        cores = str(max(1, (os.cpu_count() or 1) // per_gpu // gpus))
+        shared = {**pinned, **COMPILE_ENV, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", cores)}
         session.log(
             f"{gpus} CUDA device(s); {per_gpu} pytest-xdist worker(s) per GPU, then {EXCLUSIVE!r} alone"
         )
         parallel = f"{per_gpu * gpus} workers, {per_gpu} per GPU"
-        phases.timed(
-            "cases (shared GPU)",
-            phase(
-                name, per_gpu * gpus, f"not multi_gpu and not ({EXCLUSIVE})", {**pinned, **threads}, parallel
-            ),
-        )
+        marks = f"not multi_gpu and not ({EXCLUSIVE})"
+        phases.timed("cases (shared GPU)", phase(name, per_gpu * gpus, marks, shared, parallel))
+        if background is not None:  # its GPU work must end before the NVML measurements
+            phases.add("prelower (overlapped)", started, _finish_prelower(session, background, log))
         exclusive = f"{gpus} worker(s), one per GPU"
-        phases.timed(
-            "cases (GPU alone)",
-            phase(f"{name}-exclusive", gpus, f"not multi_gpu and ({EXCLUSIVE})", pinned, exclusive),
-        )
+        marks = f"not multi_gpu and ({EXCLUSIVE})"
+        phases.timed("cases (GPU alone)", phase(f"{name}-exclusive", gpus, marks, pinned, exclusive))
         ran = [name, f"{name}-exclusive"]
         if gpus >= 2:
-            phases.timed(
-                "cases (multi-GPU)", phase(f"{name}-multi-gpu", 1, "multi_gpu", {}, "1 worker, all GPUs")
-            )
+            multi = phase(f"{name}-multi-gpu", 1, "multi_gpu", {}, "1 worker, all GPUs")
+            phases.timed("cases (multi-GPU)", multi)
             ran.append(f"{name}-multi-gpu")
     files = [str(RESULTS / f"{s}.json") for s in ran]
     present = [f for f in files if Path(f).exists() or Path(f"{f}.journal.jsonl").exists()]
@@ -326,7 +347,9 @@ def conformance_cell(session: nox.Session, chapter: str, dtype: str) -> None:
 
     The cells share one venv (``.nox/_cells``, built on first use) instead of a torch install each."""
     selection = [f"conformance/test_{chapter}.py", f"--dtype={dtype}"]
-    _run_suite(session, f"cell-{chapter}-{dtype}", selection, python=_shared_cells_python(session))
+    python = _shared_cells_python(session)
+    # No pre-lowering: a cell compiles only the programs of its chapter and dtype, as its cases need them.
+    _run_suite(session, f"cell-{chapter}-{dtype}", selection, prelower=False, python=python)
 
 
 CELLS_VENV = ROOT / ".nox" / "_cells"

@@ -112,8 +112,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     ok, message = backend.preflight(device)  # type: ignore[attr-defined]
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        first = message.splitlines()[0] if message else f"ok={ok}"
+        first, *rest = message.splitlines() if message else [f"ok={ok}"]
         reporter.write_line(first if first.startswith("preflight") else f"preflight [{device}]: {first}")
+        # What the check cost (the reference's "compile … (cache hit), first load …, total … s" line).
+        cost = next((line for line in rest if "total" in line), None)
+        if cost:
+            reporter.write_line(cost.rstrip())
     if not ok:
         pytest.exit(f"toolchain preflight failed for {device}; no case was run.\n{message}", returncode=3)
 

@@ -1,9 +1,10 @@
 """Where a conformance run's time went: the per-phase table that ``nox -s conformance`` prints and stores.
 
-    python -m harness.phases RESULT.json [RESULT.json ...] --phase NAME=SECONDS[=DETAIL] ...
+    python -m harness.phases RESULT.json [RESULT.json ...] --phase NAME[@START]=SECONDS[=DETAIL] ...
 
 A run is several pytest invocations (shards: the parallel phase, the cases that need their GPU alone, the
-two-GPU cases) plus steps around them (pre-lowering, the report). The front door times each step; this
+two-GPU cases) plus steps around them (pre-lowering, which overlaps the parallel phase, and the report).
+The front door times each step (START: seconds after the run began; SECONDS: its wall time); this
 stores the phases in the ``metadata["phases"]`` of every shard file, so a dashboard that merges the shards
 keeps them (``merge_runs`` keeps the metadata the shards agree on), and prints the table: each phase's wall
 time, and per chapter the case-seconds its cases took. Case-seconds, not wall time, because in a parallel
@@ -22,34 +23,57 @@ from pathlib import Path
 
 from harness.results import ResultFileError, load_results, write_results
 
-__all__ = ["Phase", "chapter_seconds", "format_table", "parse_phase", "phases_from_metadata", "store_phases"]
+__all__ = [
+    "Phase",
+    "chapter_seconds",
+    "format_table",
+    "parse_phase",
+    "phases_from_metadata",
+    "run_wall",
+    "store_phases",
+]
 
 METADATA_KEY = "phases"
 
 
 @dataclass(frozen=True)
 class Phase:
-    """One step of a run: its name, wall-clock seconds and what it did (``8 workers on 1 GPU``)."""
+    """One step of a run: its name, wall-clock seconds, what it did (``8 workers on 1 GPU``) and when it
+    started (seconds after the run began; steps may overlap)."""
 
     name: str
     wall_s: float
     detail: str = ""
+    start_s: float = 0.0
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "wall_s": round(self.wall_s, 2), "detail": self.detail}
+        return {
+            "name": self.name,
+            "start_s": round(self.start_s, 2),
+            "wall_s": round(self.wall_s, 2),
+            "detail": self.detail,
+        }
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        return -1.0
+    return value if value >= 0 else -1.0
 
 
 def parse_phase(text: str) -> Phase:
-    """``NAME=SECONDS`` or ``NAME=SECONDS=DETAIL`` (the command-line form)."""
-    name, sep, rest = text.partition("=")
+    """``NAME[@START]=SECONDS[=DETAIL]`` (the command-line form)."""
+    head, sep, rest = text.partition("=")
+    name, at, start_text = head.partition("@")
     seconds, _, detail = rest.partition("=")
-    try:
-        wall = float(seconds)
-    except ValueError:
-        wall = -1.0
-    if not sep or not name or wall < 0:
-        raise argparse.ArgumentTypeError(f"--phase {text!r}: want NAME=SECONDS[=DETAIL] with SECONDS ≥ 0")
-    return Phase(name, wall, detail)
+    wall, start = _seconds(seconds), _seconds(start_text) if at else 0.0
+    if not sep or not name or wall < 0 or start < 0:
+        raise argparse.ArgumentTypeError(
+            f"--phase {text!r}: want NAME[@START]=SECONDS[=DETAIL] with START and SECONDS ≥ 0"
+        )
+    return Phase(name, wall, detail, start)
 
 
 def phases_from_metadata(metadata: dict[str, object]) -> list[Phase]:
@@ -60,9 +84,9 @@ def phases_from_metadata(metadata: dict[str, object]) -> list[Phase]:
     phases = []
     for entry in raw:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            wall = entry.get("wall_s")
-            if isinstance(wall, (int, float)) and not isinstance(wall, bool):
-                phases.append(Phase(entry["name"], float(wall), str(entry.get("detail", ""))))
+            wall, start = entry.get("wall_s"), entry.get("start_s", 0.0)
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (wall, start)):
+                phases.append(Phase(entry["name"], float(wall), str(entry.get("detail", "")), float(start)))
     return phases
 
 
@@ -93,15 +117,20 @@ def store_phases(paths: Sequence[Path], phases: Sequence[Phase]) -> list[Path]:
     return written
 
 
+def run_wall(phases: Sequence[Phase]) -> float:
+    """The run's end-to-end time: the last phase's end (phases may overlap, so not their sum)."""
+    return max((p.start_s + p.wall_s for p in phases), default=0.0)
+
+
 def format_table(phases: Sequence[Phase], chapters: dict[str, float]) -> str:
-    """The terminal table: phases with wall time and share of the total, then chapters' case-seconds."""
-    total = sum(p.wall_s for p in phases)
+    """The terminal table: each phase's start, wall time and share of the run, then chapters' case-seconds."""
+    total = run_wall(phases)
     width = max([len(p.name) for p in phases] + [len(c) + 2 for c in chapters] + [len("total")])
-    lines = [f"{'phase':<{width}}  {'wall':>8}  {'share':>5}  detail"]
+    lines = [f"{'phase':<{width}}  {'start':>7}  {'wall':>8}  {'share':>5}  detail"]
     for p in phases:
         share = f"{p.wall_s / total:.0%}" if total > 0 else "-"
-        lines.append(f"{p.name:<{width}}  {p.wall_s:>7.1f}s  {share:>5}  {p.detail}")
-    lines.append(f"{'total':<{width}}  {total:>7.1f}s")
+        lines.append(f"{p.name:<{width}}  {p.start_s:>6.1f}s  {p.wall_s:>7.1f}s  {share:>5}  {p.detail}")
+    lines.append(f"{'total (end to end)':<{width}}  {'':>7}  {total:>7.1f}s")
     if chapters:
         lines.append(f"{'chapter':<{width}}  {'case-s':>8}  (summed over workers)")
         lines.extend(f"  {name:<{width - 2}}  {seconds:>7.1f}s" for name, seconds in chapters.items())

@@ -15,15 +15,17 @@ from tests.dashboard_samples import sample_run, write_run
 
 
 def test_phase_flag_parses_name_seconds_and_detail() -> None:
-    assert phases.parse_phase("prelower=71.5=54 programs, 15 processes") == phases.Phase(
-        "prelower", 71.5, "54 programs, 15 processes"
+    assert phases.parse_phase("prelower@1.5=71.5=54 programs, 15 processes") == phases.Phase(
+        "prelower", 71.5, "54 programs, 15 processes", 1.5
     )
-    assert phases.parse_phase("report=0.2") == phases.Phase("report", 0.2, "")
+    assert phases.parse_phase("report=0.2") == phases.Phase("report", 0.2, "", 0.0)
 
 
-@pytest.mark.parametrize("bad", ["prelower", "=3", "prelower=", "prelower=soon", "prelower=-1"])
+@pytest.mark.parametrize(
+    "bad", ["prelower", "=3", "prelower=", "prelower=soon", "prelower=-1", "prelower@-2=3", "prelower@x=3"]
+)
 def test_bad_phase_flag_names_the_form(bad: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match=r"NAME=SECONDS\[=DETAIL\]"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"NAME\[@START\]=SECONDS\[=DETAIL\]"):
         phases.parse_phase(bad)
 
 
@@ -34,7 +36,7 @@ def test_phases_survive_merging_the_shards_and_a_missing_shard_is_left_alone(tmp
         tmp_path / "conformance-exclusive.json", dataclasses.replace(sample_run(), run_id=run_id)
     )
     crashed = tmp_path / "conformance-multi-gpu.json"  # only a journal: not rewritten
-    table = [phases.Phase("prelower", 70.0, "cuda+cpu"), phases.Phase("cases (shared GPU)", 40.0)]
+    table = [phases.Phase("prelower", 70.0, "cuda+cpu"), phases.Phase("cases (shared GPU)", 40.0, "", 2.5)]
     assert phases.store_phases([main, alone, crashed], table) == [main, alone]
     assert not crashed.exists()
     merged = merge_runs([load_results(main), load_results(alone)])
@@ -48,13 +50,14 @@ def test_table_shows_share_of_the_total_and_chapter_case_seconds(tmp_path: Path)
     assert chapters == pytest.approx(
         {c: sum(x.duration_s for x in run.cases if x.chapter == c) for c in {x.chapter for x in run.cases}}
     )
-    text = phases.format_table(
-        [phases.Phase("prelower", 30.0), phases.Phase("cases", 90.0, "8 workers")], chapters
-    )
+    # prelower overlaps the cases: the run is 100 s end to end, not the 130 s the phases sum to
+    run = [phases.Phase("prelower", 40.0, "", 0.0), phases.Phase("cases", 90.0, "8 workers", 10.0)]
+    assert phases.run_wall(run) == 100.0
+    text = phases.format_table(run, chapters)
     assert "prelower" in text
-    assert "25%" in text
-    assert "75%" in text
-    assert "120.0s" in text
+    assert "40%" in text
+    assert "90%" in text
+    assert "100.0s" in text
     assert all(name in text for name in chapters)
 
 
