@@ -60,7 +60,8 @@ def find_chromium() -> str | None:
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium: `nox -s browser` installs Debian's (root, apt-get), or set DASHBOARD_CHROMIUM"
+    CHROMIUM is None,
+    reason="no Chromium: `nox -s browser` installs Debian's (root, apt-get), or set DASHBOARD_CHROMIUM",
 )
 
 
