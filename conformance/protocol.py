@@ -33,6 +33,17 @@ Part ``mm_out`` (chapter ``mm_out``; SPEC §1c)
     float32 without TF32. The first argument of the Python method is the backend itself, so the
     protocol calls the second operand ``self_``; error messages still call it ``self``.
 
+    Optional, for backends whose compiled programs call their own ``mm_out`` kernel (chapter ``mm_out``,
+    case ``test_compiled_program_calls_backend_mm_out``; without them that case is a coverage gap or a skip,
+    never a failure): ``mm_out_calls() -> int | None`` — how many calls the backend's own ``mm_out`` kernel
+    has served in this process so far (every entry: compiled programs and ``mm_out`` itself; None when that
+    kernel is not loaded); ``mm_out_calls_per_execute(handle) -> int | None`` — how many of those calls one
+    ``execute`` of an ``init``-ed handle makes, as compiled (None when the handle's program calls another
+    implementation, e.g. libtorch's ``aoti_torch_cuda_mm_out``); ``mm_out_path() -> str`` — one line naming
+    the implementation behind ``mm_out`` (shown in the run header). The reference backend also takes the
+    ``lower`` option ``"native_mm_out": bool`` (route compiled programs' ``mm`` calls to its native shim, or
+    keep libtorch's), which the bench uses for its model-level A/B.
+
 Part ``view_pass`` (chapter ``lowering``; SPEC §1a)
     ``view_copy_pass(graph_module) -> ViewPassOutcome`` runs the backend's ReplaceViewCopyWithViewPass on a
     torch.fx ``GraphModule`` (ATen ops, edge-like: views already functionalized into ``*_copy`` ops) and

@@ -5,6 +5,7 @@ Every check names its rule as ``mm_out/<rule>``; the protocol is in ``conformanc
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import zlib
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from conformance.checks import (
     assert_matmul_close,
     assert_raises_invalid_argument,
     assert_untouched,
+    coverage_gap,
     fail,
     snapshot,
 )
@@ -44,9 +46,28 @@ LAYOUT_IDS = [f"{a}-{b}" for a, b in LAYOUT_PAIRS]
 
 
 @pytest.fixture
-def mm(backend: MmOutBackend) -> MmOutBackend:
+def mm(backend: MmOutBackend, mm_out_path: str) -> MmOutBackend:
     require_part(backend, "mm_out")
     return backend
+
+
+@pytest.fixture(scope="module")
+def mm_out_path(request: pytest.FixtureRequest, backend: MmOutBackend) -> str:
+    """Which implementation runs behind ``mm_out`` (optional protocol attribute ``mm_out_path``): said once
+    on the terminal and stored in the result file's run metadata (``mm_out_path``)."""
+    describe = getattr(backend, "mm_out_path", None)
+    text = str(describe()) if callable(describe) else f"{backend.name} does not say (no mm_out_path)"
+    config = request.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None:
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.write_line(f"mm_out: {text}")
+    if config.pluginmanager.hasplugin("harness.pytest_plugin"):
+        from harness.pytest_plugin import add_run_metadata
+
+        add_run_metadata(config, "mm_out_path", text)
+    return text
 
 
 def generator(case: str, device: torch.device) -> torch.Generator:
@@ -474,3 +495,53 @@ def test_cpu_tensors_are_rejected(mm: MmOutBackend) -> None:
     if not any(name in str(exc) for name in ("out", "self", "mat2")):
         fail("mm_out/cuda-device", call, f"the error must name the CPU argument; it said: {exc}")
     assert_untouched("mm_out/cuda-device", call, "out", before, out)
+
+
+# ------------------------------------------------------------------------------- compiled programs call it
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["prefill", "decode"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compiled_program_calls_backend_mm_out(mm: MmOutBackend, dtype: str, method: str) -> None:
+    """mm_out/program-route: executing a lowered LLM method moves the backend's own mm_out call counter by
+    exactly the number of mm_out calls its compiled code makes, every execute (optional protocol attributes
+    ``mm_out_calls`` / ``mm_out_calls_per_execute``; without them: a skip, never a failure)."""
+    from conformance.programs import handles, lower_or_fail
+
+    calls = getattr(mm, "mm_out_calls", None)
+    per_execute = getattr(mm, "mm_out_calls_per_execute", None)
+    if not (callable(calls) and callable(per_execute)):
+        pytest.skip(
+            f"backend {mm.name!r} exposes no mm_out call counter (mm_out_calls, mm_out_calls_per_execute)"
+        )
+    missing = [a for a in ("lower", "init", "execute", "destroy") if not callable(getattr(mm, a, None))]
+    if missing:
+        pytest.skip(f"backend {mm.name!r} cannot lower and run programs (lacks {missing})")
+    lowered = lower_or_fail(mm, "llm", dtype, "cuda")
+    _, inputs = lowered.eager[method]
+    call = f"execute(llm.{method}, {dtype}) on cuda"
+    with handles(mm, lowered.program, method) as (handle,):
+        expected = per_execute(handle)
+        if expected is None:
+            coverage_gap(
+                "mm_out/program-route",
+                call,
+                "the compiled program calls another mm_out (e.g. libtorch's), not the backend's",
+            )
+        if expected == 0:
+            pytest.skip(f"the compiled llm.{method} ({dtype}) makes no mm_out calls (inductor chose others)")
+        mm.execute(handle, list(inputs))  # type: ignore[attr-defined]  # warm-up: loads, first launches
+        deltas = []
+        for _ in range(3):
+            before = calls()
+            mm.execute(handle, list(inputs))  # type: ignore[attr-defined]
+            after = calls()
+            deltas.append(None if before is None or after is None else after - before)
+    if any(delta != expected for delta in deltas):
+        fail(
+            "mm_out/program-route",
+            call,
+            f"the backend's mm_out counter moved by {deltas} over 3 executes; the compiled code makes "
+            f"{expected} mm_out call(s) per execute, so each execute must add exactly {expected}",
+        )

@@ -28,13 +28,39 @@ class ReferenceBackend:
     name = "reference_impl"
     version = __version__
     lowering_devices = ("cpu", "cuda")
-    lower_options = frozenset({"view_pass", "skip_h2d_for_method_inputs", "skip_d2h_for_method_outputs"})
+    lower_options = frozenset(
+        {"view_pass", "skip_h2d_for_method_inputs", "skip_d2h_for_method_outputs", "native_mm_out"}
+    )
 
     def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
-        # Imported on first use so that loading the backend never loads cuBLAS.
-        from reference_impl.shims.mm_out import mm_out
+        # Imported on first use so that loading the backend never loads cuBLAS; after the first call
+        # the instance attribute (the chosen path's entry) shadows this method.
+        from reference_impl.shims.path import mm_out_entry
 
-        mm_out(out, self_, mat2)
+        entry = mm_out_entry()
+        self.__dict__["mm_out"] = entry
+        entry(out, self_, mat2)
+
+    def mm_out_path(self) -> str:
+        """Which ``mm_out`` implementation runs here, and why (for run headers)."""
+        from reference_impl.shims.path import describe_path
+
+        return describe_path()
+
+    def mm_out_calls(self) -> int | None:
+        """Optional protocol attribute: calls the native shim served in this process (None: not loaded)."""
+        from reference_impl.shims.native.library import call_counts
+
+        counts = call_counts()
+        return None if counts is None else counts["calls"]
+
+    def mm_out_calls_per_execute(self, handle: object) -> int | None:
+        """Optional protocol attribute: native-shim calls one execute of ``handle`` makes (as compiled);
+        None when its program calls libtorch's ``aoti_torch_cuda_mm_out`` instead."""
+        route = getattr(handle, "mm_out_route", None)
+        if not isinstance(route, dict) or route.get("provider") != "native":
+            return None
+        return int(route.get("call_sites", 0))
 
     def view_copy_pass(self, graph_module: GraphModule) -> ViewPassOutcome:
         from reference_impl.lowering.view_copy_pass import run_view_copy_pass
@@ -53,7 +79,9 @@ class ReferenceBackend:
 
         ``options`` (keys in ``lower_options``): ``view_pass: bool`` (False lowers without the view-copy
         pass, for the bench's A/B); ``skip_h2d_for_method_inputs`` / ``skip_d2h_for_method_outputs``:
-        export-time device placement (``lowering/placement.py``), validated before anything compiles.
+        export-time device placement (``lowering/placement.py``), validated before anything compiles;
+        ``native_mm_out: bool``: route CUDA programs' ``aoti_torch_cuda_mm_out`` calls to the native shim
+        (True) or keep libtorch's (False); default: the native shim when it is available.
         """
         from reference_impl.lowering.lower import lower_program
         from reference_impl.lowering.placement import PlacementError, placement_conflicts, resolve_placement
@@ -69,6 +97,8 @@ class ReferenceBackend:
             )
         if not isinstance(opts.get("view_pass", True), bool):
             raise ValueError(f"lower: option 'view_pass' must be a bool, got {opts['view_pass']!r}")
+        if not isinstance(opts.get("native_mm_out", True), bool):
+            raise ValueError(f"lower: option 'native_mm_out' must be a bool, got {opts['native_mm_out']!r}")
         if not isinstance(methods, Mapping):
             raise ValueError(f"lower: argument 'methods' must be a mapping, got {type(methods).__name__}")
         placements = resolve_placement(opts, methods)
@@ -87,6 +117,7 @@ class ReferenceBackend:
             dynamic_shapes=shapes or None,
             view_pass=bool(opts.get("view_pass", True)),
             placement=placements,
+            native_mm_out=opts.get("native_mm_out"),
         )
 
     def preflight(self, device: str) -> tuple[bool, str]:

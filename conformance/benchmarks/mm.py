@@ -16,8 +16,13 @@ sample (``harness.timing``). Two clocks, as nvbench keeps them:
 fp32 runs with TF32 off for both, so both do real fp32. Inputs are random normal; outputs start as NaN
 and are checked against torch afterwards.
 
+``mm_out`` ends with a model-level figure (``mm_out[llm-decode-bfloat16]``): the LLM decode step with the
+program's ``mm`` calls on libtorch's kernel vs the backend's own (``run_decode_route``; target within 2 %).
+
 ``threads``: the backend's ``mm_out`` on small shapes from 1, 2, 4 and 8 threads, each thread on its own
-stream; total calls/s (median and IQR over repeats) and speedup over one thread.
+stream; total calls/s (median and IQR over repeats) and speedup over one thread, next to ``torch.mm``'s.
+Targets (issue 13): at 8 threads ≥ ``torch.mm``'s calls/s at 8 threads and ≥ 3× our one-thread rate
+(64³ bf16); ``mm_out``'s ``host_speed_vs_torch_mm`` ≥ 1.0, ``speed_vs_torch_mm`` geomean ≥ 0.99, each ≥ 0.95.
 """
 
 from __future__ import annotations
@@ -223,6 +228,82 @@ def run_mm_out(ctx: BenchContext) -> None:
                 )
                 del a, b, out_ours, out_torch
             torch.cuda.empty_cache()
+    run_decode_route(ctx)
+
+
+# ------------------------------------------------------------------ model level: LLM decode, mm route A/B
+
+DECODE_DTYPE = "bfloat16"
+DECODE_TARGET = 0.98  # libtorch step time / ours: within 2 %
+
+
+def run_decode_route(ctx: BenchContext) -> None:
+    """LLM ``decode`` step time with the program's ``mm`` calls on libtorch's ``aoti_torch_cuda_mm_out``
+    vs the backend's own shim: one program lowered both ways (backend ``lower`` option ``native_mm_out``),
+    outputs kept on the device, the two executes interleaved (execute returns once the step finished, so
+    host time per call is the step time). Skipped, with the reason, for a backend without that option."""
+    import torch
+
+    from conformance.models.zoo import get_model
+    from conformance.protocol import SKIP_D2H, lower_options, missing_attributes
+
+    backend = ctx.backend
+    options = lower_options(backend)
+    lacking = missing_attributes(backend, "runtime") + missing_attributes(backend, "lowering")
+    if lacking or "native_mm_out" not in options:
+        ctx.log(f"  mm_out[llm-decode]: skipped: backend lacks {lacking or ['lower option native_mm_out']}")
+        return
+    device = torch.device("cuda", ctx.device_index)
+    entry = get_model("llm")
+    dtype = getattr(torch, DECODE_DTYPE)
+    with torch.cuda.device(device):
+        eager = entry.build(dtype, device)
+        module, inputs = eager["decode"]
+        spec = {"decode": (module, inputs, entry.dynamic_shapes_for("decode"))}
+        keep = {SKIP_D2H: True} if SKIP_D2H in options else {}
+        handles: dict[str, object] = {}
+        per_execute: dict[str, object] = {}
+        try:
+            for route, native in (("libtorch", False), ("ours", True)):
+                program = backend.lower(spec, device="cuda", options={"native_mm_out": native, **keep})
+                handles[route] = backend.init(program, "decode")
+                counter = getattr(backend, "mm_out_calls_per_execute", None)
+                per_execute[route] = counter(handles[route]) if callable(counter) else None
+            args = list(inputs)
+            competitors = {route: (lambda h=h: backend.execute(h, args)) for route, h in handles.items()}
+            host = time_host_per_call(
+                competitors, ctx.device_index, calls=20, repeats=HOST_REPEATS[ctx.quick]
+            )
+        finally:
+            for h in handles.values():
+                backend.destroy(h)
+    ratio = paired_ratio(host["libtorch"], host["ours"])
+    params = {"model": "llm-decode", "dtype": DECODE_DTYPE}
+    record = BenchRecord(
+        suite="mm_out",
+        name=case_name("mm_out", params),
+        params=params,
+        primary="step_time",
+        metrics={
+            "step_time": host["ours"].to_metric("lower"),
+            "libtorch_mm_step_time": host["libtorch"].to_metric("lower"),
+            "speed_vs_libtorch_mm": ratio.to_metric("higher"),
+        },
+        conditions={
+            "what": "one LLM decode execute (device inputs, device outputs), mm via the backend's shim vs "
+            "libtorch's aoti_torch_cuda_mm_out, same compiled program, interleaved",
+            "mm_out_calls_per_execute": per_execute,
+            "target": f"speed_vs_libtorch_mm >= {DECODE_TARGET} (within 2 %)",
+            "outputs_on_device": bool(keep),
+        },
+    )
+    ctx.emit(record, "benchmark")
+    verdict = "meets" if ratio.value >= DECODE_TARGET else "misses"
+    ctx.log(
+        f"  {record.name}: {host['ours'].value * 1e6:.1f} µs/step, libtorch mm "
+        f"{host['libtorch'].value * 1e6:.1f} µs/step, {ratio.value:.3f}x ({verdict} >= {DECODE_TARGET}); "
+        f"mm_out calls per step: {per_execute}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- threads

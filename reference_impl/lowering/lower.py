@@ -71,6 +71,7 @@ def lower_program_detailed(
     inductor_configs: Mapping[str, Any] | None = None,
     cxx: str | None = None,
     placement: Mapping[str, MethodPlacement] | None = None,
+    native_mm_out: bool | None = None,
 ) -> LoweredProgram:
     """Like ``lower_program``, returning the per-method results too."""
     checked = _check_methods(methods)
@@ -100,6 +101,7 @@ def lower_program_detailed(
             cxx=cxx,
             cache=cache,
             placement=placements.get(name),
+            native_mm_out=native_mm_out,
         )
     program = build_program(
         ((name, result.blob) for name, result in results.items()),
@@ -121,6 +123,7 @@ def lower_program(
     inductor_configs: Mapping[str, Any] | None = None,
     cxx: str | None = None,
     placement: Mapping[str, MethodPlacement] | None = None,
+    native_mm_out: bool | None = None,
 ) -> bytes:
     """Lower every method for ``device`` ("cpu" or "cuda[:N]") into one program file.
 
@@ -139,4 +142,5 @@ def lower_program(
         inductor_configs=inductor_configs,
         cxx=cxx,
         placement=placement,
+        native_mm_out=native_mm_out,
     ).data

@@ -229,6 +229,7 @@ def preprocess(
     cxx: str | None = None,
     cache: CacheArg = None,
     placement: MethodPlacement | None = None,
+    native_mm_out: bool | None = None,
 ) -> PreprocessResult:
     """Lower one method to a processed blob (see the module doc for the steps and the kernel policy).
 
@@ -236,7 +237,9 @@ def preprocess(
     C++ compiler for this compile (default: inductor's, i.e. ``$CXX`` at import, else ``g++``). ``cache``:
     None for the default cache, False for none, or an ``ArtifactCache``. ``placement``: the method's
     export-time device placement (``placement.py``), recorded in the blob for the runtime; it does not
-    change the compiled artifact, so the cache serves every placement from one compile.
+    change the compiled artifact, so the cache serves every placement from one compile. ``native_mm_out``:
+    route the program's ``aoti_torch_cuda_mm_out`` calls to the native shim (``shims/native/routing.py``;
+    None: when it is available on a CUDA target) — applied after the cache, so both routes share a compile.
     """
     if not isinstance(module, nn.Module):
         raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
@@ -290,6 +293,9 @@ def preprocess(
 
     inventory: KernelInventory = scan_package(artifact)
     check_provided(inventory, provided, method_name=name, device=target.type)
+    from reference_impl.shims.native.routing import apply_route
+
+    artifact, mm_out_route = apply_route(artifact, target.type, native_mm_out)
 
     blob = pack_blob(
         artifact,
@@ -305,6 +311,7 @@ def preprocess(
             # Input/output dtypes and shapes: the package records none, and the runtime checks inputs.
             "io": io_spec_from_exported_program(edge).to_json(),
             "placement": (placement or MethodPlacement()).to_json(),
+            "mm_out_route": mm_out_route,
             "delegation": {
                 "tags": sorted(parts.partition_tags),
                 "nodes": len(parts.tagged_nodes),

@@ -104,6 +104,8 @@ class DelegateHandle:
     options: OptionStore = field(repr=False)
     placement: MethodPlacement = field(default_factory=MethodPlacement)
     """Export-time device placement from the blob (``None`` fields: not fixed, the runtime option decides)."""
+    mm_out_route: dict[str, Any] | None = None
+    """How the program's ``aoti_torch_cuda_mm_out`` calls were routed (blob ``extra["mm_out_route"]``)."""
     _runner: Any = field(default=None, repr=False)
     _state_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _staging_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -179,6 +181,22 @@ def _load_runner(artifact: bytes, device: torch.device, method: str) -> Any:
     return compiled.loader
 
 
+def _load_mm_out_provider(route: object, method: str) -> None:
+    """A program routed to the native mm_out shim resolves its symbol at dlopen from the global scope:
+    load the shim (``RTLD_GLOBAL``) first, or say why it cannot run here (``shims/native/routing.py``)."""
+    if not isinstance(route, dict) or route.get("provider") != "native":
+        return
+    from reference_impl.shims.native.library import NativeUnavailableError, load
+
+    try:
+        load()
+    except NativeUnavailableError as exc:
+        raise RuntimeError(
+            f"method {method!r} was lowered to call the native mm_out shim ({route.get('symbol')}), "
+            f"which cannot be loaded here: {exc}"
+        ) from exc
+
+
 def _call_spec_leaves(loader: Any) -> tuple[int, int]:
     from torch.utils import _pytree as pytree
 
@@ -216,6 +234,8 @@ def init(
             f"runtime option {SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD!r} names it: conflicting placement "
             "(export time wins; drop one of the two)"
         )
+    route = contents.extra.get("mm_out_route")
+    _load_mm_out_provider(route, method)
     loader = _load_runner(contents.artifact, dev, method)
     spec_inputs, spec_outputs = _call_spec_leaves(loader)
     return DelegateHandle(
@@ -228,6 +248,7 @@ def init(
         artifact_sha256=contents.artifact_sha256,
         options=store,
         placement=placement,
+        mm_out_route=route if isinstance(route, dict) else None,
         _runner=loader,
     )
 

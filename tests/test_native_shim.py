@@ -1,0 +1,367 @@
+"""CPU-side self-tests of the native ``mm_out`` shim: build skipped cleanly, key and cache logic, the C ABI
+against torch's headers, and routing compiled programs to another ``mm_out`` symbol (proved end to end on a
+CPU package: a routed program calls a library's symbol, an unrouted one keeps libtorch's).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from reference_impl.shims.native import build, routing
+from reference_impl.shims.native.build import BuildPlan, NativeBuildError
+
+TORCH_INCLUDE = Path(torch.__file__).parent / "include"
+SHIM_H = TORCH_INCLUDE / "torch/csrc/inductor/aoti_torch/c/shim.h"
+C_SHIM_CUDA_H = TORCH_INCLUDE / "torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h"
+SOURCE_TEXT = build.SOURCE.read_text()
+CXX = shutil.which("g++")
+needs_cxx = pytest.mark.skipif(CXX is None, reason="needs g++")
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+
+
+# ----------------------------------------------------------------------------------------- the C ABI
+
+
+def test_every_aoti_function_the_source_calls_is_declared_in_torch_headers() -> None:
+    declared = set(re.findall(r"\b(aoti_torch_\w+)\s*\(", SHIM_H.read_text()))
+    called = set(re.findall(r"\b(aoti_torch_\w+)\s*\(", SOURCE_TEXT)) - {"aoti_torch_cuda_mm_out"}
+    assert called, "the source reads tensors through the AOTI C shim"
+    assert called <= declared, f"not in shim.h: {sorted(called - declared)}"
+
+
+def test_routed_entry_has_the_abi_of_aoti_torch_cuda_mm_out() -> None:
+    decl = re.search(r"AOTITorchError aoti_torch_cuda_mm_out\(([^)]*)\)", C_SHIM_CUDA_H.read_text())
+    ours = re.search(r"AOTITorchError refimpl_cuda_mm_out_v1\(([^)]*)\)", SOURCE_TEXT)
+    assert decl
+    assert ours
+
+    def types(params: str) -> list[str]:
+        return [" ".join(p.split()[:-1]) for p in params.split(",")]
+
+    assert types(decl.group(1)) == types(ours.group(1)) == ["AtenTensorHandle"] * 3
+    # ... and the compiler checks it too (static_assert against the generated header).
+    assert "static_assert(std::is_same<decltype(&refimpl_cuda_mm_out_v1)" in SOURCE_TEXT
+    assert len(routing.ROUTED_SYMBOL) == len(routing.ABI_SYMBOL)
+
+
+def test_source_never_exports_the_abi_name_by_default() -> None:
+    # Exported only under REFIMPL_EXPORT_AOTI_NAME: loaded RTLD_GLOBAL it would take over every program.
+    body = SOURCE_TEXT.split("#ifdef REFIMPL_EXPORT_AOTI_NAME", 1)
+    assert "REFIMPL_API AOTITorchError aoti_torch_cuda_mm_out" not in body[0]
+    assert "REFIMPL_API AOTITorchError aoti_torch_cuda_mm_out" in body[1]
+
+
+def test_error_rules_in_the_source_match_the_python_rules() -> None:
+    from reference_impl.shims.errors import RULES
+
+    used = set(re.findall(r'argument_error\([^,]+,\s*"([a-z0-9-]+)"', SOURCE_TEXT))
+    used |= set(re.findall(r'check_size\(|"(size-limit)"', SOURCE_TEXT)) - {""}
+    python_only = {"is-tensor"}  # the C ABI only sees handles; Python checks the type first
+    assert used <= set(RULES)
+    assert set(RULES) - used == python_only
+
+
+def _cuda_include_dirs() -> list[str] | None:
+    extra = [d for d in os.environ.get("REFIMPL_NATIVE_TEST_INCLUDE", "").split(os.pathsep) if d]
+    try:
+        return build.resolve_include_dirs([*extra, *build.candidate_include_dirs()])
+    except NativeBuildError:
+        return None
+
+
+@needs_cxx
+@pytest.mark.parametrize("defines", [[], ["-DREFIMPL_EXPORT_AOTI_NAME"]], ids=["default", "abi-name"])
+def test_source_compiles_warning_free_against_real_headers(defines: list[str]) -> None:
+    includes = _cuda_include_dirs()
+    if includes is None:
+        pytest.skip("no CUDA headers here (set REFIMPL_NATIVE_TEST_INCLUDE to CUDA include dirs)")
+    flags = [f for f in build.FLAGS if f not in ("-shared", "-O2")]
+    command = [CXX, *flags, *defines, "-fsyntax-only", "-isystem", str(TORCH_INCLUDE)]
+    command += [arg for d in includes for arg in ("-isystem", d)] + [str(build.SOURCE)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+# -------------------------------------------------------------------------------------- build, cache
+
+
+@cpu_only
+def test_build_is_skipped_cleanly_without_cuda(tmp_path: Path) -> None:
+    status = build.build_library(cache=build.ArtifactCache(tmp_path), force=True)
+    assert not status.available
+    assert status.path is None
+    assert "not built" in status.reason
+    assert torch.__version__ in status.reason
+    assert not any(tmp_path.rglob("*.bin")), "nothing is compiled on a CPU-only machine"
+
+
+def test_disable_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(build.DISABLE_ENV_VAR, "1")
+    status = build.build_library(force=True)
+    assert not status.available
+    assert build.DISABLE_ENV_VAR in status.reason
+    monkeypatch.delenv(build.DISABLE_ENV_VAR)
+    build.build_library(force=True)
+
+
+@cpu_only
+def test_cpu_machine_runs_the_python_path_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_impl.shims import path
+
+    monkeypatch.delenv(path.PATH_ENV_VAR, raising=False)
+    chosen, why = path.selected_path()
+    assert chosen == "python"
+    assert "native shim unavailable" in why
+    assert "Python/ctypes" in path.describe_path()
+    from reference_impl.shims.mm_out import mm_out
+
+    assert path.mm_out_entry() is mm_out
+    monkeypatch.setenv(path.PATH_ENV_VAR, "native")
+    from reference_impl.shims.native.library import NativeUnavailableError
+
+    with pytest.raises(NativeUnavailableError, match="unavailable"):
+        path.selected_path()
+    monkeypatch.setenv(path.PATH_ENV_VAR, "bogus")
+    with pytest.raises(ValueError, match="auto, native, python"):
+        path.selected_path()
+
+
+def test_compiler_resolution_honours_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(build.CXX_ENV_VAR, "/opt/my/c++")
+    assert build.resolve_compiler() == "/opt/my/c++"
+    monkeypatch.delenv(build.CXX_ENV_VAR)
+    monkeypatch.setenv("CXX", "/opt/other/g++")
+    assert build.resolve_compiler() == "/opt/other/g++"
+    monkeypatch.delenv("CXX")
+    assert build.resolve_compiler().endswith("g++")
+
+
+def test_include_resolution_names_what_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "cublas_v2.h").write_text("")
+    with pytest.raises(NativeBuildError, match=r"cuda_runtime_api\.h.*searched"):
+        build.resolve_include_dirs([str(tmp_path / "a")])
+    (tmp_path / "b" / "crt").mkdir(parents=True)
+    (tmp_path / "b" / "nv").mkdir()
+    for name in ("cuda_runtime_api.h", "crt/host_defines.h", "nv/target"):
+        (tmp_path / "b" / name).write_text("")
+    dirs = build.resolve_include_dirs([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert dirs == [str(tmp_path / "a"), str(tmp_path / "b")]
+
+
+def _plan(tmp_path: Path, source: Path, flags: tuple[str, ...] = build.FLAGS) -> BuildPlan:
+    lib = tmp_path / "libcublas.so.13"
+    lib.write_bytes(b"x")
+    return BuildPlan(
+        compiler=CXX or "g++",
+        source=source,
+        include_dirs=(str(TORCH_INCLUDE),),
+        torch_lib_dir=str(tmp_path),
+        libraries=(str(lib),),
+        flags=flags,
+    )
+
+
+def test_key_follows_source_flags_and_libraries(tmp_path: Path) -> None:
+    source = tmp_path / "mm_out.cpp"
+    source.write_text("int x;")
+    plan = _plan(tmp_path, source)
+    key = build.library_key(plan)
+    assert key == build.library_key(plan), "deterministic"
+    source.write_text("int y;")
+    assert build.library_key(plan) != key, "source content is in the key"
+    source.write_text("int x;")
+    assert build.library_key(plan) == key
+    assert build.library_key(_plan(tmp_path, source, (*build.FLAGS, "-DX"))) != key, "flags are in the key"
+    (tmp_path / "libcublas.so.13").write_bytes(b"longer")
+    assert build.library_key(plan) != key, "a changed library is in the key"
+
+
+def test_command_links_torch_cuda_libraries_and_forbids_undefined_symbols(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, build.SOURCE)
+    command = plan.command("/out/lib.so")
+    assert command[0] == plan.compiler
+    assert "-Werror" in command
+    assert "-fvisibility=hidden" in command
+    assert ["-isystem", str(TORCH_INCLUDE)] == command[
+        command.index("-isystem") : command.index("-isystem") + 2
+    ]
+    assert "-ltorch_cuda" in command
+    assert str(tmp_path / "libcublas.so.13") in command
+    assert "-Wl,--no-undefined" in command
+    assert f"-Wl,-rpath,{tmp_path}" in command
+
+
+def test_cache_lives_beside_the_artifact_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CONFORMANCE_CACHE_DIR", str(tmp_path))
+    assert build.native_cache().root == tmp_path / "native"
+
+
+# ------------------------------------------------------------------------------------------- routing
+
+CPU_OLD, CPU_NEW = "aoti_torch_cpu_mm_out", "refimpl_cpu_mm_out_v1"  # same length, like the CUDA pair
+
+
+class _MatMulPlusOne(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.mm(a, b) + 1
+
+
+@pytest.fixture(scope="module")
+def cpu_package(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A CPU AOTInductor package whose code calls ``aoti_torch_cpu_mm_out`` once per run."""
+    if CXX is None:
+        pytest.skip("needs g++ to compile an AOTInductor package")
+    from reference_impl.lowering.preprocess import compile_artifact
+
+    exported = torch.export.export(_MatMulPlusOne(), (torch.randn(8, 8), torch.randn(8, 8)))
+    artifact = compile_artifact(exported, device=torch.device("cpu"), cxx=CXX)
+    if routing.count_call_sites(artifact, CPU_OLD) != 1:
+        pytest.skip("inductor generated its own GEMM here: no aoti_torch_cpu_mm_out call to route")
+    return artifact
+
+
+@pytest.fixture(scope="module")
+def forwarder(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """A library defining the routed CPU name (forwarding to libtorch's kernel) with a call counter."""
+    if CXX is None:
+        pytest.skip("needs g++")
+    folder = tmp_path_factory.mktemp("forwarder")
+    source = folder / "forward.cpp"
+    source.write_text(
+        "#include <torch/csrc/inductor/aoti_torch/c/shim.h>\n#include <atomic>\n"
+        f'extern "C" AOTITorchError {CPU_OLD}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle);\n'
+        "static std::atomic<unsigned long long> calls{0};\n"
+        '#define EXPORT extern "C" __attribute__((visibility("default")))\n'
+        f"EXPORT AOTITorchError {CPU_NEW}(AtenTensorHandle o, AtenTensorHandle s, AtenTensorHandle m)"
+        f" {{ ++calls; return {CPU_OLD}(o, s, m); }}\n"
+        "EXPORT unsigned long long forward_calls() { return calls; }\n"
+    )
+    lib = folder / "libforward.so"
+    torch_lib = Path(torch.__file__).parent / "lib"
+    command = [CXX, "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
+    command += ["-isystem", str(TORCH_INCLUDE), str(source), "-o", str(lib), f"-L{torch_lib}", "-ltorch_cpu"]
+    command += [f"-Wl,-rpath,{torch_lib}", "-Wl,--no-undefined"]
+    subprocess.run(command, check=True, capture_output=True)
+    cdll = ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    cdll.forward_calls.restype = ctypes.c_ulonglong
+    return cdll
+
+
+def _run(package: bytes, tmp_path: Path, name: str) -> torch.Tensor:
+    from reference_impl.runtime.package_loader import load_package_fast
+
+    path = tmp_path / name
+    path.write_bytes(package)
+    a = torch.arange(64, dtype=torch.float32).reshape(8, 8) / 7
+    result = load_package_fast(path).run([a, a.t()])[0]
+    assert torch.allclose(result, a @ a.t() + 1)
+    return result
+
+
+def test_routed_package_changes_only_the_symbol_and_crcs(cpu_package: bytes) -> None:
+    routed = routing.route_package(cpu_package, CPU_OLD, CPU_NEW)
+    assert len(routed.patched_members) == 1
+    assert routed.call_sites == 1
+    assert len(routed.package) == len(cpu_package)
+    changed = sum(a != b for a, b in zip(cpu_package, routed.package, strict=True))
+    assert 0 < changed <= len(CPU_OLD) + 3 * 4, "the name's bytes and the CRC fields, nothing else"
+    with zipfile.ZipFile(__import__("io").BytesIO(routed.package)) as archive:
+        assert archive.testzip() is None
+    again = routing.route_package(cpu_package, CPU_OLD, CPU_NEW)
+    assert again.package == routed.package, "deterministic: routing is a pure function of the artifact"
+    assert routing.route_package(routed.package, CPU_OLD, CPU_NEW).patched_members == (), "idempotent"
+
+
+def test_routed_program_fails_to_load_without_the_provider(cpu_package: bytes, tmp_path: Path) -> None:
+    routed = routing.route_package(cpu_package, CPU_OLD, CPU_NEW).package
+    # Runs before the forwarder fixture in this module's order; skip if some other test loaded it first.
+    if _defined_in_process(CPU_NEW):
+        pytest.skip("the provider is already loaded in this process")
+    with pytest.raises(Exception, match=f"undefined symbol: {CPU_NEW}"):
+        _run(routed, tmp_path, "routed.pt2")
+
+
+def _defined_in_process(symbol: str) -> bool:
+    try:
+        getattr(ctypes.CDLL(None), symbol)
+    except AttributeError:
+        return False
+    return True
+
+
+def test_routed_program_calls_the_provider_and_unrouted_keeps_libtorch(
+    cpu_package: bytes, forwarder: ctypes.CDLL, tmp_path: Path
+) -> None:
+    routed = routing.route_package(cpu_package, CPU_OLD, CPU_NEW).package
+    before = forwarder.forward_calls()
+    _run(routed, tmp_path, "routed.pt2")
+    _run(routed, tmp_path, "routed2.pt2")
+    assert forwarder.forward_calls() - before == 2, "each run of the routed program called the provider once"
+    before = forwarder.forward_calls()
+    _run(cpu_package, tmp_path, "plain.pt2")
+    assert forwarder.forward_calls() == before, "an unrouted program keeps libtorch's kernel"
+
+
+def test_rename_refuses_a_defined_symbol(forwarder: ctypes.CDLL) -> None:
+    library = Path(forwarder._name).read_bytes()
+    with pytest.raises(routing.RoutingError, match="defines"):
+        routing.rename_undefined_symbol(library, CPU_NEW, CPU_OLD)
+    renamed, count = routing.rename_undefined_symbol(library, CPU_OLD, "x" * len(CPU_OLD))
+    assert count == 1
+    assert b"x" * len(CPU_OLD) in renamed
+    assert routing.rename_undefined_symbol(library, "not_referenced_at_all", "n" * 21) == (library, 0)
+    with pytest.raises(routing.RoutingError, match="as long as"):
+        routing.rename_undefined_symbol(library, CPU_OLD, "short")
+
+
+def test_rename_rejects_non_elf_and_compressed_members() -> None:
+    with pytest.raises(routing.RoutingError, match="not an ELF"):
+        routing.rename_undefined_symbol(b"MZ not elf", CPU_OLD, CPU_NEW)
+    buffer = __import__("io").BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("m/data/aotinductor/model/x.so", b"\x7fELF" + b"\0" * 100)
+    with pytest.raises(routing.RoutingError, match="compressed"):
+        routing.route_package(buffer.getvalue())
+    with pytest.raises(routing.RoutingError, match="not a zip"):
+        routing.route_package(b"nope")
+
+
+def test_apply_route_policy_on_this_machine(cpu_package: bytes) -> None:
+    same, record = routing.apply_route(cpu_package, "cpu", None)
+    assert same == cpu_package
+    assert record["provider"] == "libtorch"
+    assert "CUDA only" in record["reason"]
+    same, record = routing.apply_route(cpu_package, "cuda", False)
+    assert same == cpu_package
+    assert record == {"provider": "libtorch", "reason": "native_mm_out=False"}
+    if not torch.cuda.is_available():
+        same, record = routing.apply_route(cpu_package, "cuda", None)
+        assert same == cpu_package
+        assert record["provider"] == "libtorch"
+        assert "not built" in str(record["reason"])
+        with pytest.raises(routing.RoutingError, match="native_mm_out=True"):
+            routing.apply_route(cpu_package, "cuda", True)
+
+
+def test_call_sites_ignore_comments_and_strings() -> None:
+    buffer = __import__("io").BytesIO()
+    code = (
+        "// aoti_torch_cuda_mm_out(a, b, c);\n"
+        'const char* s = "aoti_torch_cuda_mm_out(";\n'
+        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_mm_out(buf0, x, y));\n"
+        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_mm_out (buf1, x, y));\n"
+        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_addmm_out(buf2, b, x, y, 1, 1));\n"
+    )
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("m/data/aotinductor/model/w.wrapper.cpp", code)
+    assert routing.count_call_sites(buffer.getvalue()) == 2
