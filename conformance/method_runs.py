@@ -16,14 +16,17 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.checks import assert_model_output_close, fail
+from conformance.pipelines import PIPELINE_MODELS
 from conformance.programs import LoweredModel
 from conformance.protocol import Backend
 
-MODEL_METHODS: dict[str, tuple[str, str]] = {"asr": ("encoder", "decoder"), "llm": ("prefill", "decode")}
+#: The multi-method (pipeline) models and their two methods in call order: ``asr``, ``llm`` and, with
+#: ``transformers`` installed, ``hf_whisper`` and ``hf_llm`` (``conformance.pipelines.PIPELINE_MODELS``).
+MODEL_METHODS: dict[str, tuple[str, str]] = {name: p.methods for name, p in PIPELINE_MODELS.items()}
 #: How one method's outputs feed the next: method → {input index: (source method, output index)}.
+#: ASR kind: hidden states ← encoder output; LLM kind: k/v caches ← prefill's caches.
 FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
-    "asr": {"decoder": {1: ("encoder", 0)}},  # hidden states ← encoder output
-    "llm": {"decode": {2: ("prefill", 1), 3: ("prefill", 2)}},  # k/v caches ← prefill's caches
+    name: {p.methods[1]: dict(p.feeds)} for name, p in PIPELINE_MODELS.items()
 }
 
 

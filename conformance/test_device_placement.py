@@ -10,11 +10,13 @@ names its rule, ``placement/<rule>``:
 * **validation** (any machine): an unknown method name, a non-bool value or a value of the wrong shape is
   a ``ValueError`` naming the key and the rule; a method fixed to host outputs that the runtime option
   names is a conflict (backends with part ``runtime_options``).
-* **matrix** (CUDA): configurations × the two multi-method models × dtypes. Each method runs once, chained
-  as in real use; a method with device inputs gets device tensors from its caller. Held to: where outputs
-  live, values against eager float64, ``execute_stats`` (0 host→device bytes for device inputs, 0
-  device→host bytes for kept outputs), and the torch profiler (no ``Memcpy HtoD`` / ``DtoH`` for them;
-  every copy that is made goes through pinned memory — rule ``copies/pinned-host-memory``).
+* **matrix** (CUDA): configurations × the multi-method models (``asr``, ``llm`` and, with
+  ``transformers``, ``hf_whisper``, ``hf_llm``: ``conformance.pipelines.PIPELINE_MODELS``) × dtypes. Each
+  method runs once, chained as in real use; a method with device inputs gets device tensors from its
+  caller. Held to: where outputs live, values against eager float64, ``execute_stats`` (0 host→device
+  bytes for device inputs, 0 device→host bytes for kept outputs), and the torch profiler (no ``Memcpy
+  HtoD`` / ``DtoH`` for them; every copy that is made goes through pinned memory — rule
+  ``copies/pinned-host-memory``).
 * **pipelines** (CUDA): ASR (encoder → decoder) and LLM (prefill → decode with its KV cache) with every
   input and output on the device end to end: tokens equal eager, and no execute moves a byte.
 * **zoo** (CUDA): every other zoo model lowered with every input and output on the device.
@@ -22,10 +24,10 @@ names its rule, ``placement/<rule>``:
   are ``ValueError``s naming the input, and nothing changes (the inputs, the byte counters, later results).
 * **CPU target**: the device is the host, so placement is accepted and changes nothing.
 
-Programs lowered: on CUDA, ``asr`` and ``llm`` × 3 dtypes × the matrix's configurations (a backend that
+Programs lowered: on CUDA, each multi-method model × 3 dtypes × the matrix's configurations (a backend that
 caches compiled artifacts by content, as the reference does, compiles each model and dtype once); on the
-CPU, ``llm`` float32 once. The validation cases use the zoo's ``add`` as two methods, and lower it only
-where a backend accepts the bad option.
+CPU, ``llm`` (and ``hf_llm``) float32 once. The validation cases use the zoo's ``add`` as two methods, and
+lower it only where a backend accepts the bad option.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ from conformance.method_runs import (
     cuda_device,
     run_methods,
 )
-from conformance.models import ZOO
-from conformance.pipelines import CallStats, asr_transcribe, llm_generate
+from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
+from conformance.pipelines import CallStats, pipeline_params, run_greedy
 from conformance.programs import (
     SKIP_COPY_OPTION,
     handles,
@@ -162,6 +164,11 @@ MATRIX = [
     for model, (first, second) in MODEL_METHODS.items()
     for label, opts in configurations(first, second).items()
 ]
+if HF_UNAVAILABLE is not None:  # the Hugging Face pipeline models: one skipped case each, with the reason
+    MATRIX += [
+        pytest.param(name, "all", {}, id=f"{name}-all", marks=pytest.mark.skip(reason=HF_UNAVAILABLE))
+        for name in HF_MODELS
+    ]
 
 
 @pytest.mark.gpu
@@ -189,7 +196,7 @@ END_TO_END: Options = {SKIP_H2D: True, SKIP_D2H: True}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("model", list(MODEL_METHODS))
+@pytest.mark.parametrize("model", pipeline_params())
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pipeline_stays_on_the_device(
     placing: Backend, dtype: str, model: str, request: pytest.FixtureRequest
@@ -203,10 +210,7 @@ def test_pipeline_stays_on_the_device(
     call = f"{model} pipeline ({dtype}) lowered with {END_TO_END}"
     stats: CallStats = []
     with handles(backend, lm.program, *lm.methods) as made:
-        if model == "asr":
-            got = asr_transcribe(backend, made[0], made[1], first, STEPS[model], stats)
-        else:
-            got = llm_generate(backend, made[0], made[1], first, STEPS[model], stats)
+        got = run_greedy(backend, model, made[0], made[1], first, STEPS[model], stats)
     moved = [(m, s) for m, s in stats if s.get("h2d_bytes") != 0 or s.get("d2h_bytes") != 0]
     record(request, executes=len(stats))
     if moved:
@@ -286,14 +290,16 @@ def test_device_input_method_rejects_wrong_inputs(placing: Backend, kind: str) -
 # ============================================================================================= CPU target
 
 
-def test_placement_on_a_cpu_target_changes_nothing(placing: Backend) -> None:
+@pytest.mark.parametrize("model", pipeline_params("llm"))
+def test_placement_on_a_cpu_target_changes_nothing(placing: Backend, model: str) -> None:
     """placement/cpu-target: on a program lowered for the CPU both flags are accepted and change nothing:
-    outputs are host tensors, both byte counters are 0, values match float64 eager."""
+    outputs are host tensors, both byte counters are 0, values match float64 eager (the LLM-kind models:
+    ``llm`` and, with ``transformers``, ``hf_llm``)."""
     backend = placing
     require_lowering_device(backend, "cpu")
-    lm = lower_or_fail(backend, "llm", "float32", "cpu", END_TO_END)
+    lm = lower_or_fail(backend, model, "float32", "cpu", END_TO_END)
     with handles(backend, lm.program, *lm.methods) as made:
         runs = run_methods(backend, lm, made)
     for method, run in runs.items():
-        call = f"execute(llm.{method}, cpu target) lowered with {END_TO_END}"
+        call = f"execute({model}.{method}, cpu target) lowered with {END_TO_END}"
         check_cpu_target("placement", call, lm, run)

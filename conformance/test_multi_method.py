@@ -1,8 +1,11 @@
 """Chapter multi_method — multi-method models end to end (SPEC §1b, §2; protocol part ``runtime``).
 
-The zoo's two multi-method models run as real pipelines through ``conformance/pipelines.py``: ASR (encoder
-once, then the decoder for ``ASR_STEPS`` greedy steps on the growing sequence) and LLM (prefill the prompt,
-then decode through the KV cache, ``LLM_STEPS`` tokens). Every check names its rule, ``multi-method/<rule>``.
+The zoo's multi-method models run as real pipelines through ``conformance/pipelines.py``: ASR kind (encoder
+once, then the decoder for ``ASR_STEPS`` greedy steps on the growing sequence) and LLM kind (prefill the
+prompt, then decode through the KV cache, ``LLM_STEPS`` tokens). The pipeline models are the zoo's own
+``asr`` and ``llm`` and, with ``transformers`` installed (extra ``hf``), the Hugging Face architectures
+``hf_whisper`` (Whisper encoder + decoder) and ``hf_llm`` (Qwen3 prefill + decode over HF's ``StaticCache``);
+without it those cases are skipped with the reason. Every check names its rule, ``multi-method/<rule>``.
 
 Oracle, and why half precision is judged differently
     Eager PyTorch runs the very same greedy loops (``conformance.models``) on the same modules, with SDPA's
@@ -26,8 +29,9 @@ Data movement (CUDA)
     end-to-end latency (median of ``TIMED_REPEATS`` runs after a warm-up, ``time.perf_counter``) with and
     without skip are recorded on the case (``user_properties`` and result-file params).
 
-Programs lowered: ``asr`` and ``llm`` in float32 for the CPU (2); on CUDA also ``asr``/``llm`` × float32,
-float16, bfloat16 (6) — the same ones ``test_runtime_options.py`` uses, so they are lowered once.
+Programs lowered: each pipeline model in float32 for the CPU (2, or 4 with ``transformers``); on CUDA also
+each × float32, float16, bfloat16 (6 or 12) — the same ones ``test_runtime_options.py`` uses, so they are
+lowered once.
 """
 
 from __future__ import annotations
@@ -42,13 +46,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.checks import fail
-from conformance.models.asr import ASR_BOS
-from conformance.pipelines import CallStats, asr_transcribe, llm_generate
+from conformance.pipelines import PIPELINE_MODELS, CallStats, pipeline_params, run_greedy
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
 from conformance.protocol import Backend
 from conformance.token_oracle import (
-    ASR_STEPS,
-    LLM_STEPS,
     METHODS,
     NEAR_TIE_FACTOR,
     STEPS,
@@ -80,11 +81,8 @@ def run_pipeline(
     backend: Backend, model: str, eager: Methods, made: Sequence[object], stats: CallStats | None = None
 ) -> torch.Tensor:
     first, second = made
-    if model == "asr":
-        features = host_inputs(eager, "encoder")[0]
-        return asr_transcribe(backend, first, second, features, ASR_STEPS, stats)
-    prompt = host_inputs(eager, "prefill")[0]
-    return llm_generate(backend, first, second, prompt, LLM_STEPS, stats)
+    first_input = host_inputs(eager, METHODS[model][0])[0]
+    return run_greedy(backend, model, first, second, first_input, STEPS[model], stats)
 
 
 def first_step_logits(
@@ -94,20 +92,22 @@ def first_step_logits(
     or prefill over the prompt."""
     eager = lm.eager
     first, second = made
-    if model == "asr":
-        features = host_inputs(eager, "encoder")
+    p = PIPELINE_MODELS[model]
+    first_name, second_name = p.methods
+    if p.kind == "asr":
+        features = host_inputs(eager, first_name)
         hidden = backend.execute(first, features)[0]  # type: ignore[attr-defined]
-        bos = torch.full((features[0].shape[0], 1), ASR_BOS, dtype=torch.int64)
+        bos = torch.full((features[0].shape[0], 1), p.greedy.bos, dtype=torch.int64)
         got = backend.execute(second, [bos, hidden])[0]  # type: ignore[attr-defined]
         with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-            ref = float64_module(eager, "decoder")(
-                bos, float64_module(eager, "encoder")(as_float64(features[0]))
+            ref = float64_module(eager, second_name)(
+                bos, float64_module(eager, first_name)(as_float64(features[0]))
             )
         return got, ref
-    prompt = host_inputs(eager, "prefill")
+    prompt = host_inputs(eager, first_name)
     got = backend.execute(first, prompt)[0]  # type: ignore[attr-defined]
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        ref = float64_module(eager, "prefill")(prompt[0])[0]
+        ref = float64_module(eager, first_name)(prompt[0])[0]
     return got, ref
 
 
@@ -115,7 +115,7 @@ def first_step_logits(
 
 
 @pytest.mark.parametrize(("device", "dtype"), PIPELINE_CASES)
-@pytest.mark.parametrize("model", ["asr", "llm"])
+@pytest.mark.parametrize("model", pipeline_params())
 def test_pipeline_tokens_match_eager(
     runtime: Backend, model: str, device: str, dtype: str, request: pytest.FixtureRequest
 ) -> None:
@@ -155,7 +155,7 @@ def test_pipeline_tokens_match_eager(
         fail("multi-method/cpu-target", call, f"a CPU target moved bytes: {moved[:3]}")
 
 
-@pytest.mark.parametrize("model", ["asr", "llm"])
+@pytest.mark.parametrize("model", pipeline_params())
 def test_suite_self_check_float32_paths_have_no_near_ties(model: str) -> None:
     """suite/self-check (no backend): along eager's float32 greedy paths, every step's best logit beats the
     runner-up by more than float32 rounding could bridge, so exact float32 token checks are sound."""
@@ -254,55 +254,61 @@ def copied_and_kept(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("model", pipeline_params("llm"))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_llm_kv_cache_stays_on_gpu(runtime: Backend, dtype: str, request: pytest.FixtureRequest) -> None:
+def test_llm_kv_cache_stays_on_gpu(
+    runtime: Backend, dtype: str, model: str, request: pytest.FixtureRequest
+) -> None:
     """multi-method/kv-cache-on-device: with prefill and decode both skipped, no execute copies anything to
     the host and each decode step uploads only its token and position; tokens are those of the copying
     run. Without skip, the caches make the round trip every step (and are counted)."""
     backend = runtime
-    lm = lower_or_fail(backend, "llm", dtype, "cuda")
-    call = f"llm pipeline ({dtype}, cuda, {LLM_STEPS} steps)"
-    prompt = host_inputs(lm.eager, "prefill")[0]
+    lm = lower_or_fail(backend, model, dtype, "cuda")
+    prefill, decode = METHODS[model]
+    call = f"{model} pipeline ({dtype}, cuda, {STEPS[model]} steps)"
+    prompt = host_inputs(lm.eager, prefill)[0]
     batch = prompt.shape[0]
-    cache_bytes = sum(nbytes(t) for t in lm.eager["decode"][1][2:])
+    cache_bytes = sum(nbytes(t) for t in lm.eager[decode][1][2:])
     step_bytes = batch * INT64_BYTES + INT64_BYTES  # token [B, 1] and position [1], int64
-    plain, kept = copied_and_kept(request, backend, "llm", lm, "prefill,decode", call)
-    decodes = LLM_STEPS - 1
-    want = [("prefill", {"d2h_bytes": 0, "h2d_bytes": nbytes(prompt)})]
-    want += [("decode", {"d2h_bytes": 0, "h2d_bytes": step_bytes})] * decodes
+    plain, kept = copied_and_kept(request, backend, model, lm, f"{prefill},{decode}", call)
+    decodes = STEPS[model] - 1
+    want = [(prefill, {"d2h_bytes": 0, "h2d_bytes": nbytes(prompt)})]
+    want += [(decode, {"d2h_bytes": 0, "h2d_bytes": step_bytes})] * decodes
     check_rows(
-        call + " with skip-copy on prefill,decode", kept.stats, want, "multi-method/kv-cache-on-device"
+        call + f" with skip-copy on {prefill},{decode}", kept.stats, want, "multi-method/kv-cache-on-device"
     )
-    want = [("prefill", {"h2d_bytes": nbytes(prompt)})]
-    want += [("decode", {"h2d_bytes": step_bytes + cache_bytes})] * decodes
+    want = [(prefill, {"h2d_bytes": nbytes(prompt)})]
+    want += [(decode, {"h2d_bytes": step_bytes + cache_bytes})] * decodes
     check_rows(call + " without skip-copy", plain.stats, want, "multi-method/h2d-bytes")
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("model", pipeline_params("asr"))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_asr_decoder_consumes_encoder_output_on_gpu(
-    runtime: Backend, dtype: str, request: pytest.FixtureRequest
+    runtime: Backend, dtype: str, model: str, request: pytest.FixtureRequest
 ) -> None:
     """multi-method/device-input: with ``encoder`` skipped, its output stays on the GPU and every decoder
     step uploads only the token ids, not the hidden states; the decoder's logits are still copied out as
     without skip; tokens are those of the copying run."""
     backend = runtime
-    lm = lower_or_fail(backend, "asr", dtype, "cuda")
-    call = f"asr pipeline ({dtype}, cuda, {ASR_STEPS} steps)"
-    features = host_inputs(lm.eager, "encoder")[0]
+    lm = lower_or_fail(backend, model, dtype, "cuda")
+    encoder, decoder = METHODS[model]
+    steps = STEPS[model]
+    call = f"{model} pipeline ({dtype}, cuda, {steps} steps)"
+    features = host_inputs(lm.eager, encoder)[0]
     batch = features.shape[0]
-    hidden_bytes = nbytes(lm.eager["decoder"][1][1])  # the example hidden states: the encoder's output shape
-    plain, kept = copied_and_kept(request, backend, "asr", lm, "encoder", call)
-    tokens_bytes = [batch * (step + 1) * INT64_BYTES for step in range(ASR_STEPS)]
-    logits_bytes = [s.get("d2h_bytes") for m, s in plain.stats if m == "decoder"]
-    want = [("encoder", {"d2h_bytes": 0, "h2d_bytes": nbytes(features)})]
+    hidden_bytes = nbytes(lm.eager[decoder][1][1])  # the example hidden states: the encoder's output shape
+    plain, kept = copied_and_kept(request, backend, model, lm, encoder, call)
+    tokens_bytes = [batch * (step + 1) * INT64_BYTES for step in range(steps)]
+    logits_bytes = [s.get("d2h_bytes") for m, s in plain.stats if m == decoder]
+    want = [(encoder, {"d2h_bytes": 0, "h2d_bytes": nbytes(features)})]
     want += [
-        ("decoder", {"h2d_bytes": t, "d2h_bytes": d})
-        for t, d in zip(tokens_bytes, logits_bytes, strict=False)
+        (decoder, {"h2d_bytes": t, "d2h_bytes": d}) for t, d in zip(tokens_bytes, logits_bytes, strict=False)
     ]
-    check_rows(call + " with skip-copy on encoder", kept.stats, want, "multi-method/device-input")
-    want = [("encoder", {"d2h_bytes": hidden_bytes, "h2d_bytes": nbytes(features)})]
-    want += [("decoder", {"h2d_bytes": t + hidden_bytes}) for t in tokens_bytes]
+    check_rows(call + f" with skip-copy on {encoder}", kept.stats, want, "multi-method/device-input")
+    want = [(encoder, {"d2h_bytes": hidden_bytes, "h2d_bytes": nbytes(features)})]
+    want += [(decoder, {"h2d_bytes": t + hidden_bytes}) for t in tokens_bytes]
     check_rows(call + " without skip-copy", plain.stats, want, "multi-method/h2d-bytes")
     if any(not d for d in logits_bytes):
         fail("multi-method/d2h-bytes", call, f"decoder logits copied to the host count {logits_bytes} bytes")

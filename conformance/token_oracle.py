@@ -15,14 +15,15 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.checks import fail
-from conformance.models import asr_greedy, llm_greedy
-from conformance.models.asr import ASR_BOS
+from conformance.models import greedy
+from conformance.pipelines import PIPELINE_MODELS, STEPS_BY_KIND
 from conformance.programs import LoweredModel
 from conformance.tolerances import MODEL_TOLERANCES
 
-ASR_STEPS, LLM_STEPS = 6, 8
-STEPS = {"asr": ASR_STEPS, "llm": LLM_STEPS}
-METHODS = {"asr": ("encoder", "decoder"), "llm": ("prefill", "decode")}
+ASR_STEPS, LLM_STEPS = STEPS_BY_KIND["asr"], STEPS_BY_KIND["llm"]
+#: Per pipeline model (``conformance.pipelines.PIPELINE_MODELS``): greedy steps and its two methods.
+STEPS = {name: p.steps for name, p in PIPELINE_MODELS.items()}
+METHODS = {name: p.methods for name, p in PIPELINE_MODELS.items()}
 #: A legitimate half-precision flip: float64 logits of the two tokens within 2·tol·‖logits‖₂.
 NEAR_TIE_FACTOR = 2.0
 
@@ -36,10 +37,10 @@ def host_inputs(eager: Methods, method: str) -> list[torch.Tensor]:
 
 def eager_tokens(model: str, eager: Methods) -> torch.Tensor:
     """The oracle: the same greedy loop on the eager modules, SDPA's math kernel (as the lowering uses)."""
-    first, second = (eager[m][0] for m in METHODS[model])
-    loop = asr_greedy if model == "asr" else llm_greedy
+    p = PIPELINE_MODELS[model]
+    first, second = (eager[m][0] for m in p.methods)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        return loop(first, second, eager[METHODS[model][0]][1][0], STEPS[model])
+        return greedy(p.greedy, first, second, eager[p.methods[0]][1][0], p.steps)
 
 
 def float64_module(eager: Methods, method: str) -> nn.Module:
@@ -52,16 +53,22 @@ def as_float64(t: torch.Tensor) -> torch.Tensor:
 
 
 def float64_path_logits(model: str, eager: Methods, tokens: torch.Tensor) -> torch.Tensor:
-    """Teacher-forced float64 logits ``[B, steps, V]``: step s sees the prompt and ``tokens[:, :s]``."""
+    """Teacher-forced float64 logits ``[B, steps, V]``: step s sees the prompt and ``tokens[:, :s]``.
+
+    The modules run in float64 as far as they go: Hugging Face's RMSNorm and RoPE compute in float32 by
+    design whatever the dtype, so for ``hf_llm`` those steps are float32-accurate (far below any bound here).
+    """
     steps = tokens.shape[1]
+    p = PIPELINE_MODELS[model]
+    first_name, second_name = p.methods
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        if model == "asr":
-            hidden = float64_module(eager, "encoder")(as_float64(eager["encoder"][1][0]))
-            bos = torch.full((tokens.shape[0], 1), ASR_BOS, dtype=torch.int64)
+        if p.kind == "asr":
+            hidden = float64_module(eager, first_name)(as_float64(eager[first_name][1][0]))
+            bos = torch.full((tokens.shape[0], 1), p.greedy.bos, dtype=torch.int64)
             sequence = torch.cat([bos, tokens[:, : steps - 1].cpu()], dim=1)
-            return float64_module(eager, "decoder")(sequence, hidden)
-        prefill, decode = float64_module(eager, "prefill"), float64_module(eager, "decode")
-        prompt = as_float64(eager["prefill"][1][0])
+            return float64_module(eager, second_name)(sequence, hidden)
+        prefill, decode = float64_module(eager, first_name), float64_module(eager, second_name)
+        prompt = as_float64(eager[first_name][1][0])
         logits, k_cache, v_cache = prefill(prompt)
         rows = [logits[:, -1]]
         for s in range(1, steps):

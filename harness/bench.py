@@ -42,6 +42,7 @@ SUITE_MODULES: dict[str, str] = {
     "pipelines": "conformance.benchmarks.pipelines",
     "view_pass": "conformance.benchmarks.view_pass",
     "lowering": "conformance.benchmarks.lowering",
+    "models": "conformance.benchmarks.models",
 }
 
 FULL_POLICY = StopPolicy(min_samples=10, max_samples=2000, target_rel_iqr=0.02, budget_s=1.0, batch=5)

@@ -15,6 +15,7 @@ import pytest
 
 from conformance.benchmarks import exact_metric, ratio_metric
 from conformance.benchmarks import lowering as bench_lowering
+from conformance.benchmarks import models as bench_models
 from conformance.benchmarks import pipelines as bench_pipelines
 from conformance.benchmarks import view_pass as bench_view_pass
 from harness.bench import SUITE_MODULES, Suite, main, resolve_suite
@@ -24,7 +25,7 @@ from harness.results import load_results
 from harness.timing import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
-NEW_SUITES = ("pipelines", "view_pass", "lowering")
+NEW_SUITES = ("pipelines", "view_pass", "lowering", "models")
 
 
 def round_trips(record: BenchRecord) -> dict[str, Any]:
@@ -422,3 +423,82 @@ def test_per_method_saving_below_resolution_says_so() -> None:
     assert "below the meter's resolution" in agreement["note"]
     assert "2,560 B per execute" in agreement["note"]
     assert saving["metrics"]["h2d_saved_agreement"]["value"] is None  # nothing saved: no ratio
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def test_models_suite_covers_every_pipeline_model_or_says_why_not() -> None:
+    from conformance.models import HF_MODELS, HF_UNAVAILABLE
+    from conformance.pipelines import PIPELINE_MODELS
+
+    specs = {s.model: s for s in bench_models.model_specs()}
+    assert set(specs) == set(PIPELINE_MODELS)
+    assert {"asr", "llm"} <= set(specs)
+    missing = bench_models.unavailable_models()
+    if HF_UNAVAILABLE is None:
+        assert set(HF_MODELS) <= set(specs)
+        assert missing == {}
+    else:
+        assert set(missing) == set(HF_MODELS)
+        assert all("transformers" in why for why in missing.values())
+    assert specs["asr"].option_value("skip_copy") == "encoder"
+    assert specs["llm"].option_value("skip_copy") == "prefill,decode"
+    assert specs["llm"].option_value("copy") == ""
+    assert specs["llm"].tokens_per_run == bench_models.STEPS["llm"]
+    with pytest.raises(ValueError, match="no skip-copy option"):
+        specs["llm"].option_value("eager")
+
+
+def test_model_specs_follow_the_pipeline_kind() -> None:
+    @dataclass
+    class _P:
+        kind: str
+        methods: tuple[str, str]
+
+    specs = bench_models.model_specs({"hf_whisper": _P("asr", ("encoder", "decoder"))})
+    assert specs == [bench_models.ModelSpec("hf_whisper", "asr", ("encoder", "decoder"), 6)]
+    assert specs[0].skip_methods == "encoder"
+
+
+def test_models_records_have_the_documented_shape() -> None:
+    spec = bench_models.ModelSpec("hf_llm", "llm", ("prefill", "decode"), 9)
+    counted = bench_pipelines.RunBytes(h2d=90_000, d2h=180_000, executes=9)
+    eager = round_trips(bench_models.latency_record(spec, "eager", _latency(9e-3), None, None, batch=2))
+    assert eager["name"] == "models[hf_llm-float32-eager]"
+    assert eager["metrics"]["latency_per_token"]["value"] == pytest.approx(9e-3 * 1.005 / 9)
+    assert "vs_eager" not in eager["metrics"]
+    assert eager["conditions"]["skip_copy_option"] is None
+    assert eager["conditions"]["batch"] == 2
+    copy = round_trips(
+        bench_models.latency_record(
+            spec, "copy", _latency(18e-3), counted, summarize([2.0, 2.1, 1.9], "x"), batch=2
+        )
+    )
+    assert copy["metrics"]["vs_eager"]["value"] == pytest.approx(2.0)
+    assert copy["metrics"]["vs_eager"]["better"] == "lower"
+    assert copy["metrics"]["runtime_d2h_bytes_per_token"]["value"] == pytest.approx(20_000)
+    assert copy["conditions"]["skip_copy_option"] == ""
+
+    runs = 100
+    traffic = bench_pipelines.PerRunTraffic.from_measurement(_traffic(180_000 * runs, 90_000 * runs), runs)
+    baseline = bench_pipelines.PerRunTraffic.from_measurement(_traffic(1_800 * runs, 900 * runs), runs)
+    pcie = round_trips(bench_models.pcie_record(spec, "copy", traffic, baseline, "bytes"))
+    assert pcie["name"] == "models[hf_llm-float32-copy-pcie]"
+    assert pcie["metrics"]["nvml_d2h_bytes_per_token"]["value"] == pytest.approx(20_000)
+    assert pcie["metrics"]["d2h_vs_eager"]["value"] == pytest.approx(100.0)
+    assert pcie["metrics"]["h2d_vs_eager"]["value"] == pytest.approx(100.0)
+    none = bench_pipelines.PerRunTraffic.unsupported("no NVML")
+    blind = round_trips(bench_models.pcie_record(spec, "skip_copy", none, none, "bytes"))
+    assert blind["metrics"]["d2h_vs_eager"]["value"] is None
+    assert blind["metrics"]["nvml_h2d_bytes_per_token"]["note"] == "unsupported: no NVML"
+
+    costs = bench_lowering.ModelCosts("hf_llm", cold_s=[30.0, 32.0], warm_s=[0.5], first_load_s=[2.0])
+    lowering = round_trips(bench_models.lowering_record(spec, costs, eager_ready_s=0.5))
+    assert lowering["name"] == "models[hf_llm-float32-lowering]"
+    assert lowering["metrics"]["compile_cold_vs_eager"]["value"] == pytest.approx(62.0)
+    assert lowering["metrics"]["first_load_vs_eager"]["value"] == pytest.approx(4.0)
+    assert lowering["metrics"]["warm_load"]["value"] is None
+    missing = round_trips(bench_models.lowering_record(spec, bench_lowering.ModelCosts("hf_llm"), None))
+    assert missing["metrics"]["compile_cold_vs_eager"]["value"] is None
+    assert missing["metrics"]["eager_ready"]["value"] is None

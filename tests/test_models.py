@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from conformance.models import DTYPES, ZOO, asr_greedy, get_model, llm_greedy
+from conformance.models import (
+    DTYPES,
+    HF_MODELS,
+    HF_UNAVAILABLE,
+    HF_VERSION,
+    ZOO,
+    asr_greedy,
+    get_model,
+    greedy,
+    llm_greedy,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_hf = pytest.mark.skipif(HF_UNAVAILABLE is not None, reason=HF_UNAVAILABLE or "")
 
 
 def _flat(output: Any) -> list[torch.Tensor]:
@@ -110,3 +126,134 @@ def test_greedy_helpers_refuse_impossible_lengths() -> None:
 def test_unknown_model_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="slicing_block"):
         get_model("resnet")
+
+
+# ================================================================================ Hugging Face entries
+# Eager and export-level checks only: no AOTInductor compile here (each costs 20-30 s on the CPU); the
+# conformance chapters lower them (``pytest conformance -k hf_``).
+
+
+def test_hf_extra_pins_the_version_the_zoo_names() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'hf = ["transformers=={HF_VERSION}"]' in pyproject
+    assert f"transformers=={HF_VERSION}" in (ROOT / "README.md").read_text()
+
+
+def test_without_transformers_the_hf_entries_are_absent_and_say_why() -> None:
+    code = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "transformers":
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Block())
+from conformance.models import ZOO, HF_MODELS, HF_UNAVAILABLE, get_model
+from conformance.pipelines import PIPELINE_MODELS, pipeline_params
+assert not set(HF_MODELS) & set(ZOO), list(ZOO)
+assert set(PIPELINE_MODELS) == {"asr", "llm"}, list(PIPELINE_MODELS)
+assert "transformers" in HF_UNAVAILABLE and "[hf]" in HF_UNAVAILABLE
+skipped = [p for p in pipeline_params() if p.marks]
+assert [p.values[0] for p in skipped] == list(HF_MODELS)
+assert all(m.kwargs["reason"] == HF_UNAVAILABLE for p in skipped for m in p.marks)
+try:
+    get_model("hf_llm")
+except KeyError as exc:
+    assert "transformers" in str(exc)
+else:
+    raise AssertionError("get_model('hf_llm') without transformers")
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
+
+
+@needs_hf
+def test_hf_entries_are_in_the_zoo_with_greedy_kinds() -> None:
+    assert {"hf_whisper", "hf_llm"} <= set(ZOO)
+    assert ZOO["hf_whisper"].methods == ("encoder", "decoder")
+    assert ZOO["hf_whisper"].greedy is not None
+    assert ZOO["hf_whisper"].greedy.kind == "asr"
+    assert ZOO["hf_llm"].methods == ("prefill", "decode")
+    assert ZOO["hf_llm"].greedy is not None
+    assert ZOO["hf_llm"].greedy.kind == "llm"
+    import transformers
+
+    from conformance.models import hf_llm, hf_whisper
+
+    # The zoo repeats these constants so it imports without transformers: they must agree.
+    assert ZOO["hf_llm"].greedy.max_len == hf_llm.HF_LLM_MAX_SEQ
+    assert ZOO["hf_whisper"].greedy.max_len == hf_whisper.HF_WHISPER_MAX_TOKENS
+    assert ZOO["hf_whisper"].greedy.bos == hf_whisper.HF_WHISPER_BOS
+    if transformers.__version__ != HF_VERSION:
+        pytest.skip(
+            f"transformers {transformers.__version__} installed; the zoo is checked against {HF_VERSION}"
+        )
+
+
+@needs_hf
+def test_hf_llm_is_a_real_qwen3_with_tied_embeddings_and_a_static_cache() -> None:
+    from transformers import Qwen3ForCausalLM
+
+    methods = ZOO["hf_llm"].build(torch.float32, "cpu")
+    (prefill, (prompt,)), (decode, inputs) = methods["prefill"], methods["decode"]
+    assert isinstance(prefill.model, Qwen3ForCausalLM)
+    assert prefill.model is decode.model
+    assert prefill.model.lm_head.weight is prefill.model.get_input_embeddings().weight
+    with torch.no_grad():
+        logits, k_cache, v_cache = prefill(prompt)
+        # The cache-free HF forward gives the same logits: the static cache and its mask change nothing.
+        plain = prefill.model(input_ids=prompt, use_cache=False).logits
+        torch.testing.assert_close(logits, plain)
+        assert k_cache.shape == v_cache.shape == (2, 2, 2, 16, 8)
+        assert not k_cache[:, :, :, prompt.shape[1] :].any()
+        before = [t.clone() for t in inputs]
+        decode(*inputs)
+    assert all(torch.equal(a, b) for a, b in zip(before, inputs, strict=True)), "decode mutated its inputs"
+
+
+@needs_hf
+def test_hf_llm_greedy_through_the_cache_matches_full_prefill() -> None:
+    methods = ZOO["hf_llm"].build(torch.float32, "cpu")
+    (prefill, (prompt,)), (decode, _) = methods["prefill"], methods["decode"]
+    tokens = greedy(ZOO["hf_llm"].greedy, prefill, decode, prompt, 8)
+    again = ZOO["hf_llm"].build(torch.float32, "cpu")
+    assert torch.equal(
+        tokens, greedy(ZOO["hf_llm"].greedy, again["prefill"][0], again["decode"][0], prompt, 8)
+    )
+    assert tokens.shape == (2, 8)
+    with torch.no_grad():
+        logits = prefill.model(input_ids=torch.cat([prompt, tokens[:, :-1]], dim=1), use_cache=False).logits
+    assert torch.equal(logits[:, prompt.shape[1] - 1 :].argmax(-1), tokens)
+    with pytest.raises(ValueError, match="steps must be in"):
+        greedy(ZOO["hf_llm"].greedy, prefill, decode, prompt, 13)
+
+
+@needs_hf
+def test_hf_whisper_matches_the_hf_model_and_exports_with_a_dynamic_length() -> None:
+    from transformers import WhisperForConditionalGeneration
+
+    zoo = get_model("hf_whisper")
+    methods = zoo.build(torch.float32, "cpu")
+    (encoder, (features,)), (decoder, (tokens, hidden)) = methods["encoder"], methods["decoder"]
+    assert isinstance(encoder.model, WhisperForConditionalGeneration)
+    assert encoder.model.proj_out.weight is encoder.model.get_input_embeddings().weight
+    with torch.no_grad():
+        whole = encoder.model(input_features=features, decoder_input_ids=tokens).logits
+        torch.testing.assert_close(decoder(tokens, encoder(features)), whole)
+    exported = torch.export.export(
+        decoder, (tokens, hidden), dynamic_shapes=zoo.dynamic_shapes_for("decoder"), strict=False
+    )
+    for length in (2, 9):
+        grown = torch.arange(length).remainder(96).repeat(2, 1)
+        with torch.no_grad():
+            torch.testing.assert_close(exported.module()(grown, hidden), decoder(grown, hidden))
+    first = greedy(zoo.greedy, encoder, decoder, features, 6)
+    again = zoo.build(torch.float32, "cpu")
+    assert torch.equal(first, greedy(zoo.greedy, again["encoder"][0], again["decoder"][0], features, 6))
+
+
+def test_hf_model_names_are_stable() -> None:
+    assert HF_MODELS == ("hf_whisper", "hf_llm")

@@ -109,12 +109,11 @@ class PipelineSpec:
     def run(
         self, backend: Any, handles: Sequence[object], host_input: torch.Tensor, stats: Any = None
     ) -> Any:
-        from conformance.pipelines import asr_transcribe, llm_generate
+        from conformance.pipelines import PIPELINE_MODELS, run_greedy
 
         first, second = handles
-        if self.name == "asr":
-            return asr_transcribe(backend, first, second, host_input, ASR_DECODER_STEPS, stats)
-        return llm_generate(backend, first, second, host_input, LLM_DECODE_STEPS + 1, stats)
+        steps = ASR_DECODER_STEPS if PIPELINE_MODELS[self.model].kind == "asr" else LLM_DECODE_STEPS + 1
+        return run_greedy(backend, self.model, first, second, host_input, steps, stats)
 
 
 PIPELINES: tuple[PipelineSpec, ...] = (

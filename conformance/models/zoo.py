@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from conformance.models.asr import ASR_MAX_TOKENS, build_asr
-from conformance.models.llm import build_llm
+from conformance.models.asr import ASR_BOS, ASR_MAX_TOKENS, build_asr
+from conformance.models.llm import LLM_MAX_SEQ, build_llm
 from conformance.models.simple import (
     build_add,
     build_add_mul,
@@ -21,12 +22,39 @@ from conformance.models.simple import (
 )
 from conformance.models.slicing import build_slicing_block
 
-__all__ = ["DTYPES", "ZOO", "Methods", "ZooModel", "get_model"]
+__all__ = [
+    "DTYPES",
+    "HF_MODELS",
+    "HF_UNAVAILABLE",
+    "HF_VERSION",
+    "ZOO",
+    "Greedy",
+    "Methods",
+    "ZooModel",
+    "get_model",
+]
 
 Methods = dict[str, tuple[nn.Module, tuple[Any, ...]]]
 """method name → (module, example inputs). Methods of one model share weights."""
 
 DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+
+HF_VERSION = "5.17.0"
+"""The ``transformers`` release the Hugging Face entries are written and checked against (extra ``hf``)."""
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """How a two-method model decodes greedily (``conformance.models.greedy``).
+
+    ``kind`` ``"asr"``: ``first(features)`` once, then ``second(tokens, hidden)`` on the growing sequence that
+    starts with ``bos`` (at most ``max_len`` tokens). ``kind`` ``"llm"``: ``first(prompt)`` → logits and
+    caches, then ``second(token, position, k_cache, v_cache)``; prompt + generated tokens ≤ ``max_len``.
+    """
+
+    kind: str
+    max_len: int
+    bos: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +68,8 @@ class ZooModel:
     # Per method, the ``dynamic_shapes`` argument for ``torch.export`` when a method is meant to take varying
     # sizes (the ASR decoder's growing token sequence); made lazily because ``Dim`` objects are per export.
     dynamic_shapes: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
+    # Two-method models that decode greedily (the pipelines): how; None for single-call models.
+    greedy: Greedy | None = None
 
     def dynamic_shapes_for(self, method: str) -> Any:
         factory = self.dynamic_shapes.get(method)
@@ -75,6 +105,7 @@ _MODELS = (
         "decoder: tokens [2, L] int64 + hidden → logits [2, L, 96]",
         methods=("encoder", "decoder"),
         dynamic_shapes={"decoder": _asr_decoder_dynamic},
+        greedy=Greedy("asr", ASR_MAX_TOKENS, ASR_BOS),
     ),
     ZooModel(
         "llm",
@@ -82,8 +113,80 @@ _MODELS = (
         "prefill: tokens [2, 5] int64 → logits [2, 5, 128], k/v caches [2, 2, 4, 16, 8]; "
         "decode: token [2, 1], position [1] int64, caches → logits [2, 1, 128], caches",
         methods=("prefill", "decode"),
+        greedy=Greedy("llm", LLM_MAX_SEQ),
     ),
 )
+
+
+# ============================================================================== Hugging Face architectures
+# Built from ``transformers`` configs written in code, seeded random weights, no download. ``transformers``
+# is the optional extra ``hf``: without it these entries are absent from ``ZOO`` and ``HF_UNAVAILABLE`` says
+# why (chapters that name them skip with that reason). Found without importing it (importing costs seconds).
+
+#: The Hugging Face entries' names, whether or not ``transformers`` is installed.
+HF_MODELS: tuple[str, ...] = ("hf_whisper", "hf_llm")
+
+
+def _hf_unavailable() -> str | None:
+    try:
+        found = importlib.util.find_spec("transformers") is not None
+    except (ImportError, ValueError):  # blocked, or a broken half-import
+        found = False
+    if not found:
+        return (
+            f"transformers is not installed (the Hugging Face zoo entries {', '.join(HF_MODELS)} need the "
+            f"optional extra: pip install '.[hf]', transformers=={HF_VERSION})"
+        )
+    return None
+
+
+HF_UNAVAILABLE: str | None = _hf_unavailable()
+"""Why the Hugging Face entries are absent from ``ZOO``; None when they are there."""
+
+
+def _build_hf_whisper(dtype: torch.dtype, device: torch.device | str) -> Methods:
+    from conformance.models.hf_whisper import build_hf_whisper
+
+    return build_hf_whisper(dtype, device)
+
+
+def _build_hf_llm(dtype: torch.dtype, device: torch.device | str) -> Methods:
+    from conformance.models.hf_llm import build_hf_llm
+
+    return build_hf_llm(dtype, device)
+
+
+def _hf_whisper_decoder_dynamic() -> Any:
+    tokens = torch.export.Dim("tokens", min=2, max=HF_WHISPER_MAX_TOKENS)
+    return {"tokens": {1: tokens}, "hidden": None}
+
+
+# Shapes repeated here (not imported) so the zoo imports without transformers; the modules assert them.
+HF_WHISPER_MAX_TOKENS, HF_WHISPER_BOS, HF_LLM_MAX_SEQ = 32, 1, 16
+
+_HF_ENTRIES = (
+    ZooModel(
+        "hf_whisper",
+        _build_hf_whisper,
+        "transformers WhisperForConditionalGeneration (2+2 layers, d 32, 4 heads, vocab 96, tied proj_out): "
+        "encoder: features [2, 16 mels, 32] → hidden [2, 16, 32]; "
+        "decoder: tokens [2, L] int64 + hidden → logits [2, L, 96]",
+        methods=("encoder", "decoder"),
+        dynamic_shapes={"decoder": _hf_whisper_decoder_dynamic},
+        greedy=Greedy("asr", HF_WHISPER_MAX_TOKENS, HF_WHISPER_BOS),
+    ),
+    ZooModel(
+        "hf_llm",
+        _build_hf_llm,
+        "transformers Qwen3ForCausalLM (2 layers, hidden 32, 4 q / 2 kv heads, RoPE, q/k RMSNorm, tied "
+        "embeddings, StaticCache): prefill: tokens [2, 5] int64 → logits [2, 5, 128], k/v caches "
+        "[2, 2, 2, 16, 8]; decode: token [2, 1], position [1] int64, caches → logits [2, 1, 128], caches",
+        methods=("prefill", "decode"),
+        greedy=Greedy("llm", HF_LLM_MAX_SEQ),
+    ),
+)
+if HF_UNAVAILABLE is None:
+    _MODELS = (*_MODELS, *_HF_ENTRIES)
 
 ZOO: Mapping[str, ZooModel] = {model.name: model for model in _MODELS}
 
@@ -92,4 +195,6 @@ def get_model(name: str) -> ZooModel:
     try:
         return ZOO[name]
     except KeyError:
+        if name in HF_MODELS and HF_UNAVAILABLE is not None:
+            raise KeyError(f"zoo model {name!r} is unavailable: {HF_UNAVAILABLE}") from None
         raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(ZOO)}") from None
