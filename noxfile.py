@@ -324,7 +324,7 @@ def _chromium() -> str | None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Self-tests of our own machinery; run on any CPU machine."""
-    _install(session, extras="test")
+    _install(session, extras="test,hf")
     _install_executorch(session)  # 19 MB: the adapter's self-tests run upstream's real pass
     if not _chromium():
         session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
@@ -336,7 +336,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def conformance(session: nox.Session) -> None:
     """The whole conformance matrix against the backend (``-- --backend module:attr`` picks another)."""
-    _install(session)
+    _install(session, extras="hf")  # transformers, for the zoo's Hugging Face architectures
     _run_suite(session, "conformance", ["conformance"])
 
 
@@ -378,7 +378,7 @@ def _shared_cells_python(session: nox.Session) -> str:
         session.run("python", "-m", "venv", "--clear", str(CELLS_VENV))
         pip = (str(python), "-m", "pip", "install", "-q")
         session.run(*pip, *shlex.split(TORCH_SPEC), external=True)
-        session.run(*pip, "-e", ".", external=True)
+        session.run(*pip, "-e", ".[hf]", external=True)
         stamp.write_text(want)
     return str(python)
 
@@ -407,8 +407,9 @@ def report(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks (mm_out vs torch.mm, thread scaling, pipelines, lowering costs) into results/bench.json."""
-    _install(session)
+    """Benchmarks (mm_out vs torch.mm, thread scaling, pipelines, models, lowering costs) into
+    results/bench.json."""
+    _install(session, extras="hf")
     RESULTS.mkdir(exist_ok=True)
     session.run(_python(session), "-m", "harness.bench", f"--out={RESULTS / 'bench.json'}", *session.posargs)
 

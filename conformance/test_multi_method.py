@@ -25,9 +25,10 @@ Oracle, and why half precision is judged differently
 Data movement (CUDA)
     With skip-copy on both LLM methods, the KV cache never leaves the GPU: per decode step ``d2h_bytes == 0``
     and ``h2d_bytes`` is only the token and position. With ``encoder`` skipped, the decoder consumes the
-    encoder's GPU output as it is: per decoder step ``h2d_bytes`` is only the token ids. Byte totals and
-    end-to-end latency (median of ``TIMED_REPEATS`` runs after a warm-up, ``time.perf_counter``) with and
-    without skip are recorded on the case (``user_properties`` and result-file params).
+    encoder's GPU output as it is: per decoder step ``h2d_bytes`` is only the token ids. Byte totals with and
+    without skip are recorded on the case (``user_properties`` and result-file params). Latency is not timed
+    here: these cases share their GPU with other workers; the bench (suites ``pipelines`` and ``models``)
+    measures it alone on the GPU, as a ratio against eager in the same run.
 
 Programs lowered: each pipeline model in float32 for the CPU (2, or 4 with ``transformers``); on CUDA also
 each × float32, float16, bfloat16 (6 or 12) — the same ones ``test_runtime_options.py`` uses, so they are
@@ -36,8 +37,6 @@ lowered once.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -65,7 +64,6 @@ from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
 SKIP = SKIP_COPY_OPTION
 DTYPES = list(DTYPES_BY_NAME)
-TIMED_REPEATS = 5
 INT64_BYTES = 8
 
 PIPELINE_CASES = [
@@ -184,25 +182,17 @@ def test_suite_self_check_float32_paths_have_no_near_ties(model: str) -> None:
 class Measured:
     tokens: torch.Tensor
     stats: CallStats
-    latency_s: float
 
     def total(self, key: str) -> int:
         return sum(s.get(key, 0) for _, s in self.stats)
 
 
 def measure(backend: Backend, value: str, pipeline: Callable[[CallStats | None], torch.Tensor]) -> Measured:
-    """With the skip option at ``value``: one run with stats (also the warm-up), then the median latency."""
+    """With the skip option at ``value``: one run, with its per-execute stats."""
     with option(backend, SKIP, value):
         stats: CallStats = []
         tokens = pipeline(stats)
-        times = []
-        for _ in range(TIMED_REPEATS):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            pipeline(None)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-    return Measured(tokens, stats, statistics.median(times))
+    return Measured(tokens, stats)
 
 
 def record_measured(request: pytest.FixtureRequest, plain: Measured, kept: Measured) -> None:
@@ -212,9 +202,6 @@ def record_measured(request: pytest.FixtureRequest, plain: Measured, kept: Measu
         h2d_bytes_skip=kept.total("h2d_bytes"),
         d2h_bytes_noskip=plain.total("d2h_bytes"),
         h2d_bytes_noskip=plain.total("h2d_bytes"),
-        latency_s_skip=round(kept.latency_s, 6),
-        latency_s_noskip=round(plain.latency_s, 6),
-        latency_repeats=TIMED_REPEATS,
     )
 
 

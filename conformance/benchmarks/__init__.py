@@ -9,6 +9,8 @@ primitives (``harness.timing``, ``harness.nvml_traffic``).
 * ``pipelines``: ASR-like and LLM-like end-to-end latency and bytes moved, with and without skip-copy.
 * ``view_pass``: the slicing-heavy block lowered with and without the view-copy pass.
 * ``lowering``: compile time cold and warm, program size, first and warm load time.
+* ``models``: per pipeline model (``asr``, ``llm``, ``hf_whisper``, ``hf_llm``): lowering cold/warm, first
+  load, latency and PCIe bytes per token with and without skip-copy, as ratios against eager.
 
 Helpers shared by several suites live here; they import nothing heavy at module level.
 """
