@@ -6,6 +6,7 @@ argument and the rule, so a failure in CI reads like the line of the spec it enf
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -72,14 +73,15 @@ def assert_raises_invalid_argument(
 ) -> BaseException:
     """``fn()`` must raise an invalid-argument error whose message names ``argument`` and the rule.
 
-    ``keywords``: words of which the message must contain at least one (case-insensitive), so that the
-    rule is named in words, not only the argument.
+    ``argument`` must appear as a name of its own ("'out'", "out.dtype"), not inside a longer word ("layout"
+    does not name ``out``); ``""`` asks for no particular argument. ``keywords``: words of which the message
+    must contain at least one (case-insensitive), so that the rule is named in words, not only the argument.
     """
     try:
         fn()
     except exception as exc:
         text = str(exc)
-        if argument not in text:
+        if argument and not names_argument(text, argument):
             fail(rule, call, f"the error must name the argument {argument!r}; it said: {text!r}")
         if not any(k.lower() in text.lower() for k in keywords):
             fail(rule, call, f"the error must name the rule (one of {list(keywords)}); it said: {text!r}")
@@ -91,6 +93,12 @@ def assert_raises_invalid_argument(
     raise AssertionError("unreachable")
 
 
+def names_argument(text: str, argument: str) -> bool:
+    """Whether ``text`` names ``argument`` as a word of its own: not preceded or followed by a letter,
+    digit or underscore (a plain substring test would let "layout" name ``out``)."""
+    return re.search(rf"(?<!\w){re.escape(argument)}(?!\w)", text) is not None
+
+
 def assert_exact(rule: str, call: str, got: torch.Tensor, expected: torch.Tensor) -> None:
     """Bitwise equality in value (not NaN-equal: NaN anywhere is a failure)."""
     if got.shape != expected.shape:
@@ -98,7 +106,8 @@ def assert_exact(rule: str, call: str, got: torch.Tensor, expected: torch.Tensor
     nan = torch.isnan(got.float())
     if bool(nan.any()):
         fail(rule, call, f"{int(nan.sum())} of {got.numel()} elements are NaN: output not written")
-    diff = got.double() != expected.double()
+    # Compare in the promoted dtype, not float64: int64 values above 2**53 would compare equal as doubles.
+    diff = torch.ne(got, expected)
     if bool(diff.any()):
         idx = tuple(int(i) for i in diff.nonzero()[0])
         fail(
@@ -149,6 +158,8 @@ def assert_model_output_close(rule: str, call: str, got: torch.Tensor, ref: torc
     g, r = got.detach().cpu().double(), ref.detach().cpu().double()
     if not bool(torch.isfinite(g).all()):
         fail(rule, call, f"{int((~torch.isfinite(g)).sum())} of {g.numel()} elements are not finite")
+    if got.dtype not in MODEL_TOLERANCES:  # e.g. float64 from a float32 model: a finding, not a KeyError
+        fail(rule, call, f"no model tolerance for output dtype {got.dtype} (eager gives {ref.dtype})")
     bound = MODEL_TOLERANCES[got.dtype]
     error = float(torch.linalg.vector_norm(g - r) / max(float(torch.linalg.vector_norm(r)), 1e-30))
     if error > bound:

@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        atomic_write_text(args.output, render_summary(run))
+        atomic_write_text(args.output, render_summary(run, args.results))
     except OSError as exc:
         print(f"error: cannot write {args.output}: {exc}", file=sys.stderr)
         return 2

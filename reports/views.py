@@ -1,5 +1,7 @@
-"""View models for the dashboard pages: everything a template shows, computed here as plain data.
+"""View models for every page: everything a template shows, computed here as plain data.
 
+One view model per run (``RunPage``) feeds both the dashboard's run page and the single-page summary
+(``reports.summary``), so the two cannot disagree on what a run's environment or outcomes were.
 Templates only lay these out, so every decision (ordering, grouping, formatting) is testable in Python.
 Strings taken from result files stay untouched here; the autoescaping templates escape them.
 """
@@ -27,13 +29,28 @@ from reports.compare import (
 )
 from reports.inputs import LoadedRun
 from reports.matrix import ChapterMatrix, build_matrices
-from reports.summary import PROBLEM_OUTCOMES, backend_label
 
 _RECORD_KEYS = frozenset({"suite", "name", "params", "primary", "metrics", "conditions"})
 _VERDICT_ORDER = ("slower", "ambiguous", "changed", "faster", "n/a", "same")
 
 
+# Outcomes listed one by one with message and repro: everything that needs a person to look at it.
+PROBLEM_OUTCOMES = ("crashed", "error", "failed", "xpassed")
+
+
 # ---------------------------------------------------------------------------------------------- shared
+
+
+def backend_label(backend: object) -> str:
+    """``name version (spec)`` from ``{"name", "version", "spec"}`` metadata; a plain string as is."""
+    if isinstance(backend, dict):
+        name = " ".join(str(backend[key]) for key in ("name", "version") if backend.get(key))
+        spec = backend.get("spec")
+        label = f"{name} ({spec})" if name and spec else name or str(spec or "")
+        return label or "not recorded"
+    if backend:
+        return str(backend)
+    return "not recorded"
 
 
 def run_backend(run: RunResult) -> str:
@@ -115,6 +132,8 @@ def duration(run: RunResult) -> str:
             datetime.fromisoformat(run.finished_at) - datetime.fromisoformat(run.started_at)
         ).total_seconds()
     except (ValueError, TypeError):
+        return ""
+    if seconds < 0:  # clocks of different machines, or a hand-edited file: no honest duration
         return ""
     minutes, secs = divmod(round(seconds), 60)
     return f"{minutes} min {secs} s" if minutes else f"{secs} s"
@@ -229,7 +248,7 @@ class Problem:
 class SkipGroup:
     reason: str
     count: int
-    chapters: list[str]
+    chapters: list[tuple[str, int]]  # (chapter, cases of it skipped for this reason), by chapter name
     ids: list[str]
 
 
@@ -359,6 +378,8 @@ def environment_facts(run: RunResult) -> list[tuple[str, str]]:
     add("torch", env.get("torch"))
     if "torch" in env:
         add("torch CUDA", env.get("torch_cuda") or "none (CPU build)")
+    if "cuda_available" in env:  # why a CPU run skipped the GPU chapters
+        add("CUDA available", "yes" if env["cuda_available"] else "no")
     add("Python", " ".join(str(env[k]) for k in ("python", "python_implementation") if env.get(k)))
     add("Platform", env.get("platform"))
     cpu, cores = env.get("cpu"), env.get("cpu_count")
@@ -504,7 +525,9 @@ def skip_groups(cases: Sequence[CaseResult]) -> list[SkipGroup]:
             groups.setdefault(case.message.strip() or "(no reason given)", []).append(case)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
     return [
-        SkipGroup(reason, len(group), sorted({c.chapter for c in group}), [c.id for c in group])
+        SkipGroup(
+            reason, len(group), sorted(Counter(c.chapter for c in group).items()), [c.id for c in group]
+        )
         for reason, group in ordered
     ]
 

@@ -1,16 +1,21 @@
-"""The HTML summary: it renders, escapes whatever the results contain, and the CLI fails cleanly."""
+"""The HTML summary: it renders, escapes whatever the results contain, shows the same environment as the
+dashboard (one view model per run), and the CLI fails cleanly."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from harness.results import CaseResult, RunResult, new_run, write_results
 from reports.__main__ import main
-from reports.summary import backend_label, render_summary
+from reports.dashboard import main as dashboard_main
+from reports.summary import render_summary
+from reports.views import backend_label, environment_facts
 
 HOSTILE = "<script>alert(1)</script>"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +66,9 @@ def test_renders_header_counts_chapters_and_failures() -> None:
     html = render_summary(sample_run())
     assert html.startswith("<!DOCTYPE html>")
     assert "reference 0.1 (reference_impl:BACKEND)" in html
-    for fact in ("2.13.0+cu130", "13.0", "NVIDIA H200 (150.0 GiB) GPU-1", "580.65"):
+    for fact in ("2.13.0+cu130", "13.0", "580.65", "<dt>CUDA available</dt><dd>yes</dd>"):
         assert fact in html
+    assert '<td>NVIDIA H200</td><td>150.0 GiB</td><td></td><td class="mono">GPU-1</td>' in html
     assert "mm_out: 3 skipped — no CUDA device is present" in html
     assert "mm_out: 1 skipped — needs two GPUs" in html
     assert "<pre>AssertionError: 1 != 2</pre>" in html
@@ -147,3 +153,71 @@ def test_cli_bad_file_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_cli_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "nope.json"), "-o", str(tmp_path / "i.html")]) == 2
     assert "no such result file" in capsys.readouterr().err
+
+
+class EnvironmentTable(HTMLParser):
+    """The label/value pairs of the ``environment-facts`` list, and the cells of the GPU table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.facts: list[str] = []
+        self.gpu_cells: list[str] = []
+        self._where = ""
+        self._depth = 0
+
+    @classmethod
+    def of(cls, html: str) -> EnvironmentTable:
+        parser = cls()
+        parser.feed(html)
+        return parser
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if ("id", "environment-facts") in attrs:
+            self._where = "facts"
+        elif tag == "table" and ("class", "gpus") in attrs:
+            self._where = "gpus"
+        elif self._where and tag in ("dt", "dd", "td"):
+            self._depth += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if (self._where, tag) in (("facts", "dl"), ("gpus", "table")):
+            self._where = ""
+        elif self._where and tag in ("dt", "dd", "td"):
+            self._depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._depth and self._where == "facts":
+            self.facts.append(data)
+        elif self._depth and self._where == "gpus":
+            self.gpu_cells.append(data)
+
+
+def test_summary_and_dashboard_show_the_same_environment(tmp_path: Path) -> None:
+    """One view model per run: ``python -m reports`` and the dashboard's run page list the same facts."""
+    run = sample_run()
+    run.environment.update({"python": "3.12.3", "python_implementation": "CPython", "cpu": "x86_64"})
+    run.environment["cpu_count"] = 16
+    write_results(tmp_path / "run.json", run)
+    assert main([str(tmp_path / "run.json"), "-o", str(tmp_path / "summary.html")]) == 0
+    assert dashboard_main([str(tmp_path / "run.json"), "-o", str(tmp_path / "site")]) == 0
+    summary = EnvironmentTable.of((tmp_path / "summary.html").read_text(encoding="utf-8"))
+    dashboard = EnvironmentTable.of(
+        next((tmp_path / "site" / "runs").glob("*.html")).read_text(encoding="utf-8")
+    )
+    expected = [text for pair in environment_facts(run) for text in pair]
+    assert summary.facts == dashboard.facts == expected
+    assert {"CUDA available", "$CUDA_VISIBLE_DEVICES", "x86_64 (16 cores)", "3.12.3 CPython"} <= set(expected)
+    assert summary.gpu_cells == dashboard.gpu_cells
+    assert "150.0 GiB" in summary.gpu_cells
+
+
+def test_summary_renders_odd_but_schema_valid_content() -> None:
+    """The summary reads a run through the dashboard's defensive view model, odd nested values included."""
+    run = dataclasses.replace(
+        sample_run(),
+        environment={"gpus": "lots", "env": ["x"], "hostname": 5, "cpu_count": "many", "shards": "x"},
+        metadata={"backend": 7, "shards": {"a": 1}, "incomplete_reason": ["?"], "warnings": "w"},
+    )
+    html = render_summary(run)
+    assert "<dt>Host</dt><dd>5</dd>" in html
+    assert "lots" not in html  # a string is not a list of GPUs
