@@ -12,6 +12,8 @@ Sections, each its own protocol part (a backend lacking one is skipped there, ne
   a coverage gap, never a failure.
 * **whole models** (parts ``lowering`` + ``runtime``): every zoo model × dtype lowers (CPU everywhere, CUDA on
   a GPU), runs, and matches eager float64.
+* **unsupported kernels** (part ``lowering``): a method calling an op that has no kernel is refused with a
+  ``ValueError`` naming what is missing, and the next ``lower`` of a good model is unaffected.
 
 The protocol is in ``conformance/protocol.py``; this module reaches the backend only through it.
 """
@@ -29,11 +31,11 @@ import pytest
 import torch
 from torch.fx import GraphModule, Interpreter, Node
 
-from conformance.checks import assert_model_output_close, coverage_gap, fail
+from conformance.checks import CheckFailure, assert_model_output_close, coverage_gap, fail
 from conformance.conftest import require_part
-from conformance.models import ZOO
+from conformance.models import ZOO, get_model
 from conformance.programs import handles, lowered, record, require_lowering_device
-from conformance.protocol import Backend
+from conformance.protocol import Backend, missing_attributes
 from conformance.rules import Level, level_of
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.view_pass_cases import (
@@ -442,3 +444,100 @@ def test_zoo_model_lowers_runs_and_matches_eager(
             fail("lowering/zoo", call, f"{len(outputs)} outputs, eager gives {len(expected)}")
         for index, (got, ref) in enumerate(zip(outputs, expected, strict=True)):
             assert_model_output_close("lowering/zoo", f"{call} output {index}", got, ref)
+
+
+# ====================================================================================== unsupported kernels
+# SPEC §1a: preprocess fails with the kernels the backend does not provide, from a fresh set per call;
+# upstream kept one module-level set, so one failing method poisoned every later lowering in the process.
+
+OPAQUE_OP = "conformance_suite::opaque_scale"
+
+
+@torch.library.custom_op(OPAQUE_OP, mutates_args=())
+def opaque_scale(x: torch.Tensor) -> torch.Tensor:
+    """An op with no kernel on any device (only a shape function): no backend can provide its kernel, so
+    no backend can lower a method calling it into a program that runs."""
+    raise NotImplementedError(f"{OPAQUE_OP} has no kernel: the suite uses it to make lower() fail")
+
+
+@opaque_scale.register_fake
+def _opaque_scale_shape(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class CallsOpaqueOp(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return opaque_scale(x + 1.0) * 2.0
+
+
+#: What an error for an unlowerable method names: the op, or that a kernel is missing or unsupported.
+UNSUPPORTED_WORDS = ("opaque_scale", "kernel", "unsupported", "not supported")
+
+
+def lower_unsupported(backend: Backend, device: str) -> None:
+    """``lower`` of a method calling :data:`OPAQUE_OP` fails as the protocol says, naming what is missing."""
+    call = f"lower({{'forward': calls {OPAQUE_OP}}}, device={device!r})"
+    methods = {"forward": (CallsOpaqueOp(), (torch.randn(4, 8, device=device),))}
+    try:
+        program = backend.lower(methods, device=device)  # type: ignore[attr-defined]
+    except ValueError as exc:
+        if not any(word in str(exc).lower() for word in UNSUPPORTED_WORDS):
+            fail("lowering/unsupported-kernels", call, f"the error must name what is missing: {exc}")
+        return
+    except RuntimeError as exc:
+        why = "the protocol's way to say 'cannot lower' is a ValueError naming what and why"
+        fail("lowering/unsupported-is-valueerror", call, f"{why}; got RuntimeError: {exc}")
+    except Exception as exc:
+        fail("lowering/unsupported-kernels", call, f"lowering crashed with {type(exc).__name__}: {exc}")
+    fail(
+        "lowering/unsupported-kernels",
+        call,
+        f"returned a program ({type(program).__name__}) for a method calling an op with no kernel on any "
+        "device; it cannot run, so lower must raise a ValueError naming what is missing",
+    )
+
+
+@pytest.mark.parametrize("device", MODEL_DEVICES)
+def test_unsupported_kernels_fail_and_later_lowers_are_unaffected(backend: Backend, device: str) -> None:
+    """lowering/unsupported-kernels: a method calling an op no backend has a kernel for is refused with a
+    ValueError naming what is missing (lowering/unsupported-is-valueerror, *should*, for a RuntimeError).
+    lowering/failure-not-sticky: right after, in the same process, a model the backend lowers fine still
+    lowers (and runs to eager's result, for a backend with a runtime): nothing of the failure is kept."""
+    require_part(backend, "lowering")
+    require_lowering_device(backend, device)
+    refusal: CheckFailure | None = None
+    try:
+        lower_unsupported(backend, device)
+    except CheckFailure as exc:  # the later lowering is checked even when the refusal itself was wrong
+        refusal = exc
+    try:
+        check_later_lower(backend, device)
+    except CheckFailure as later:
+        if refusal is None:
+            raise
+        raise CheckFailure(f"{later} | also: {refusal}") from None  # both, the must one first
+    if refusal is not None:
+        raise refusal
+
+
+def check_later_lower(backend: Backend, device: str) -> None:
+    rule = "lowering/failure-not-sticky"
+    # Built and lowered here, not through programs.lowered(): a program lowered earlier in this process
+    # would come from the suite's cache and never ask the backend again.
+    module, inputs = get_model("add").build(torch.float32, torch.device(device))["forward"]
+    call = f"lower(add, float32, device={device!r}) right after a refused lower"
+    try:
+        program = backend.lower({"forward": (module, inputs)}, device=device)  # type: ignore[attr-defined]
+    except Exception as exc:
+        fail(
+            rule,
+            call,
+            f"a model that lowers on its own failed after the refusal: {type(exc).__name__}: {exc}",
+        )
+    if not isinstance(program, bytes) or not program:
+        fail(rule, call, f"returned {type(program).__name__}, not program bytes")
+    if missing_attributes(backend, "runtime"):
+        return
+    with handles(backend, program, "forward") as (handle,):
+        outputs = backend.execute(handle, [t.cpu() for t in inputs])  # type: ignore[attr-defined]
+    assert_model_output_close(rule, f"{call} then execute", outputs[0], eager_float64(module, inputs)[0])

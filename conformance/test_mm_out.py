@@ -142,7 +142,7 @@ def test_values_match_float64_reference(
 @pytest.mark.parametrize(("layout_self", "layout_mat2"), LAYOUT_PAIRS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_large_4096_cubed(mm: MmOutBackend, dtype: str, layout_self: str, layout_mat2: str) -> None:
-    """mm_out/values-large: 4096³ within tolerance (tiles, split-K and workspace paths)."""
+    """mm_out/values, large: 4096³ within tolerance (tiles, split-K and workspace paths)."""
     check_values(
         mm, dtype, LARGE_SHAPE, layout_self, layout_mat2, seed=f"large-{dtype}-{layout_self}-{layout_mat2}"
     )

@@ -4,10 +4,12 @@ Two sections, every check naming its rule:
 
 * **options API** (``options/<rule>``): ``set_option`` / ``get_option`` before and after ``init``, effective
   on the next execute and never retroactively; non-string values, over-long keys (> 63 characters) and values
-  (> 255 characters) and unknown keys are invalid-argument errors that name the key and change nothing
-  (all or nothing, no truncation). Unknown keys are rejected — the suite's documented decision, because a
-  misspelt ``skip_copy_output_to_cpu_for_methods`` that were silently accepted would quietly keep copying
-  every output to the host. List values: tokens trimmed, empties ignored, exact case-sensitive match.
+  (> 255 characters), values or keys containing NUL (a C consumer would cut them there) and unknown keys
+  are invalid-argument errors that name the key and change nothing (all or nothing, no truncation);
+  other control characters are kept exactly or rejected, never silently altered. Unknown keys are
+  rejected — the suite's documented decision, because a misspelt ``skip_copy_output_to_cpu_for_methods``
+  that were silently accepted would quietly keep copying every output to the host. List values: tokens
+  trimmed, empties ignored, exact case-sensitive match.
 * **skip-copy matrix** (``skip-copy/<rule>``): option unset / each method / both / a list with spaces / an
   unknown method / the empty string × dtypes × the two multi-method models (``asr``: encoder → decoder,
   ``llm``: prefill → decode). Every method runs once, chained as in real use (the decoder gets the
@@ -225,6 +227,81 @@ def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
         argument=key,
         keywords=keywords,
     )
+
+
+#: Values a C consumer (upstream copies them into ``char[256]``) would silently cut at the NUL: the first
+#: two would then name ``decoder`` alone, the third would name nothing: never what the caller wrote.
+NUL_VALUES = {"inside": "decoder\0encoder", "trailing": "decoder\0", "only": "\0"}
+NUL_KEYS = {"after-known-key": SKIP + "\0", "inside-known-key": "skip_copy\0output_to_cpu_for_method"}
+
+
+@pytest.mark.parametrize("label", list(NUL_VALUES))
+def test_nul_in_a_value_is_rejected(rt: Backend, label: str) -> None:
+    """options/nul-character: a value containing NUL is an invalid-argument error naming the key, and the
+    option keeps its value. Accepting it would be the silent truncation the spec forbids (SPEC §1b): a C
+    runtime reads the string only up to the NUL."""
+    value = NUL_VALUES[label]
+    set_skip(rt, "encoder", "options/nul-character")
+    call = f"set_option({SKIP!r}, {value!r})"
+    assert_raises_invalid_argument(
+        "options/nul-character",
+        call,
+        lambda: rt.set_option(SKIP, value),  # type: ignore[attr-defined]
+        argument=SKIP,
+        keywords=("nul", "\\x00", "\\0", "null"),
+    )
+    check_unchanged(rt, "encoder", call)
+
+
+@pytest.mark.parametrize("label", list(NUL_KEYS))
+def test_nul_in_a_key_is_rejected(rt: Backend, label: str) -> None:
+    """options/nul-character: a key containing NUL is an invalid-argument error, never the key before the
+    NUL (which here is the known key, or a prefix of it); nothing changes."""
+    key = NUL_KEYS[label]
+    set_skip(rt, "decoder", "options/nul-character")
+    call = f"set_option({key!r}, 'encoder')"
+    assert_raises_invalid_argument(
+        "options/nul-character",
+        call,
+        lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
+        argument="key",
+        keywords=("nul", "\\x00", "\\0", "null", "unknown"),
+    )
+    check_unchanged(rt, "decoder", call)
+
+
+#: Control characters that are not whitespace (so not trimmed by the list rule): part of the token they
+#: are in, so each of these names no method of the program.
+CONTROL_VALUES = {
+    "bell": "decoder\x07",
+    "escape": "\x1bencoder",
+    "start-of-heading": "\x01decoder",
+    "delete": "decoder\x7f",
+}
+
+
+@pytest.mark.parametrize("label", list(CONTROL_VALUES))
+def test_control_characters_are_kept_or_rejected(rt: Backend, label: str) -> None:
+    """options/control-characters: the spec gives control characters no meaning, so a backend may reject a
+    value containing one (an invalid-argument error naming the key; nothing changes) or keep it exactly.
+    What it must not do is alter it silently: strip ``\\x07`` from ``"decoder\\x07"`` and the option names
+    ``decoder``, a method the caller did not name (exact match)."""
+    rule = "options/control-characters"
+    value = CONTROL_VALUES[label]
+    set_skip(rt, "encoder", rule)
+    call = f"set_option({SKIP!r}, {value!r})"
+    try:
+        rt.set_option(SKIP, value)  # type: ignore[attr-defined]
+    except ValueError as exc:
+        if SKIP not in str(exc):
+            fail(rule, call, f"a rejection must name the key {SKIP!r}; it said: {exc}")
+        check_unchanged(rt, "encoder", call)
+        return
+    except Exception as exc:  # any other exception type is itself the rule break
+        fail(rule, call, f"expected success or an invalid-argument error, got {type(exc).__name__}: {exc}")
+    got = get_skip(rt, rule)
+    if got != value:
+        fail(rule, call, f"accepted, but get_option returns {got!r}: the value was altered, not kept")
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,8 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from conformance.rule_coverage import Breaks
+from conformance.view_pass_cases import CASES
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW
 
@@ -24,8 +26,10 @@ from reference_impl.lowering import COPY_TO_VIEW
 class _Wrapped:
     version = "broken"
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, breaks: Breaks | None = None) -> None:
         self.name = name
+        if breaks is not None:  # what it breaks, for conformance.rule_coverage
+            self.breaks = breaks
 
 
 class AcceptsDtypeMismatch(_Wrapped):
@@ -255,12 +259,63 @@ class RewritesReadsBeforeWrite(_Wrapped):
         return outcome
 
 
-ACCEPTS_DTYPE_MISMATCH = AcceptsDtypeMismatch("accepts-dtype-mismatch")
-ACCEPTS_CPU_TENSORS = AcceptsCpuTensors("accepts-cpu-tensors")
-IGNORES_SOURCE_MUTATION = IgnoresSourceMutation("ignores-source-mutation")
-UPSTREAM_LIKE = UpstreamLike("upstream-like")
-MAPS_NOTHING = MapsNothing("maps-nothing")
-REFUSES_EVERYTHING = RefusesEverything("refuses-everything")
+MM_OUT = "conformance/test_mm_out.py"
+LOWERING = "conformance/test_lowering.py"
+SUITE_TESTS = "tests/test_suite_catches_broken_backends.py"
+LEVEL_TESTS = "tests/test_view_pass_levels.py"
+#: The view-pass rules a users-only pass ignores (each a *must* where the view is a hazard).
+USERS_ONLY_GAPS = ("view-pass/source-mutated", "view-pass/aliases-output", "view-pass/opaque-container")
+
+ACCEPTS_DTYPE_MISMATCH = AcceptsDtypeMismatch(
+    "accepts-dtype-mismatch",
+    Breaks(
+        ("mm_out/dtype-mismatch-mat2",),
+        MM_OUT,
+        ("-k", "bad_input"),
+        cuda=True,
+        proven_by=f"{SUITE_TESTS}::test_backend_accepting_dtype_mismatch_fails_the_dtype_rules",
+    ),
+)
+ACCEPTS_CPU_TENSORS = AcceptsCpuTensors(
+    "accepts-cpu-tensors",
+    Breaks(
+        ("mm_out/cuda-device",),
+        MM_OUT,
+        proven_by=f"{SUITE_TESTS}::test_backend_accepting_cpu_tensors_fails_the_cuda_device_rule",
+    ),
+)
+IGNORES_SOURCE_MUTATION = IgnoresSourceMutation(
+    "ignores-source-mutation",
+    Breaks(
+        (*USERS_ONLY_GAPS, "view-pass/opaque-container/policy"),
+        LOWERING,
+        ("-k", "view_pass"),
+        proven_by=f"{LEVEL_TESTS}::test_pass_ignoring_source_mutation_fails_the_rules_it_ignores",
+    ),
+)
+UPSTREAM_LIKE = UpstreamLike(
+    "upstream-like",
+    Breaks(
+        (*USERS_ONLY_GAPS, "view-pass/truthful-strides", "view-pass/opaque-container/policy"),
+        LOWERING,
+        ("-k", "view_pass"),
+        proven_by=f"{LEVEL_TESTS}::test_upstream_like_pass_fails_its_defects_and_nothing_else",
+    ),
+)
+MAPS_NOTHING = MapsNothing("maps-nothing")  # correct (coverage only): breaks nothing
+REFUSES_EVERYTHING = RefusesEverything(
+    "refuses-everything",
+    Breaks(
+        (
+            *sorted({f"view-pass/{c.rule}/missed-rewrite" for c in CASES if c.rewrite}),
+            "view-pass/slicing-heavy/missed-rewrite",
+        ),
+        LOWERING,
+        ("-k", "view_pass"),
+        strict_should=True,
+        proven_by=f"{LEVEL_TESTS}::test_pass_refusing_everything_it_maps_is_should_only",
+    ),
+)
 REWRITES_READS_BEFORE_WRITE = RewritesReadsBeforeWrite("rewrites-reads-before-write")
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D
 
@@ -19,8 +20,9 @@ class _Wrapped:
     lowering_devices = REFERENCE.lowering_devices
     lower_options = REFERENCE.lower_options
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, breaks: Breaks) -> None:
         self.name = name
+        self.breaks = breaks  # what it breaks, for conformance.rule_coverage
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(REFERENCE, attr)
@@ -72,6 +74,36 @@ class AcceptsHostInputsForDeviceMethods(_Wrapped):
         return REFERENCE.execute(handle, inputs, outputs)
 
 
-DROPS_UNKNOWN_METHODS = DropsUnknownMethods("drops-unknown-methods")
-COPIES_THROUGH_PAGEABLE_MEMORY = CopiesThroughPageableMemory("copies-through-pageable-memory")
-ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods("accepts-host-inputs-for-device-methods")
+PLACEMENT = "conformance/test_device_placement.py"
+PROOF = "tests/test_placement_broken_backends.py"
+
+DROPS_UNKNOWN_METHODS = DropsUnknownMethods(
+    "drops-unknown-methods",
+    Breaks(
+        ("placement/validation",),
+        PLACEMENT,
+        ("-k", "validated"),
+        proven_by=f"{PROOF}::test_silently_dropped_unknown_methods_fail_validation",
+    ),
+)
+COPIES_THROUGH_PAGEABLE_MEMORY = CopiesThroughPageableMemory(
+    "copies-through-pageable-memory",
+    Breaks(
+        ("copies/pinned-host-memory",),
+        "conformance/test_runtime_options.py",
+        ("-k", "skip_copy_matrix and float32 and llm-unset"),
+        cuda=True,
+        strict_should=True,
+        proven_by=f"{PROOF}::test_pageable_copies_fail_the_pinned_memory_rule",
+    ),
+)
+ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods(
+    "accepts-host-inputs-for-device-methods",
+    Breaks(
+        ("placement/bad-input",),
+        PLACEMENT,
+        ("-k", "rejects_wrong_inputs and host"),
+        cuda=True,
+        proven_by=f"{PROOF}::test_host_inputs_accepted_for_a_device_input_method_fail",
+    ),
+)

@@ -79,7 +79,7 @@ else
         > "$OUT/sanitizer-$tool-chapter.log" 2>&1
       echo "compute-sanitizer $tool (chapter subset) rc=$? :: $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/sanitizer-$tool-chapter.log" | tail -2 | tr '\n' ' ')"
     fi
-    REFIMPL_MM_OUT_PATH=native "$SAN" --tool "$tool" --error-exitcode 9 $PY /tmp/mm_native_stress.py \
+    PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" REFIMPL_MM_OUT_PATH=native "$SAN" --tool "$tool" --error-exitcode 9 $PY /tmp/mm_native_stress.py \
       > "$OUT/sanitizer-$tool-stress.log" 2>&1
     echo "compute-sanitizer $tool (8-thread stress) rc=$? :: $(grep -E 'ERROR SUMMARY|stress errors' "$OUT/sanitizer-$tool-stress.log" | tr '\n' ' ')"
   done

@@ -1,0 +1,709 @@
+"""Rule coverage, generated from the code: every rule id -> the cases that check it and the broken backends
+that prove a chapter fails on it.
+
+``python -m conformance.rule_coverage`` prints the table (``--json`` for machines); :func:`coverage_rows`
+returns the rows for a dashboard page. Nothing in the table is hand-kept except :data:`EXEMPT` (rules with
+no broken backend, each with its reason) and :data:`SPEC_RULES` (the SPEC's prose rules mapped to ids):
+the SPEC is prose, so that mapping is the one place a person has to write down.
+
+How each column is found, and why that way:
+
+* **cases** — static analysis of the chapters (``conformance/test_*.py``), not markers. The rule id of a
+  check is an argument of ``fail``/``assert_*``, often built at run time (``f"mm_out/{rule}"``,
+  ``f"{prefix}/output-device"``, ``f"view-pass/{case.rule}"``), and two chapters belong to other owners, so
+  a marker on each test would be a second, hand-kept copy of what the code already says and would drift.
+  Instead every case pytest would collect is expanded from its ``parametrize`` marks, and the test
+  function is walked (its body, the helpers it calls inside ``conformance/``, the fixtures it asks for,
+  and the module constants it reads) with the case's parameter values bound, so ``{rule}`` becomes
+  ``mm_out/dtype-mismatch-mat2`` for that case. A case "checks" every rule id its code can fail with.
+  ``tests/test_rule_coverage.py`` holds the expansion against pytest's own collection, so it cannot drift.
+* **broken backends** — each broken backend in ``tests/broken*.py`` carries ``breaks``
+  (:class:`Breaks`): the rules it breaks, the chapter and selection that must fail on them. The self-test
+  runs each one through its chapter (or names the existing self-test that does), so a declaration is a
+  proven claim, not a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import fnmatch
+import functools
+import importlib
+import inspect
+import itertools
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from conformance.rules import level_of, rule_ids_in_sources
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+#: Chapter module stem -> the spec chapter it checks (the 8 chapters with a backend, and the meter).
+CHAPTERS: dict[str, str] = {
+    "test_mm_out": "mm_out",
+    "test_lowering": "lowering",
+    "test_program_format": "program_format",
+    "test_runtime_options": "runtime_options",
+    "test_device_placement": "device_placement",
+    "test_multi_method": "multi_method",
+    "test_streams_threads": "streams_threads",
+    "test_bad_inputs": "bad_inputs",
+    "test_traffic_meter": "traffic_meter",
+}
+
+#: A rule id: ``family/rule`` (more ``/parts`` allowed), lower case. Paths (``x.py``) are not rule ids.
+_RULE = re.compile(r"[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*(?:/[a-z0-9_][a-z0-9_.-]*)+")
+_NOT_RULES = frozenset({"n/a"})
+
+
+def is_rule_id(text: str) -> bool:
+    return bool(_RULE.fullmatch(text)) and text not in _NOT_RULES and not text.endswith((".py", ".json"))
+
+
+# ====================================================================================== broken backends
+
+
+@dataclass(frozen=True)
+class Breaks:
+    """What a broken backend breaks, declared on it as ``breaks``: running ``chapter`` with ``select``
+    (pytest arguments) against it must fail, every failure naming one of ``rules`` and every rule named at
+    least once. ``cuda``: the failing cases need a CUDA device (elsewhere they skip). ``strict_should``:
+    the rules are *should* (pass ``--strict-should`` so they fail the run). ``proven_by``: an existing
+    self-test (``tests/x.py::test``) that proves the claim in its own way instead of the generic runner."""
+
+    rules: tuple[str, ...]
+    chapter: str
+    select: tuple[str, ...] = ()
+    cuda: bool = False
+    strict_should: bool = False
+    proven_by: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokenBackend:
+    spec: str
+    """``module:attr``, as ``--backend`` takes it."""
+    breaks: Breaks
+
+
+def broken_backends(root: Path = ROOT) -> list[BrokenBackend]:
+    """Every object with a ``breaks`` declaration in ``tests/broken*.py``, by ``--backend`` spec."""
+    found: list[BrokenBackend] = []
+    for path in sorted((root / "tests").glob("broken*.py")):
+        module = importlib.import_module(f"tests.{path.stem}")
+        for name, value in vars(module).items():
+            declared = getattr(value, "breaks", None) if not isinstance(value, type) else None
+            if isinstance(declared, Breaks):
+                found.append(BrokenBackend(f"tests.{path.stem}:{name}", declared))
+    return found
+
+
+# ================================================================================= exemptions, SPEC map
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """Why a rule has no broken backend. ``kind``: ``not-checkable`` (no backend can break it: the suite's
+    own self-checks, the meter) or ``gap`` (a backend could; none is written yet — a to-do, shown as such)."""
+
+    kind: str
+    reason: str
+
+
+def _gap(reason: str) -> Exemption:
+    return Exemption("gap", reason)
+
+
+def _not_checkable(reason: str) -> Exemption:
+    return Exemption("not-checkable", reason)
+
+
+_NEEDS_TWO_GPUS = _gap("needs a 2-GPU machine to prove; no broken backend written yet")
+_MM_OUT_VALUES = _gap("a wrong GEMM (e.g. a bad transpose flag for one layout) is easy to write; not yet")
+
+#: Rule id (fnmatch pattern) -> why no broken backend proves it. The one place exemptions live; an entry
+#: that matches no rule, or a rule that a broken backend now proves, fails the self-test (it went stale).
+EXEMPT: dict[str, Exemption] = {
+    # --- not checkable: no backend is involved
+    "suite/self-check": _not_checkable("the suite's proof of its own catalogue; no backend is called"),
+    "traffic/*": _not_checkable(
+        "the traffic-meter chapter checks the NVML meter against known pinned transfers; no backend is "
+        "called (its own self-tests: tests/test_nvml_traffic.py)"
+    ),
+    "known-failures/stale": _not_checkable(
+        "about the known-failures list, not the backend: a declared failure that passes "
+        "(tests/test_case_outcomes.py proves it)"
+    ),
+    # --- gaps: a backend could break these; none is written yet
+    "runtime/lower": _gap("a runtime chapter's lowering failed; lowering/zoo-lowers has broken backends"),
+    "mm_out/values": _MM_OUT_VALUES,
+    "mm_out/exact-*": _MM_OUT_VALUES,
+    "mm_out/threads": _gap("a shim sharing one cuBLAS workspace between threads; not written yet"),
+    "mm_out/device": _NEEDS_TWO_GPUS,
+    "mm_out/same-device": _NEEDS_TWO_GPUS,
+    "mm_out/no-host-sync": _gap("a shim that synchronises the stream before returning; not written yet"),
+    "mm_out/arity": _gap("a shim taking *args and defaulting mat2; not written yet"),
+    "bad-inputs/other-gpu": _NEEDS_TWO_GPUS,
+    "bad-inputs/wrong-device": _gap("a runtime copying CUDA inputs of a CPU program back; not written yet"),
+    "bad-inputs/outputs-wrong-device": _gap("needs a GPU; not written yet"),
+    "view-pass/outcome": _gap("a pass returning a malformed outcome; not written yet"),
+    "view-pass/report": _gap("a pass whose rewritten list disagrees with its graph; not written yet"),
+    "view-pass/slicing-heavy": _gap("covered case by case by the view-pass rules; no KV-only bug yet"),
+    "view-pass/*/policy": _gap(
+        "only opaque-container/policy is proven (tests/test_view_pass_levels.py); others not yet"
+    ),
+    "view-pass/*/missed-rewrite": _gap("proven only for the rules with safe rewrites (REFUSES_EVERYTHING)"),
+    "streams/other-consumer": _gap("GPU only (#21727): a delegate returning before its stream finished"),
+    "streams/chained-delegates": _gap("GPU only (#22318): per-handle streams without ordering"),
+    "multi-method/first-step-logits": _gap("half precision on a GPU; not written yet"),
+    "multi-method/kv-cache-on-device": _gap("GPU only; not written yet"),
+    "multi-method/device-input": _gap("GPU only; not written yet"),
+    "multi-method/d2h-bytes": _gap("GPU only; not written yet"),
+    "multi-method/h2d-bytes": _gap("GPU only; not written yet"),
+    "multi-method/skip-invariant": _gap("not written yet"),
+    "multi-method/cpu-target": _gap("not written yet"),
+    "placement/conflict": _gap("not written yet"),
+    "placement/pipeline": _gap("GPU only; not written yet"),
+    "placement/*-bytes": _gap("GPU only; not written yet"),
+    "placement/*-copy": _gap("GPU only; not written yet"),
+    "placement/values": _gap("GPU only; not written yet"),
+    "placement/output-device": _gap("GPU only; not written yet"),
+    "placement/cpu-target": _gap("not written yet"),
+    "skip-copy/*-bytes": _gap("GPU only; not written yet"),
+    "skip-copy/*-copy": _gap("GPU only; not written yet"),
+    "skip-copy/values": _gap("not written yet"),
+    "skip-copy/cpu-target": _gap("not written yet"),
+    "skip-copy/option": _gap("not written yet"),
+    "options/before-init": _gap("not written yet"),
+    "options/after-init": _gap("not written yet"),
+    "options/next-execute": _gap("GPU only; not written yet"),
+    "options/not-retroactive": _gap("GPU only; not written yet"),
+    "options/list-parsing": _gap("GPU only; not written yet"),
+    "options/list-values": _gap("not written yet"),
+    "options/default": _gap("not written yet"),
+    "options/non-string-*": _gap("not written yet"),
+    "options/key-length": _gap("not written yet"),
+    "options/round-trip": _gap("not written yet"),
+    "format/multi-method": _gap("not written yet"),
+    "format/empty": _gap("not written yet"),
+    "format/not-bytes": _gap("not written yet"),
+    "format/truncated": _gap("not written yet"),
+    "format/flipped-byte": _gap("not written yet"),
+    "format/cpu-target": _gap("GPU only; not written yet"),
+    "lowering/zoo": _gap("not written yet"),
+    "lowering/zoo-lowers": _gap("not written yet"),
+    "lowering/unsupported-kernels": _gap(
+        "a lower() that ships a proxy-executor call for an op with no kernel"
+    ),
+    "format/trailing-data": _gap("a loader reading only the declared length; not written yet"),
+    "options/all-or-nothing": _gap("every options rule checks it; no backend that half-applies yet"),
+    "mm_out/program-route": _gap("not written yet"),
+    "view-pass/call-method-user": _gap("no users-blind pass written yet (the broken passes respect users)"),
+    "view-pass/view-user": _gap("no users-blind pass written yet (the broken passes respect users)"),
+    "view-pass/written-by-user": _gap("no users-blind pass written yet (the broken passes respect users)"),
+    "view-pass/every-view-twin": _gap("coverage for unmapped ops; a must only for a wrong rewrite: not yet"),
+    "view-pass/not-viewable": _gap("a pass building a view the base's strides forbid; not written yet"),
+    "bad-inputs/corrupt-program": _gap("format/* broken loaders would show it; none written yet"),
+    "bad-inputs/*-destroy": _gap("a runtime using a destroyed handle's runner; not written yet"),
+    "bad-inputs/inputs-*": _gap("not written yet (casts-inputs covers the dtype rules)"),
+    "bad-inputs/*-input-*": _gap("not written yet (casts-inputs covers the dtype rules)"),
+    "bad-inputs/no-inputs": _gap("not written yet"),
+    "bad-inputs/*-element": _gap("not written yet"),
+    "bad-inputs/not-a-handle": _gap("not written yet"),
+    "bad-inputs/outputs-a-bare-tensor": _gap("not written yet"),
+    "bad-inputs/outputs-non-tensor": _gap("not written yet"),
+    "bad-inputs/outputs-wrong-shape": _gap("not written yet"),
+    "bad-inputs/unknown-method*": _gap("not written yet"),
+    "bad-inputs/method-not-a-string": _gap("not written yet"),
+    "bad-inputs/wrong-rank-*": _gap("not written yet"),
+    "bad-inputs/wrong-size*": _gap("not written yet"),
+}
+
+
+@dataclass(frozen=True)
+class SpecRule:
+    """One rule the SPEC states in prose, and the rule ids (fnmatch patterns) that enforce it."""
+
+    section: str
+    statement: str
+    rules: tuple[str, ...]
+
+
+#: The SPEC's rules -> rule ids. Hand-written (the SPEC is prose); every pattern must match a rule id the
+#: chapters use, so a renamed or dropped rule shows here as a SPEC rule nobody checks.
+SPEC_RULES: tuple[SpecRule, ...] = (
+    SpecRule(
+        "§1a",
+        "view pass: refuse a rewrite whenever the source is mutated later",
+        ("view-pass/source-mutated",),
+    ),
+    SpecRule("§1a", "view pass: refuse aliasing into a mutated graph output", ("view-pass/aliases-output",)),
+    SpecRule("§1a", "view pass: refuse nested lists it cannot see through", ("view-pass/opaque-container",)),
+    SpecRule("§1a", "view pass: every *_copy op with a view twin", ("view-pass/every-view-twin",)),
+    SpecRule("§1a", "view pass: update meta['val'] so strides are truthful", ("view-pass/truthful-strides",)),
+    SpecRule("§1a", "view pass: report what it did", ("view-pass/report", "view-pass/outcome")),
+    SpecRule(
+        "§1a",
+        "preprocess: fail with the sorted list of unsupported fallback kernels",
+        ("lowering/unsupported-kernels",),
+    ),
+    SpecRule(
+        "§1a",
+        "preprocess: a fresh set per call; one failure never poisons later lowerings",
+        ("lowering/failure-not-sticky",),
+    ),
+    SpecRule(
+        "§1a", "program: a multi-method program is one file, keyed by method name", ("format/multi-method",)
+    ),
+    SpecRule(
+        "§1a", "method names: UTF-8, matched exactly", ("format/non-ascii-name", "format/method-name-case")
+    ),
+    SpecRule(
+        "§1a",
+        "a truncated or tampered file fails with a clear error, never a crash",
+        (
+            "format/truncated",
+            "format/flipped-byte",
+            "format/trailing-data",
+            "format/empty",
+            "bad-inputs/corrupt-program",
+        ),
+    ),
+    SpecRule("§1a", "CPU and CUDA targets both work", ("lowering/zoo", "format/cpu-target")),
+    SpecRule(
+        "§1b",
+        "options callable before and after init, effective on the next execute",
+        ("options/before-init", "options/after-init", "options/next-execute", "options/not-retroactive"),
+    ),
+    SpecRule(
+        "§1b",
+        "skip-copy list: tokens trimmed, empties ignored, exact case-sensitive match",
+        ("options/list-parsing", "options/list-values"),
+    ),
+    SpecRule(
+        "§1b",
+        "a non-string value is an invalid-argument error that changes nothing (all or none)",
+        ("options/non-string-value", "options/all-or-nothing"),
+    ),
+    SpecRule(
+        "§1b",
+        "key <= 63, value <= 255 characters: a clear error, never silent truncation",
+        ("options/key-length", "options/value-length", "options/nul-character"),
+    ),
+    SpecRule("§1b", "unknown keys: decide, document and test (rejected)", ("options/unknown-key",)),
+    SpecRule(
+        "§1b",
+        "outputs stay on the GPU for a named method, else copied to the CPU",
+        ("skip-copy/output-device",),
+    ),
+    SpecRule("§1b", "copies to the CPU use pinned memory", ("copies/pinned-host-memory",)),
+    SpecRule(
+        "§1b",
+        "inputs already on the right device are used without a copy",
+        ("multi-method/device-input", "skip-copy/h2d-bytes"),
+    ),
+    SpecRule(
+        "§1b",
+        "consumers on any stream see finished data (#21727, #22318)",
+        ("streams/other-consumer", "streams/chained-delegates"),
+    ),
+    SpecRule("§1b", "concurrent execute and set_option are safe", ("streams/threads",)),
+    SpecRule(
+        "§1b",
+        "per-execute byte counters host->device and device->host",
+        ("skip-copy/d2h-bytes", "skip-copy/h2d-bytes"),
+    ),
+    SpecRule("§1b", "wrong inputs/handles/programs: a clear error, nothing else affected", ("bad-inputs/*",)),
+    SpecRule(
+        "§0",
+        "export-time placement validated before compiling",
+        ("placement/validation", "placement/conflict"),
+    ),
+    SpecRule(
+        "§0",
+        "export-time placement: device-resident pipelines, no host round trip",
+        ("placement/pipeline", "placement/output-device", "placement/bad-input"),
+    ),
+    SpecRule(
+        "§1c",
+        "dtypes bf16/fp16/fp32, all the same; rank 2; inner dimension; out [M, N] row-major",
+        (
+            "mm_out/dtype-mismatch-*",
+            "mm_out/rank-*",
+            "mm_out/inner-dimension",
+            "mm_out/out-*",
+            "mm_out/unsupported-dtype-*",
+        ),
+    ),
+    SpecRule(
+        "§1c",
+        "device type checked (upstream gap); same device",
+        ("mm_out/cuda-device", "mm_out/same-device", "mm_out/cpu-*"),
+    ),
+    SpecRule("§1c", "fp32 compute, no TF32", ("mm_out/no-tf32",)),
+    SpecRule(
+        "§1c", "beta = 0: old contents of out never read; zero sizes", ("mm_out/values", "mm_out/zero-size")
+    ),
+    SpecRule(
+        "§1c", "every layout (row, column, strided) value-checked", ("mm_out/values", "mm_out/exact-integers")
+    ),
+    SpecRule(
+        "§1c",
+        "on the caller's current stream; per-thread handles, no global serialisation",
+        ("mm_out/current-stream", "mm_out/threads", "mm_out/device"),
+    ),
+    SpecRule("§1c", "out left untouched on any error", ("mm_out/none-*", "mm_out/out-shape")),
+    SpecRule("§2", "multi-method models: tokens equal eager", ("multi-method/tokens",)),
+    SpecRule("§2", "measured memory traffic: NVML counters unwrapped, calibrated", ("traffic/*",)),
+)
+
+# ===================================================================================== cases (static)
+
+#: Rule-id text with unresolved ``{...}`` parts keeps them; such a template is reported, never dropped.
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+UNKNOWN = object()
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case pytest collects: its node id, and the rule ids its code can fail with."""
+
+    id: str
+    chapter: str
+    rules: frozenset[str]
+
+
+@functools.cache
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(name)
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def _function_def(func: Callable[..., Any]) -> ast.FunctionDef | None:
+    """The AST of a function defined at module level in ``conformance/`` (None for anything else)."""
+    func = inspect.unwrap(func)
+    module_name = getattr(func, "__module__", "") or ""
+    if not module_name.startswith("conformance.") or not inspect.isfunction(func):
+        return None
+    path = Path(inspect.getfile(func))
+    for node in _tree(path).body:
+        if isinstance(node, ast.FunctionDef) and node.name == func.__name__:
+            return node
+    return None
+
+
+def _resolve(expr: ast.expr, env: Mapping[str, Any], module: ModuleType) -> Any:
+    """The value of a simple expression (constant, name, attribute, subscript, f-string), else UNKNOWN."""
+    if isinstance(expr, ast.Constant):
+        return expr.value
+    if isinstance(expr, ast.Name):
+        if expr.id in env:
+            return env[expr.id]
+        return getattr(module, expr.id, UNKNOWN)
+    if isinstance(expr, ast.Attribute):
+        base = _resolve(expr.value, env, module)
+        return UNKNOWN if base is UNKNOWN else getattr(base, expr.attr, UNKNOWN)
+    if isinstance(expr, ast.Subscript):
+        base, key = _resolve(expr.value, env, module), _resolve(expr.slice, env, module)
+        try:
+            return UNKNOWN if UNKNOWN in (base, key) else base[key]
+        except (KeyError, IndexError, TypeError):
+            return UNKNOWN
+    if isinstance(expr, ast.JoinedStr):
+        return _render(expr, env, module)
+    return UNKNOWN
+
+
+def _render(expr: ast.JoinedStr, env: Mapping[str, Any], module: ModuleType) -> str:
+    """An f-string with what is known filled in; unknown parts stay ``{source}``."""
+    parts: list[str] = []
+    for value in expr.values:
+        if isinstance(value, ast.Constant):
+            parts.append(str(value.value))
+        elif isinstance(value, ast.FormattedValue):
+            got = _resolve(value.value, env, module)
+            parts.append(f"{{{ast.unparse(value.value)}}}" if got is UNKNOWN else str(got))
+    return "".join(parts)
+
+
+def _bind(func: Callable[..., Any], call: ast.Call, env: Mapping[str, Any], module: ModuleType) -> dict:
+    """The callee's parameters bound to what the caller passes (UNKNOWN where not a simple value)."""
+    try:
+        params = list(inspect.signature(inspect.unwrap(func)).parameters)
+    except (TypeError, ValueError):
+        return {}
+    bound: dict[str, Any] = {}
+    for name, arg in zip(params, call.args, strict=False):
+        if not isinstance(arg, ast.Starred):
+            bound[name] = _resolve(arg, env, module)
+    for keyword in call.keywords:
+        if keyword.arg is not None:
+            bound[keyword.arg] = _resolve(keyword.value, env, module)
+    return {k: v for k, v in bound.items() if v is not UNKNOWN}
+
+
+def _strings_in(value: Any, depth: int = 0) -> Iterator[str]:
+    """Strings inside a module constant (dicts, lists, tuples; keys and values), a few levels deep."""
+    if isinstance(value, str):
+        yield value
+    elif depth < 3 and isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _strings_in(k, depth + 1)
+            yield from _strings_in(v, depth + 1)
+    elif depth < 3 and isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            yield from _strings_in(v, depth + 1)
+
+
+def _local_env(func: ast.FunctionDef, env: dict[str, Any], module: ModuleType) -> dict[str, Any]:
+    """``env`` plus the function's simple local assignments of strings (``rule = f"x/{y}"``), in order."""
+    local = dict(env)
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        pairs: list[tuple[ast.expr, ast.expr]] = [(target, value)]
+        if (
+            isinstance(target, ast.Tuple)
+            and isinstance(value, ast.Tuple)
+            and len(target.elts) == len(value.elts)
+        ):
+            pairs = list(zip(target.elts, value.elts, strict=True))
+        for name, expr in pairs:
+            if isinstance(name, ast.Name) and name.id not in env:
+                got = _resolve(expr, local, module)
+                if isinstance(got, str):
+                    local[name.id] = got
+    return local
+
+
+def rules_of(
+    func: Callable[..., Any], env: Mapping[str, Any], *, fixtures: Mapping[str, Callable] | None = None
+) -> frozenset[str]:
+    """Rule ids (or templates with ``{...}`` left) that ``func`` called with ``env`` can fail with."""
+    found: set[str] = set()
+    _walk(func, dict(env), found, set(), fixtures or {})
+    return frozenset(found)
+
+
+def _walk(func: Callable, env: dict[str, Any], found: set[str], seen: set[tuple], fixtures: Mapping) -> None:
+    node = _function_def(func)
+    if node is None:
+        return
+    key = (func, tuple(sorted((k, repr(v)) for k, v in env.items())))
+    if key in seen:
+        return
+    seen.add(key)
+    module = _module(inspect.unwrap(func).__module__)
+    env = _local_env(node, env, module)
+    for param in node.args.args:  # fixtures the function asks for, defined in the chapter
+        fixture = fixtures.get(param.arg)
+        if fixture is not None:
+            _walk(fixture, {}, found, seen, fixtures)
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and is_rule_id(sub.value):
+            found.add(sub.value)
+        elif isinstance(sub, ast.JoinedStr):
+            text = _render(sub, env, module)
+            if is_rule_id(_PLACEHOLDER.sub("x", text)) and "/" in _PLACEHOLDER.sub("", text):
+                found.add(text)
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in env:
+            value = getattr(module, sub.id, None)  # module constants hold rule ids too (AFTER_DESTROY)
+            if isinstance(value, (Mapping, list, tuple)):
+                found.update(s for s in _strings_in(value) if is_rule_id(s))
+        if isinstance(sub, ast.Call):
+            callee = _resolve(sub.func, env, module)
+            if callable(callee) and _function_def(callee) is not None:
+                _walk(callee, _bind(callee, sub, env, module), found, seen, fixtures)
+
+
+# --- expanding parametrize like pytest does (checked against pytest's own collection by a self-test)
+
+
+def _param_id(value: Any, argname: str, index: int) -> str:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return str(value)
+    return f"{argname}{index}"
+
+
+def _expand(marks: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(id, params) of every case the ``parametrize`` marks make, in pytest's order and with its ids."""
+    axes: list[list[tuple[str, dict[str, Any]]]] = []
+    for mark in marks:  # pytestmark lists the bottom decorator first, as pytest applies them
+        if mark.name != "parametrize":
+            continue
+        argnames, values = mark.args[0], mark.args[1]
+        names = [n.strip() for n in argnames.split(",")] if isinstance(argnames, str) else list(argnames)
+        ids = mark.kwargs.get("ids")
+        axis: list[tuple[str, dict[str, Any]]] = []
+        for index, raw in enumerate(values):
+            given_id = getattr(raw, "id", None)
+            vals = raw.values if hasattr(raw, "marks") and hasattr(raw, "values") else raw
+            vals = tuple(vals) if len(names) > 1 else (vals[0] if hasattr(raw, "marks") else vals,)
+            params = dict(zip(names, vals, strict=True))
+            if given_id is None and ids is not None:
+                given_id = ids[index]
+            if given_id is None:
+                given_id = "-".join(_param_id(params[n], n, index) for n in names)
+            axis.append((str(given_id), params))
+        axes.append(axis)
+    cases = []
+    for combo in itertools.product(*axes):
+        ids = [i for i, _ in combo]
+        params = {k: v for _, p in combo for k, v in p.items()}
+        cases.append(("-".join(ids), params))
+    return cases
+
+
+def _fixtures(module: ModuleType) -> dict[str, Callable]:
+    """Fixtures defined in a chapter, by name (pytest wraps them; the wrapped function is analysed)."""
+    found = {}
+    for name, value in vars(module).items():
+        if hasattr(value, "_fixture_function_marker"):  # pytest >= 8.4: a FixtureFunctionDefinition
+            found[name] = value._get_wrapped_function()
+    return found
+
+
+def chapter_cases(stem: str) -> list[Case]:
+    """Every case of chapter module ``conformance/<stem>.py`` with the rule ids it checks."""
+    module = _module(f"conformance.{stem}")
+    fixtures = _fixtures(module)
+    cases: list[Case] = []
+    path = f"conformance/{stem}.py"
+    for name, func in vars(module).items():
+        if not name.startswith("test_") or not inspect.isfunction(func):
+            continue
+        for case_id, params in _expand(getattr(func, "pytestmark", [])) or [("", {})]:
+            node = f"{path}::{name}" + (f"[{case_id}]" if case_id else "")
+            cases.append(Case(node, CHAPTERS.get(stem, stem), rules_of(func, params, fixtures=fixtures)))
+    return cases
+
+
+def all_cases() -> list[Case]:
+    return [case for stem in CHAPTERS for case in chapter_cases(stem)]
+
+
+# ================================================================================================ rows
+
+
+@dataclass(frozen=True)
+class Row:
+    """One rule id: its level, the chapter(s) and cases that check it, what proves a chapter fails on it."""
+
+    rule: str
+    level: str
+    chapters: list[str]
+    cases: list[str]
+    broken_backends: list[str]
+    spec: list[str] = field(default_factory=list)
+    exemption: str | None = None
+    exemption_reason: str | None = None
+
+    @property
+    def status(self) -> str:
+        if not self.cases:
+            return "not-checkable" if self.exemption == "not-checkable" else "NO CASE"
+        if self.broken_backends:
+            return "proven"
+        if self.exemption is not None:
+            return self.exemption
+        return "NO BROKEN BACKEND"
+
+
+def exemption_for(rule: str) -> tuple[str, Exemption] | None:
+    for pattern, exemption in EXEMPT.items():
+        if fnmatch.fnmatchcase(rule, pattern):
+            return pattern, exemption
+    return None
+
+
+def coverage_rows(
+    cases: Sequence[Case] | None = None, backends: Sequence[BrokenBackend] | None = None
+) -> list[Row]:
+    """One row per rule id the suite uses (chapters, ``rules.py``, SPEC map), sorted by rule id."""
+    cases = all_cases() if cases is None else cases
+    backends = broken_backends() if backends is None else backends
+    by_rule: dict[str, list[Case]] = {}
+    for case in cases:
+        for rule in case.rules:
+            by_rule.setdefault(rule, []).append(case)
+    rules = set(by_rule) | {s for spec in SPEC_RULES for s in spec.rules if not any(c in s for c in "*?[")}
+    # Rule ids written anywhere in conformance/ (known_failures.py's, say), templates aside.
+    rules |= {r for r in rule_ids_in_sources(HERE.glob("*.py")) if "{" not in r}
+    rows = []
+    for rule in sorted(rules):
+        proved = sorted(b.spec for b in backends if rule in b.breaks.rules)
+        exempt = exemption_for(rule)
+        rows.append(
+            Row(
+                rule=rule,
+                level=level_of(rule).value,
+                chapters=sorted({c.chapter for c in by_rule.get(rule, [])}),
+                cases=sorted(c.id for c in by_rule.get(rule, [])),
+                broken_backends=proved,
+                spec=[
+                    f"{s.section} {s.statement}"
+                    for s in SPEC_RULES
+                    if any(fnmatch.fnmatchcase(rule, p) for p in s.rules)
+                ],
+                exemption=exempt[1].kind if exempt else None,
+                exemption_reason=exempt[1].reason if exempt else None,
+            )
+        )
+    return rows
+
+
+def row_dict(row: Row) -> dict[str, Any]:
+    return {**asdict(row), "status": row.status}
+
+
+def render(rows: Sequence[Row], *, show_cases: bool = False) -> str:
+    width = max(len(r.rule) for r in rows) + 2
+    lines = [f"{'rule id':<{width}} level   cases  status             broken backend(s) / reason", "-" * 110]
+    for row in rows:
+        proof = ", ".join(b.split(":")[1] for b in row.broken_backends) or (row.exemption_reason or "")
+        lines.append(f"{row.rule:<{width}} {row.level:<7} {len(row.cases):>5}  {row.status:<18} {proof}")
+        if show_cases:
+            lines += [f"{'':<{width}}   {case}" for case in row.cases]
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    lines += ["", "summary: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.rule_coverage",
+        description="Every rule id the suite uses, the cases that check it and the broken backends that "
+        "prove a chapter fails on it (generated from the code).",
+    )
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--cases", action="store_true", help="list every case under its rule")
+    args = parser.parse_args(argv)
+    rows = coverage_rows()
+    if args.json:
+        print(json.dumps([row_dict(r) for r in rows], indent=2))
+    else:
+        print(render(rows, show_cases=args.cases))
+    return 0
+
+
+if __name__ == "__main__":
+    # Run the imported module's main: the broken backends' ``Breaks`` come from ``conformance.rule_coverage``,
+    # which under ``python -m`` is a different module object from this ``__main__``.
+    from conformance.rule_coverage import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,392 @@
+"""One broken backend (or more) per chapter: each wraps the reference backend and slips the way a real
+backend does, and declares (``breaks``) the rules a chapter must fail it on.
+
+``tests/test_broken_chapter_backends.py`` runs each through its chapter, as a user would, and holds the
+declaration true: the run fails, every failure names a declared rule, every declared rule is named; the
+reference passes the same selection. ``python -m conformance.rule_coverage`` lists them per rule.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from conformance.rule_coverage import Breaks
+from reference_impl import BACKEND as REFERENCE
+from reference_impl.lowering.fallback_kernels import UnsupportedKernelsError
+
+MM_OUT = "conformance/test_mm_out.py"
+LOWERING = "conformance/test_lowering.py"
+PROGRAM_FORMAT = "conformance/test_program_format.py"
+RUNTIME_OPTIONS = "conformance/test_runtime_options.py"
+MULTI_METHOD = "conformance/test_multi_method.py"
+STREAMS_THREADS = "conformance/test_streams_threads.py"
+BAD_INPUTS = "conformance/test_bad_inputs.py"
+
+
+class Forwarding:
+    """Forwards every protocol part to the reference; subclasses override one behaviour."""
+
+    version = "broken"
+    lowering_devices = REFERENCE.lowering_devices
+    lower_options = REFERENCE.lower_options
+    breaks: Breaks
+
+    def __init__(self, name: str, breaks: Breaks) -> None:
+        self.name = name
+        self.breaks = breaks
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(REFERENCE, attr)
+
+
+# ================================================================================================ mm_out
+
+
+class RelaysAtenErrors(Forwarding):
+    """Calls ``torch.mm(self, mat2, out=out)`` and leaves checking to ATen: a bad call is a RuntimeError
+    (not the protocol's ValueError), a wrong-shaped ``out`` is silently resized, CPU tensors just work."""
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        torch.mm(self_, mat2, out=out)
+
+
+def _tf32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its float32 mantissa cut to TF32's 10 bits, as tensor cores read it."""
+    return (t.contiguous().view(torch.int32) & -(1 << 13)).view(torch.float32)
+
+
+class UsesTf32(Forwarding):
+    """Turns on TF32 tensor-core math for float32 "because it is faster" (CUBLAS_TF32_TENSOR_OP_MATH)."""
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        if all(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in (out, self_, mat2)):
+            self_, mat2 = _tf32(self_), _tf32(mat2)
+        REFERENCE.mm_out(out, self_, mat2)
+
+
+class OwnStream(Forwarding):
+    """Runs every GEMM on a stream of its own, created at first use, with no ordering against the caller's
+    current stream: it reads inputs the caller has not finished writing (upstream #21727's shape)."""
+
+    _streams: ClassVar[dict[int, torch.cuda.Stream]] = {}
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        device = out.device if isinstance(out, torch.Tensor) and out.is_cuda else None
+        if device is None:
+            REFERENCE.mm_out(out, self_, mat2)
+            return
+        stream = self._streams.setdefault(device.index, torch.cuda.Stream(device))
+        with torch.cuda.stream(stream):
+            REFERENCE.mm_out(out, self_, mat2)
+
+
+class ReturnsEarlyOnEmptyK(Forwarding):
+    """Returns at once when K is 0 ("nothing to multiply"), leaving ``out`` as it was instead of zeros."""
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        if isinstance(self_, torch.Tensor) and self_.dim() == 2 and self_.shape[1] == 0:
+            return
+        REFERENCE.mm_out(out, self_, mat2)
+
+
+#: The contract errors of the mm_out chapter (``test_bad_input_is_rejected_and_out_untouched``).
+MM_OUT_CONTRACT = (
+    "none-out", "none-self", "none-mat2", "rank-self-3d", "rank-mat2-1d", "rank-out-3d", "inner-dimension",
+    "out-shape", "out-shape-transposed", "out-not-contiguous", "out-strided", "dtype-mismatch-mat2",
+    "dtype-mismatch-out", "unsupported-dtype-float64", "unsupported-dtype-int32", "cpu-out", "cpu-self",
+    "cpu-mat2",
+)  # fmt: skip
+
+RELAYS_ATEN_ERRORS = RelaysAtenErrors(
+    "relays-aten-errors",
+    Breaks(tuple(f"mm_out/{r}" for r in MM_OUT_CONTRACT), MM_OUT, ("-k", "bad_input"), cuda=True),
+)
+USES_TF32 = UsesTf32("uses-tf32", Breaks(("mm_out/no-tf32",), MM_OUT, ("-k", "no_tf32"), cuda=True))
+OWN_STREAM = OwnStream(
+    "own-stream", Breaks(("mm_out/current-stream",), MM_OUT, ("-k", "callers_current_stream"), cuda=True)
+)
+RETURNS_EARLY_ON_EMPTY_K = ReturnsEarlyOnEmptyK(
+    "returns-early-on-empty-k",
+    Breaks(("mm_out/zero-size",), MM_OUT, ("-k", "zero_sizes and (K0 or all0)"), cuda=True),
+)
+
+# ============================================================================================== lowering
+
+_MISSING_KERNELS: set[str] = set()  # the bug itself: module-level, never cleared
+
+
+class UpstreamFallbackKernels(Forwarding):
+    """Upstream's preprocess before the fix (SPEC §1a): missing kernels go into one module-level set that
+    is never cleared, and the error is a RuntimeError. One refused method poisons every later ``lower``."""
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ) -> bytes:
+        name = next(iter(methods), "?")
+        try:
+            if not _MISSING_KERNELS:
+                return REFERENCE.lower(methods, device=device, options=options)
+        except UnsupportedKernelsError as exc:
+            _MISSING_KERNELS.update(exc.kernels)
+        missing = sorted(_MISSING_KERNELS)
+        raise RuntimeError(f"Method {name} missing fallback kernels ({len(missing)} total): {missing}")
+
+
+UPSTREAM_FALLBACK_KERNELS = UpstreamFallbackKernels(
+    "upstream-fallback-kernels",
+    Breaks(
+        ("lowering/failure-not-sticky", "lowering/unsupported-is-valueerror"),
+        LOWERING,
+        ("-k", "unsupported_kernels and cpu"),
+    ),
+)
+
+# ======================================================================================== program format
+
+
+def _folded(name: str) -> str:
+    """Case and accents dropped: "Décodeur" -> "decodeur"."""
+    return unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().casefold()
+
+
+class FoldsMethodNames(Forwarding):
+    """Looks a method up "forgivingly": when no name matches exactly, it takes the one equal after case
+    folding and accent stripping, so ``MUL_ADD`` loads ``mul_add`` and ``decodeur`` loads ``décodeur``."""
+
+    _methods: ClassVar[dict[bytes, list[str]]] = {}
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ) -> bytes:
+        program = REFERENCE.lower(methods, device=device, options=options)
+        self._methods[program] = list(methods)
+        return program
+
+    def init(self, program: bytes, method: str) -> object:
+        try:
+            return REFERENCE.init(program, method)
+        except ValueError:
+            known = self._methods.get(program, []) if isinstance(program, bytes) else []
+            close = [m for m in known if isinstance(method, str) and _folded(m) == _folded(method)]
+            if not close:
+                raise
+            return REFERENCE.init(program, close[0])
+
+
+FOLDS_METHOD_NAMES = FoldsMethodNames(
+    "folds-method-names",
+    Breaks(
+        ("format/method-name-case", "format/non-ascii-name"),
+        PROGRAM_FORMAT,
+        ("-k", "method_names_match_exactly or non_ascii"),
+    ),
+)
+
+# ======================================================================================= runtime options
+
+_MAX_VALUE = 255
+
+
+class TruncatesLongValues(Forwarding):
+    """Copies the value into a 256-byte C buffer, as upstream does: a longer value is silently cut."""
+
+    def set_option(self, key: str, value: object) -> None:
+        REFERENCE.set_option(key, value[:_MAX_VALUE] if isinstance(value, str) else value)
+
+
+class IgnoresUnknownKeys(Forwarding):
+    """Ignores keys it does not know (and reads them as ""): a misspelt key is silently a no-op."""
+
+    def set_option(self, key: str, value: object) -> None:
+        if key == "skip_copy_output_to_cpu_for_method" or not isinstance(key, str):
+            REFERENCE.set_option(key, value)
+
+    def get_option(self, key: str) -> object:
+        return REFERENCE.get_option(key) if key == "skip_copy_output_to_cpu_for_method" else ""
+
+
+class CStringOptions(Forwarding):
+    """Passes key and value through ``char*`` (ctypes): each ends at its first NUL, silently."""
+
+    def set_option(self, key: str, value: object) -> None:
+        key = key.split("\0")[0] if isinstance(key, str) else key
+        REFERENCE.set_option(key, value.split("\0")[0] if isinstance(value, str) else value)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+
+
+class SanitisesControlCharacters(Forwarding):
+    """ "Sanitises" values by deleting control characters (NUL included) instead of rejecting them."""
+
+    def set_option(self, key: str, value: object) -> None:
+        REFERENCE.set_option(key, _CONTROL.sub("", value) if isinstance(value, str) else value)
+
+
+class IgnoresSkipCopyOption(Forwarding):
+    """Upstream since June 2026: the runtime option is accepted and read back, but a no-op: every output is
+    copied to the host."""
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        results = REFERENCE.execute(handle, inputs, outputs)
+        if handle.placement.outputs_on_device is not None:  # fixed at export time: not the option's business
+            return results
+        return [t.cpu() if t.is_cuda else t for t in results]
+
+
+TRUNCATES_LONG_VALUES = TruncatesLongValues(
+    "truncates-long-values", Breaks(("options/value-length",), RUNTIME_OPTIONS, ("-k", "value_over_255"))
+)
+IGNORES_UNKNOWN_KEYS = IgnoresUnknownKeys(
+    "ignores-unknown-keys", Breaks(("options/unknown-key",), RUNTIME_OPTIONS, ("-k", "unknown_key"))
+)
+C_STRING_OPTIONS = CStringOptions(
+    "c-string-options", Breaks(("options/nul-character",), RUNTIME_OPTIONS, ("-k", "nul_in"))
+)
+SANITISES_CONTROL_CHARACTERS = SanitisesControlCharacters(
+    "sanitises-control-characters",
+    Breaks(
+        ("options/nul-character", "options/control-characters"),
+        RUNTIME_OPTIONS,
+        ("-k", "nul_in or control_characters"),
+    ),
+)
+IGNORES_SKIP_COPY_OPTION = IgnoresSkipCopyOption(
+    "ignores-skip-copy-option",
+    Breaks(
+        ("skip-copy/output-device",),
+        RUNTIME_OPTIONS,
+        ("-k", "skip_copy_matrix and not cpu_target and float32 and asr-encoder"),
+        cuda=True,
+    ),
+)
+
+# ========================================================================================== multi-method
+
+
+class StaleInputStaging(Forwarding):
+    """Keeps one staging copy per input slot and refreshes it only when the shape or dtype changes: the
+    decode loop's next token (same shape, new value) never reaches the method."""
+
+    _staged: ClassVar[dict[tuple[int, int], torch.Tensor]] = {}
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        staged = list(inputs)
+        for index, tensor in enumerate(staged):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            old = self._staged.get((id(handle), index))
+            if old is not None and old.shape == tensor.shape and old.dtype == tensor.dtype:
+                staged[index] = old
+            else:
+                self._staged[(id(handle), index)] = tensor.clone()
+        return REFERENCE.execute(handle, staged, outputs)
+
+
+STALE_INPUT_STAGING = StaleInputStaging(
+    "stale-input-staging",
+    Breaks(("multi-method/tokens",), MULTI_METHOD, ("-k", "pipeline_tokens and llm-cpu-float32 and not hf_")),
+)
+
+# ========================================================================================= streams/threads
+
+
+class NotReentrant(Forwarding):
+    """Guards a handle with a busy flag instead of a lock: a second thread executing the same handle gets
+    an error instead of waiting its turn."""
+
+    _busy: ClassVar[set[int]] = set()
+    _lock = threading.Lock()
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        with self._lock:
+            if id(handle) in self._busy:
+                raise RuntimeError("handle is busy: execute is already running on it in another thread")
+            self._busy.add(id(handle))
+        try:
+            time.sleep(0.002)  # the handle's setup work, long enough for threads to overlap
+            return REFERENCE.execute(handle, inputs, outputs)
+        finally:
+            with self._lock:
+                self._busy.discard(id(handle))
+
+
+NOT_REENTRANT = NotReentrant(
+    "not-reentrant",
+    Breaks(("streams/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and one-handle and cpu")),
+)
+
+# ============================================================================================ bad inputs
+
+
+class CastsInputs(Forwarding):
+    """Casts inputs of the wrong dtype to the method's dtype instead of rejecting them."""
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        specs = handle.io.inputs if getattr(handle, "io", None) is not None else ()
+        if isinstance(inputs, (list, tuple)) and len(inputs) == len(specs):
+            inputs = [
+                t.to(spec.dtype) if isinstance(t, torch.Tensor) and t.dtype != spec.dtype else t
+                for t, spec in zip(inputs, specs, strict=True)
+            ]
+        return REFERENCE.execute(handle, inputs, outputs)
+
+
+class WritesOutputsBeforeChecking(Forwarding):
+    """Computes, writes each caller-provided output it can (``copy_`` casts), and only then validates the
+    outputs: a rejected call has already overwritten the caller's tensors."""
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        if isinstance(outputs, (list, tuple)):
+            results = REFERENCE.execute(handle, inputs)
+            for provided, result in zip(outputs, results, strict=False):
+                if isinstance(provided, torch.Tensor) and provided.shape == result.shape:
+                    provided.copy_(result)
+        return REFERENCE.execute(handle, inputs, outputs)
+
+
+class DestroyTwiceIsSilent(Forwarding):
+    """Makes ``destroy`` "idempotent": a second destroy of a handle returns quietly."""
+
+    def destroy(self, handle: Any) -> None:
+        if not getattr(handle, "destroyed", False):
+            REFERENCE.destroy(handle)
+
+
+CASTS_INPUTS = CastsInputs(
+    "casts-inputs",
+    Breaks(
+        ("bad-inputs/wrong-dtype-float64", "bad-inputs/wrong-dtype-float16", "bad-inputs/wrong-dtype-int64"),
+        BAD_INPUTS,
+        ("-k", "wrong-dtype and cpu-program"),
+    ),
+)
+WRITES_OUTPUTS_BEFORE_CHECKING = WritesOutputsBeforeChecking(
+    "writes-outputs-before-checking",
+    Breaks(
+        ("bad-inputs/outputs-one-more", "bad-inputs/outputs-wrong-dtype"),
+        BAD_INPUTS,
+        ("-k", "bad_outputs and cpu-program"),
+    ),
+)
+DESTROY_TWICE_IS_SILENT = DestroyTwiceIsSilent(
+    "destroy-twice-is-silent",
+    Breaks(("bad-inputs/destroy-twice",), BAD_INPUTS, ("-k", "destroyed_handle and destroy-cpu-program")),
+)

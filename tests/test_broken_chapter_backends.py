@@ -1,0 +1,97 @@
+"""Every broken backend declared in ``tests/broken*.py`` makes its chapter fail, naming the rules it
+declares (``breaks``), and the reference passes the same selection. Each runs the real chapter in a
+subprocess, as a user would (``run_chapter``), and reads the verdict from the result file. A declaration
+whose proof lives in another self-test (``proven_by``) is checked to point at a test that exists."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance.rule_coverage import ROOT, BrokenBackend, broken_backends
+from harness.results import RunResult
+from tests.test_suite_catches_broken_backends import run_chapter
+
+BACKENDS = broken_backends()
+RUN_HERE = [b for b in BACKENDS if b.breaks.proven_by is None]
+PROVEN_ELSEWHERE = [b for b in BACKENDS if b.breaks.proven_by is not None]
+#: Outcomes of a case that broke a rule: failed (must, or should under --strict-should), should-failed.
+BROKE = ("failed", "should-failed", "error")
+_RULES = re.compile(r"\[([^\[\]\s]+)\]")
+
+
+def _args(broken: BrokenBackend) -> tuple[str, ...]:
+    """The declared selection, with ``--strict-should`` where the broken rules are *should*."""
+    return (*broken.breaks.select, *(("--strict-should",) if broken.breaks.strict_should else ()))
+
+
+def _skip_without_cuda(broken: BrokenBackend) -> None:
+    if broken.breaks.cuda and not torch.cuda.is_available():
+        pytest.skip(f"{broken.spec} breaks {list(broken.breaks.rules)} only where CUDA runs the cases")
+
+
+def broke(run: RunResult) -> dict[str, str]:
+    return {case.id: case.message for case in run.cases if case.outcome in BROKE}
+
+
+@pytest.mark.parametrize("broken", RUN_HERE, ids=[b.spec.split(":")[1] for b in RUN_HERE])
+def test_chapter_fails_the_broken_backend_on_the_rules_it_breaks(
+    tmp_path: Path, broken: BrokenBackend
+) -> None:
+    _skip_without_cuda(broken)
+    code, run, output = run_chapter(tmp_path, broken.spec, *_args(broken), chapter=broken.breaks.chapter)
+    assert code == 1, output
+    failed = broke(run)
+    assert failed, output
+    declared = set(broken.breaks.rules)
+    rules = {case.id: case.rule for case in run.cases if case.id in failed}
+    assert all(rule in declared for rule in rules.values()), {c: (rules[c], failed[c]) for c in failed}
+    named = {rule for message in failed.values() for rule in _RULES.findall(message)}
+    assert declared <= named, f"declared but never failed: {sorted(declared - named)}"
+
+
+def reference_selections() -> dict[str, tuple[str, ...]]:
+    """Chapter -> one pytest selection covering every broken backend's cases there (one run per chapter:
+    each run is a fresh interpreter importing torch, so fewer runs keep the self-tests fast)."""
+    keywords: dict[str, list[str]] = {}
+    for broken in RUN_HERE:
+        if broken.breaks.cuda and not torch.cuda.is_available():
+            continue
+        select = list(broken.breaks.select)
+        assert len(select) == 2, f"{broken.spec}: select must be ('-k', expr)"
+        assert select[0] == "-k", f"{broken.spec}: select must be ('-k', expr)"
+        keywords.setdefault(broken.breaks.chapter, []).append(f"({select[1]})")
+    return {chapter: ("-k", " or ".join(sorted(set(ks)))) for chapter, ks in sorted(keywords.items())}
+
+
+SELECTIONS = reference_selections()
+
+
+@pytest.mark.parametrize("chapter", list(SELECTIONS), ids=[c.split("/")[-1] for c in SELECTIONS])
+def test_reference_passes_each_selection(tmp_path: Path, chapter: str) -> None:
+    """The same cases against the reference: a broken backend fails them for what it broke, not because
+    the cases fail anyone (*should* rules included)."""
+    select = (*SELECTIONS[chapter], "--strict-should")
+    code, run, output = run_chapter(tmp_path, "reference_impl:BACKEND", *select, chapter=chapter)
+    assert code == 0, output
+    assert broke(run) == {}
+    assert any(case.outcome == "passed" for case in run.cases), output
+
+
+@pytest.mark.parametrize("broken", PROVEN_ELSEWHERE, ids=[b.spec.split(":")[1] for b in PROVEN_ELSEWHERE])
+def test_proof_elsewhere_exists_and_runs_that_backend(broken: BrokenBackend) -> None:
+    path, _, test = (broken.breaks.proven_by or "").partition("::")
+    source = (ROOT / path).read_text(encoding="utf-8")
+    functions = {
+        node.name: ast.get_source_segment(source, node)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef)
+    }
+    assert test in functions, f"{broken.breaks.proven_by} does not exist"
+    attr = broken.spec.split(":")[1]
+    module = broken.spec.split(":")[0].rsplit(".", 1)[1]
+    assert attr in source or module in source, f"{path} never uses {broken.spec}"

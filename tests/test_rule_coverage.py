@@ -1,0 +1,136 @@
+"""The rule-coverage table (``python -m conformance.rule_coverage``) is complete and true: every rule id has
+a case, and a broken backend that a chapter fails on it or an exemption with its reason; the static
+expansion of the chapters' cases is exactly what pytest collects; nothing in the exemption list is stale."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conformance import rule_coverage as rc
+
+ROOT = rc.ROOT
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[rc.Case]:
+    return rc.all_cases()
+
+
+@pytest.fixture(scope="module")
+def backends() -> list[rc.BrokenBackend]:
+    return rc.broken_backends()
+
+
+@pytest.fixture(scope="module")
+def rows(cases: list[rc.Case], backends: list[rc.BrokenBackend]) -> list[rc.Row]:
+    return rc.coverage_rows(cases, backends)
+
+
+def test_case_expansion_is_what_pytest_collects(cases: list[rc.Case]) -> None:
+    """The table's cases are pytest's: same node ids, none missing, none invented."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         *(f"conformance/{stem}.py" for stem in rc.CHAPTERS)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    collected = {line for line in proc.stdout.splitlines() if line.startswith("conformance/")}
+    ours = {case.id for case in cases}
+    assert collected == ours, (sorted(collected - ours)[:10], sorted(ours - collected)[:10])
+
+
+def test_every_rule_has_a_case(rows: list[rc.Row]) -> None:
+    """A SPEC rule mapped to an id no case checks shows here (the SPEC map names ids the code must use);
+    only a rule no backend can break (not-checkable, e.g. known-failures/stale) may have none."""
+    assert [r.rule for r in rows if r.status == "NO CASE"] == []
+
+
+def test_every_rule_has_a_broken_backend_or_an_exemption(rows: list[rc.Row]) -> None:
+    missing = [r.rule for r in rows if r.status == "NO BROKEN BACKEND"]
+    assert missing == [], (
+        f"add a broken backend (tests/broken*.py, with breaks=...) or an EXEMPT entry: {missing}"
+    )
+
+
+def test_no_rule_id_is_left_a_template(rows: list[rc.Row]) -> None:
+    """Every ``{...}`` in a rule id was filled from the case's parameters or the caller's arguments."""
+    assert [r.rule for r in rows if "{" in r.rule] == []
+
+
+def test_exemptions_are_not_stale(rows: list[rc.Row]) -> None:
+    """An exemption must match a rule that no broken backend proves: one matching nothing, or only rules
+    broken backends now prove, is stale."""
+    for pattern in rc.EXEMPT:
+        unproven = [r for r in rows if fnmatch.fnmatchcase(r.rule, pattern) and not r.broken_backends]
+        assert unproven, f"EXEMPT[{pattern!r}] is stale: it matches no rule without a broken backend"
+    assert all(e.kind in ("gap", "not-checkable") and e.reason for e in rc.EXEMPT.values())
+
+
+def test_declared_breaks_name_rules_the_chapter_checks(
+    rows: list[rc.Row], backends: list[rc.BrokenBackend]
+) -> None:
+    """A broken backend may only claim rules that a case of its chapter checks."""
+    by_rule = {r.rule: r for r in rows}
+    for broken in backends:
+        chapter = broken.breaks.chapter
+        for rule in broken.breaks.rules:
+            assert rule in by_rule, f"{broken.spec} claims {rule!r}, which no case checks"
+            assert any(c.startswith(chapter) for c in by_rule[rule].cases), (broken.spec, rule, chapter)
+
+
+def test_every_chapter_with_a_backend_has_a_broken_backend(backends: list[rc.BrokenBackend]) -> None:
+    chapters = {b.breaks.chapter.removeprefix("conformance/").removesuffix(".py") for b in backends}
+    wanted = {stem for stem in rc.CHAPTERS if stem != "test_traffic_meter"}  # the meter: no backend
+    assert wanted <= chapters, sorted(wanted - chapters)
+
+
+def test_spec_rules_map_to_checked_rule_ids(rows: list[rc.Row]) -> None:
+    checked = [r.rule for r in rows if r.cases]
+    for spec in rc.SPEC_RULES:
+        for pattern in spec.rules:
+            assert any(fnmatch.fnmatchcase(rule, pattern) for rule in checked), (spec.statement, pattern)
+
+
+def test_rule_templates_are_filled_per_case(cases: list[rc.Case]) -> None:
+    """Both sides: a case's own rule is found and its siblings' are not (``mm_out/{rule}``); a helper's
+    ``{prefix}`` is filled from the caller's argument (``skip-copy``, ``placement``)."""
+    by_id = {case.id: case for case in cases}
+    bad = by_id[
+        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
+    ]
+    assert "mm_out/dtype-mismatch-mat2" in bad.rules
+    assert "mm_out/none-out" not in bad.rules
+    matrix = [c for c in cases if "::test_skip_copy_matrix[" in c.id]
+    assert matrix
+    assert all("skip-copy/output-device" in c.rules for c in matrix)
+    assert not any("placement/output-device" in c.rules for c in matrix)
+
+
+def test_the_command_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert rc.main(["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"rule", "level", "cases", "broken_backends", "status"} <= set(data[0])
+    assert any(row["rule"] == "options/nul-character" and row["broken_backends"] for row in data)
+    assert rc.main([]) == 0
+    assert "options/nul-character" in capsys.readouterr().out
+
+
+def test_status_both_sides() -> None:
+    """The statuses the self-tests above rely on: a rule with a case and nothing else is red; a broken
+    backend declaring it makes it proven; a rule with no case is red whatever proves it."""
+    case = rc.Case("conformance/test_x.py::test_y", "x", frozenset({"zz/unexempted"}))
+    proof = rc.BrokenBackend("tests.x:Y", rc.Breaks(("zz/unexempted",), "conformance/test_x.py"))
+    assert [r.status for r in rc.coverage_rows([case], []) if r.rule == "zz/unexempted"] == [
+        "NO BROKEN BACKEND"
+    ]
+    assert [r.status for r in rc.coverage_rows([case], [proof]) if r.rule == "zz/unexempted"] == ["proven"]
+    lonely = rc.Case("conformance/test_x.py::test_z", "x", frozenset())
+    rows = rc.coverage_rows([lonely], [])
+    assert all(r.status in ("NO CASE", "not-checkable") for r in rows)
