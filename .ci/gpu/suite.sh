@@ -12,10 +12,12 @@ for run in cold warm; do
   start=$(date +%s)
   timeout "${limit[$run]}" python3 -m nox -s conformance --no-venv > "$OUT/$run/conformance.log" 2>&1
   echo "$run: rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/summary.txt"
-  cp results/conformance*.json results/conformance*.junit.xml "$OUT/$run/" 2>/dev/null
+  cp results/conformance*.json results/conformance*.junit.xml results/conformance.prelower.log "$OUT/$run/" 2>/dev/null
 done
 for run in cold warm; do
   echo "== $run"; grep -E "^[a-z_]+: [0-9]+ passed|prelower: [0-9]+ lowered" "$OUT/$run/conformance.log" | cut -c1-160
   sed -n '/^phase .*wall/,/^nox > results/p' "$OUT/$run/conformance.log" | grep -v "^nox >"
 done
 cat "$OUT/summary.txt"
+# One archive per run: the device tool brings back a limited number of files.
+for run in cold warm; do tar -czf "$OUT/$run.tgz" -C "$OUT" "$run" && rm -rf "${OUT:?}/$run"; done
