@@ -232,11 +232,24 @@ def _run_suite(
     pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))} if gpus >= 2 else {}
     failures: list[CommandFailed | None] = []
 
+    preflight: list[bool] = []  # the toolchain check's verdict, once it ran
+
+    def check_toolchain() -> str:
+        """The backend's preflight alone, before any load: under 15 compiling processes the same check
+        took 130 s instead of 10 and held back every worker. Later phases then skip their own."""
+        cmd = [python, "-m", "conformance.prelower", "--device=cuda", "--preflight-only"]
+        code = subprocess.run([*cmd, *_backend_args(session)], env={**os.environ, **env}).returncode
+        preflight.append(code == 0)
+        return "toolchain OK" if code == 0 else f"toolchain check failed (exit {code})"
+
     def phase(
         shard: str, workers: int, marks: str, extra_env: dict[str, str], detail: str
     ) -> Callable[[], str]:
         def run() -> str:
             args = [*selection, "-n", str(workers), "--dist", "worksteal", "-m", marks]
+            checked = any(preflight) or any(f is None or f.return_code != 3 for f in failures)
+            if checked:  # exit 3 is the preflight's: then every phase says why itself
+                args.append("--no-preflight")
             failures.append(_pytest(session, python, shard, args, {**env, **extra_env}))
             return detail
 
@@ -250,9 +263,12 @@ def _run_suite(
     else:
         per_gpu = _workers_per_gpu()
         log = RESULTS / f"{name}.prelower.log"
-        started = time.perf_counter()
         narrowed = any(a.startswith(("-k", "-m")) or "::" in a or a.endswith(".py") for a in session.posargs)
-        background = _start_prelower(session, python, gpus, log) if prelower and not narrowed else None
+        background = None
+        if prelower and not narrowed:
+            phases.timed("preflight", check_toolchain)
+            if all(preflight):  # else the first phase's own preflight stops the run with the diagnosis
+                started, background = time.perf_counter(), _start_prelower(session, python, gpus, log)
         # Each worker gets its share of the cores for CPU-target programs and eager checks.
         cores = str(max(1, (os.cpu_count() or 1) // per_gpu // gpus))
         shared = {**pinned, **COMPILE_ENV, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", cores)}

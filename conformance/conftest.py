@@ -14,6 +14,7 @@ from conformance import known_failures
 from conformance import outcomes as case_outcomes
 from conformance.programs import SKIP_COPY_OPTION
 from conformance.protocol import Backend, missing_attributes
+from conformance.toolchain import run_preflight
 from harness.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
 
 #: Set by ``nox -s conformance`` on multi-GPU machines: the GPU ids the xdist workers share out, one each.
@@ -106,20 +107,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     backend = config.stash[BACKEND_KEY]
     if hasattr(config, "workerinput") or config.getoption("--no-preflight"):
         return
-    if missing_attributes(backend, "preflight") or config.getoption("--collect-only"):
+    if config.getoption("--collect-only"):
         return
     device = "cuda" if cuda_device_count() else "cpu"
-    ok, message = backend.preflight(device)  # type: ignore[attr-defined]
+    ok, lines = run_preflight(backend, device)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        first, *rest = message.splitlines() if message else [f"ok={ok}"]
-        reporter.write_line(first if first.startswith("preflight") else f"preflight [{device}]: {first}")
-        # What the check cost (the reference's "compile … (cache hit), first load …, total … s" line).
-        cost = next((line for line in rest if "total" in line), None)
-        if cost:
-            reporter.write_line(cost.rstrip())
+        for line in lines if ok else lines[:2]:
+            reporter.write_line(line)
     if not ok:
-        pytest.exit(f"toolchain preflight failed for {device}; no case was run.\n{message}", returncode=3)
+        details = "\n".join(lines)
+        pytest.exit(f"toolchain preflight failed for {device}; no case was run.\n{details}", returncode=3)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

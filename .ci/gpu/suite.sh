@@ -12,7 +12,9 @@ for run in cold warm; do
   start=$(date +%s)
   timeout "${limit[$run]}" python3 -m nox -s conformance --no-venv > "$OUT/$run/conformance.log" 2>&1
   echo "$run: rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/summary.txt"
-  cp results/conformance*.json results/conformance*.junit.xml results/conformance.prelower.log "$OUT/$run/" 2>/dev/null
+  # The journals too: a run cut short by its limit leaves only them (every finished case is in them).
+  cp results/conformance*.json results/conformance*.jsonl results/conformance*.junit.xml \
+    results/conformance.prelower.log "$OUT/$run/" 2>/dev/null
 done
 for run in cold warm; do
   echo "== $run"; grep -E "^[a-z_]+: [0-9]+ passed|prelower: [0-9]+ lowered" "$OUT/$run/conformance.log" | cut -c1-160
