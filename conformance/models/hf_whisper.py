@@ -63,7 +63,12 @@ def hf_whisper_config() -> object:
         tie_word_embeddings=True,
         use_cache=False,
     )
-    config._attn_implementation = "sdpa"
+    # HF's eager attention (matmul, mask, softmax), not SDPA: with SDPA, exporting the decoder for CUDA in
+    # float32 failed on an H100 (torch 2.11) with "Constraints violated (tokens)" — a guard on its dynamic
+    # length, while float16/bfloat16 and the CPU exported. Under torch.export HF hands SDPA an explicit
+    # causal mask; our reading (not yet confirmed on the GPU) is that float32, having no flash kernel, takes
+    # the memory-efficient kernel, which pads that mask to a multiple of 16. Eager attention has no guard.
+    config._attn_implementation = "eager"
     return config
 
 
