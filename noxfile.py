@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -144,23 +146,42 @@ def _start_prelower(
 
     Compiling is CPU work the cases would otherwise do one program at a time. It overlaps the parallel
     phase: a case that needs a program still being compiled waits on the backend's per-program cache lock
-    (the reference's artifact cache), and cases that need none run meanwhile. Its table goes to ``log``.
+    (the reference's artifact cache), and cases that need none run meanwhile. It runs at a lower CPU
+    priority, so on a warm cache (where it only re-exports models to find their cache keys) it takes idle
+    cycles, not the workers'. Its table goes to ``log``.
     """
     jobs = max(1, (os.cpu_count() or 1) - 1)
     if gpus == 0 or jobs < 2 or os.environ.get("CONFORMANCE_PRELOWER") == "0":
         return None
     cmd = [python, "-m", "conformance.prelower", "--device=cuda", "--device=cpu", f"--jobs={jobs}"]
     cmd += _backend_args(session)
-    session.log(f"{shlex.join(cmd)} > {log}  (in the background)")
+    session.log(f"{shlex.join(cmd)} > {log}  (in the background, nice 10)")
     with open(log, "wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **COMPILE_ENV})
+        return subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **COMPILE_ENV},
+            start_new_session=True,  # its own process group: stopped as one, pool workers included
+            preexec_fn=lambda: os.nice(10),
+        )
 
 
-def _finish_prelower(session: nox.Session, process: subprocess.Popen[bytes], log: Path) -> str:
-    """Wait for the background pre-lowering (before any phase that measures the GPU) and say how it went."""
-    code = process.wait()
+def _stop_prelower(session: nox.Session, process: subprocess.Popen[bytes], log: Path) -> str:
+    """End the background pre-lowering once the parallel phase is over — every program a case needed is
+    built by then, so what is left helps no one — before any phase that measures the GPU alone."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
     lines = log.read_text(errors="replace").splitlines()
-    summary = next((line for line in reversed(lines) if line.startswith("prelower: ")), f"exit code {code}")
+    summary = next((line for line in lines if re.match(r"prelower: \d+ lowered", line)), None)
+    if summary is None:  # stopped early: count the programs its table lists
+        done = sum(1 for line in lines if re.match(r"^  \S+\s+(cuda|cpu)\s", line))
+        summary = f"prelower: stopped after the parallel phase, {done} programs done"
     session.log(f"{summary} (table: {log})")
     return summary.removeprefix("prelower: ")
 
@@ -184,6 +205,23 @@ def _workers_per_gpu() -> int:
 EXCLUSIVE = "traffic or timing"
 #: harness/results.py's RUN_ID_ENV (nox cannot import the project): the shards of one run share its id.
 RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+
+
+def _modules_marking(selection: list[str], marks: tuple[str, ...]) -> list[str] | None:
+    """The chapter modules under ``selection``'s directories whose source applies one of ``marks``
+    (``pytest.mark.<mark>``), with ``selection``'s options; None (use ``selection`` as it is) when it names
+    anything but directories, e.g. one chapter file."""
+    dirs = [a for a in selection if not a.startswith("-")]
+    if not dirs or not all((ROOT / d).is_dir() for d in dirs):
+        return None
+    pattern = re.compile(r"pytest\.mark\.(" + "|".join(map(re.escape, marks)) + r")\b")
+    found = [
+        str(path.relative_to(ROOT))
+        for d in dirs
+        for path in sorted((ROOT / d).glob("test_*.py"))
+        if pattern.search(path.read_text())
+    ]
+    return [*found, *(a for a in selection if a.startswith("-"))] if found else None
 
 
 class _Phases:
@@ -243,10 +281,15 @@ def _run_suite(
         return "toolchain OK" if code == 0 else f"toolchain check failed (exit {code})"
 
     def phase(
-        shard: str, workers: int, marks: str, extra_env: dict[str, str], detail: str
+        shard: str,
+        workers: int,
+        marks: str,
+        extra_env: dict[str, str],
+        detail: str,
+        paths: list[str] | None = None,
     ) -> Callable[[], str]:
         def run() -> str:
-            args = [*selection, "-n", str(workers), "--dist", "worksteal", "-m", marks]
+            args = [*(paths or selection), "-n", str(workers), "--dist", "worksteal", "-m", marks]
             checked = any(preflight) or any(f is None or f.return_code != 3 for f in failures)
             if checked:  # exit 3 is the preflight's: then every phase says why itself
                 args.append("--no-preflight")
@@ -279,10 +322,12 @@ def _run_suite(
         marks = f"not multi_gpu and not ({EXCLUSIVE})"
         phases.timed("cases (shared GPU)", phase(name, per_gpu * gpus, marks, shared, parallel))
         if background is not None:  # its GPU work must end before the NVML measurements
-            phases.add("prelower (overlapped)", started, _finish_prelower(session, background, log))
+            phases.add("prelower (overlapped)", started, _stop_prelower(session, background, log))
         exclusive = f"{gpus} worker(s), one per GPU"
         marks = f"not multi_gpu and ({EXCLUSIVE})"
-        phases.timed("cases (GPU alone)", phase(f"{name}-exclusive", gpus, marks, pinned, exclusive))
+        # Only the modules that mark cases so (collecting the whole suite again costs more than they run).
+        alone = _modules_marking(selection, ("traffic", "timing"))
+        phases.timed("cases (GPU alone)", phase(f"{name}-exclusive", gpus, marks, pinned, exclusive, alone))
         ran = [name, f"{name}-exclusive"]
         if gpus >= 2:
             multi = phase(f"{name}-multi-gpu", 1, "multi_gpu", {}, "1 worker, all GPUs")
