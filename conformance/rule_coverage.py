@@ -175,7 +175,6 @@ EXEMPT: dict[str, Exemption] = {
     "placement/*-bytes": _gap("GPU only; not written yet"),
     "placement/*-copy": _gap("GPU only; not written yet"),
     "placement/values": _gap("GPU only; not written yet"),
-    "placement/output-device": _gap("GPU only; not written yet"),
     "placement/cpu-target": _gap("not written yet"),
     "skip-copy/*-bytes": _gap("GPU only; not written yet"),
     "skip-copy/*-copy": _gap("GPU only; not written yet"),

@@ -74,6 +74,19 @@ class AcceptsHostInputsForDeviceMethods(_Wrapped):
         return REFERENCE.execute(handle, inputs, outputs)
 
 
+class IgnoresOutputPlacement(_Wrapped):
+    """Accepts ``skip_d2h_for_method_outputs`` and validates it, then drops it before compiling, as a backend
+    whose runtime never read the export-time flag would: outputs still come back to the host, every copy
+    paid (breaks placement/output-device)."""
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ):
+        REFERENCE.lower(methods, device=device, options=options)  # the same validation errors
+        kept = {k: v for k, v in (options or {}).items() if k != SKIP_D2H}
+        return REFERENCE.lower(methods, device=device, options=kept)
+
+
 PLACEMENT = "conformance/test_device_placement.py"
 PROOF = "tests/test_placement_broken_backends.py"
 
@@ -95,6 +108,15 @@ COPIES_THROUGH_PAGEABLE_MEMORY = CopiesThroughPageableMemory(
         cuda=True,
         strict_should=True,
         proven_by=f"{PROOF}::test_pageable_copies_fail_the_pinned_memory_rule",
+    ),
+)
+IGNORES_OUTPUT_PLACEMENT = IgnoresOutputPlacement(
+    "ignores-output-placement",
+    Breaks(
+        ("placement/output-device",),
+        PLACEMENT,
+        ("-k", "placement_matrix and float32 and llm and outputs-first"),
+        cuda=True,
     ),
 )
 ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods(
