@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.results import atomic_write_text
 
-CACHE_VERSION = "1"  # bump when the drawing code changes, so old SVGs are not reused
+CACHE_VERSION = "2"  # bump when the drawing code changes, so old SVGs are not reused
 _memory: dict[str, str] = {}
 _directory: Path | None = None
 _used: set[str] = set()

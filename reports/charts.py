@@ -57,8 +57,14 @@ def available() -> bool:
     return True
 
 
+def bars_note(count: int) -> str:
+    """What a chart of ``count`` bars leaves out, in words ("" when it shows them all)."""
+    return f"showing the first {MAX_BARS} of {count}" if count > MAX_BARS else ""
+
+
 def bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | None) -> str | None:
-    """Horizontal bars (median ± spread), baseline as a grey tick when known; None without matplotlib."""
+    """Horizontal bars (median ± spread), baseline as a grey tick when known; None without matplotlib.
+    At most ``MAX_BARS`` bars: a chart of more says so on itself ("showing the first 40 of 54")."""
     if not bars or not available():
         return None
     key = repr(("bar", _library_version(), title, tuple(bars), unit, better))
@@ -70,9 +76,12 @@ def _draw_bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | No
     factor, shown_unit = scale_for(unit, max(abs(bar.value) for bar in shown) or 1.0)
     labels = [_shorten(bar.label) for bar in shown]
     has_baseline = any(bar.baseline is not None for bar in shown)
+    note = bars_note(len(bars))
     height = 0.9 + 0.3 * len(shown)
     fig, ax = _figure(7.2, height, left=min(3.2, 0.2 + _TICK_CHAR_IN * max(map(len, labels))),
-                      bottom=0.5, top=0.35 if has_baseline else 0.12, right=0.25)  # fmt: skip
+                      bottom=0.5, top=0.35 if has_baseline or note else 0.12, right=0.25)  # fmt: skip
+    if note:  # above the plot, left, where the baseline legend (right) leaves room
+        ax.set_title(note, loc="left", fontsize=9, color=_TEXT, fontweight="bold", pad=6)
     ys = list(range(len(shown)))[::-1]
     values = [bar.value / factor for bar in shown]
     errors = [bar.spread / factor for bar in shown]
@@ -91,7 +100,9 @@ def _draw_bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | No
     ax.set_xlabel(f"{title} ({'×' if unit == 'x' else shown_unit}){direction}")
     ax.grid(axis="x", color=_GRID, linewidth=0.8)
     ax.set_axisbelow(True)
-    return _inline(fig, f"{title}: {len(shown)} bars")
+    return _inline(
+        fig, f"{title}: {len(shown)} of {len(bars)} bars" if note else f"{title}: {len(shown)} bars"
+    )
 
 
 def outcome_history_chart(labels: Sequence[str], counts: Sequence[dict[str, int]]) -> str | None:
@@ -105,7 +116,7 @@ def outcome_history_chart(labels: Sequence[str], counts: Sequence[dict[str, int]
 
 
 def _draw_history_chart(labels: Sequence[str], counts: Sequence[dict[str, int]]) -> str | None:
-    fig, ax = _figure(9.0, 2.6, left=0.6, bottom=0.75, top=0.12, right=1.1)
+    fig, ax = _figure(9.0, 2.6, left=0.6, bottom=0.75, top=0.12, right=1.3)
     xs = list(range(len(labels)))
     bottoms = [0] * len(labels)
     for outcome, colour in OUTCOME_COLOURS.items():

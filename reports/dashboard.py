@@ -13,13 +13,19 @@ B / same outcome, plus B's benchmark figures against A's. Without the option, a 
 exactly two runs from different backends (name, version and spec as recorded) gets that page for them
 too, the first input being A. The index links every such page.
 
+Rule coverage: ``--coverage FILE`` (the JSON ``python -m conformance.rule_coverage --json`` prints) writes
+``coverage.html``, the rule → cases → broken backends table, and sums it up on the index. Without the
+option, a ``rule-coverage.json`` in an input directory (or named as an input) is used; it is never read as
+a result file. The table reaches the dashboard as that file only: nothing here imports the suite.
+
 Exit status:
 
 * 0 — site written; no regression gate, or nothing regressed.
 * 1 — ``--fail-on-regression`` and a metric is "slower" or a case newly fails (one line each on stdout).
-* 2 — an input could not be read: each bad file is named on one line on stderr. The readable inputs are
-  still rendered, with the bad files listed on the index page, so a CI job keeps a dashboard to look
-  at while the job fails loudly. With no readable input, or an unreadable baseline, nothing is written.
+* 2 — an input (a result file, or the rule coverage file) could not be read: each bad file is named on one
+  line on stderr. The readable inputs are still rendered, with the bad files listed on the index page, so
+  a CI job keeps a dashboard to look at while the job fails loudly. With no readable input, or an
+  unreadable baseline, nothing is written.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ from pathlib import Path
 from harness.results import ResultFileError, RunResult
 from reports import chart_cache
 from reports.compare import DEFAULT_THRESHOLD_PCT, Comparison, compare_runs
+from reports.coverage import COVERAGE_FILE, CoverageFileError, load_coverage
 from reports.history import HistoryRun, load_history, run_slug, save_to_history
 from reports.inputs import LoadedRun, load_inputs
 from reports.site import SiteInfo, SiteRun, side_by_side_path, write_site
-from reports.views import run_backend, side_by_side_backends_differ
+from reports.views import CoveragePage, coverage_page, run_backend, side_by_side_backends_differ
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_INPUT = "results"
@@ -67,6 +74,12 @@ def parser() -> argparse.ArgumentParser:
         help="result file or directory (read as one run) to compare with each input run case by case, "
         "e.g. another backend's run; automatic when the inputs are two runs of different backends",
     )
+    p.add_argument(
+        "--coverage",
+        metavar="FILE",
+        help="rule coverage table to show as coverage.html (the JSON `python -m conformance.rule_coverage "
+        f"--json` prints); default: a {COVERAGE_FILE} among the inputs",
+    )
     p.add_argument("--history", help="directory of earlier runs; this build's runs are added to it")
     p.add_argument("--merge", action="store_true", help="merge all inputs into one run (as shards)")
     return p
@@ -78,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("--threshold-pct must be zero or more")
 
     inputs = load_inputs(args.results or [DEFAULT_INPUT], merge_all=args.merge)
+    coverage = read_coverage(
+        args.coverage or (str(inputs.coverage[-1]) if inputs.coverage else None), inputs.errors
+    )
     for line in inputs.notices:
         print(f"note: {line}", file=sys.stderr)
     for line in inputs.errors:
@@ -122,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         baseline=baseline.run_id if baseline else "",
         threshold_pct=args.threshold_pct,
         side_by_side=pairs,
+        coverage=coverage,
     )
     try:
         with chart_cache.stored_in(cache):
@@ -134,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}")
 
     print(f"wrote {out / 'index.html'}: {len(site_runs)} run(s), {len(new_runs)} from this build")
+    if coverage is not None:
+        print(f"wrote {out / 'coverage.html'}: {coverage.total} rule(s) from {coverage.source}")
     for a, b in pairs:
         print(f"wrote {out / side_by_side_path(a, b)}: A {run_backend(a.run)} vs B {run_backend(b.run)}")
     regressions = report_regressions(new_runs)
@@ -142,6 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.fail_on_regression and regressions:
         return EXIT_REGRESSION
     return EXIT_OK
+
+
+def read_coverage(path: str | None, errors: list[str]) -> CoveragePage | None:
+    """The coverage page for ``path`` (None: no page); an unreadable file is one more line in ``errors``."""
+    if path is None:
+        return None
+    try:
+        return coverage_page(load_coverage(path), path)
+    except CoverageFileError as exc:
+        errors.append(str(exc))
+        return None
 
 
 def load_baseline(path: str) -> RunResult:

@@ -2,7 +2,8 @@
 
 A directory contributes its ``*.json`` files plus any journal (``X.json.journal.jsonl``) whose final file
 is missing — a run that was killed. Explicitly named files are read as given; ``*.junit.xml`` and other
-non-JSON files are skipped with a notice, so ``results/*`` works from a shell.
+non-JSON files are skipped with a notice, so ``results/*`` works from a shell. A rule coverage table
+(``rule-coverage.json``, see ``reports.coverage``) is not a result file: it is set aside in ``coverage``.
 
 Errors never stop the loading: every unreadable file becomes one line naming it, and the caller decides
 (the dashboard renders what could be read and still exits 2).
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.results import JOURNAL_SUFFIX, ResultFileError, RunResult, load_results, merge_runs
+from reports.coverage import COVERAGE_FILE
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Inputs:
     runs: list[LoadedRun] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    #: Rule coverage tables found among the inputs (``rule-coverage.json``), in input order.
+    coverage: list[Path] = field(default_factory=list)
 
 
 def find_result_files(paths: Sequence[str | os.PathLike[str]], inputs: Inputs) -> list[Path]:
@@ -39,7 +43,11 @@ def find_result_files(paths: Sequence[str | os.PathLike[str]], inputs: Inputs) -
     targets: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if path.name == COVERAGE_FILE:
+            inputs.coverage.append(path)
+        elif path.is_dir():
+            if (path / COVERAGE_FILE).is_file():
+                inputs.coverage.append(path / COVERAGE_FILE)
             found = _scan_directory(path)
             if not found:
                 inputs.notices.append(f"{path}: no result files (*.json) in this directory")
@@ -57,7 +65,7 @@ def find_result_files(paths: Sequence[str | os.PathLike[str]], inputs: Inputs) -
 
 
 def _scan_directory(directory: Path) -> list[Path]:
-    finals = sorted(p for p in directory.glob("*.json") if p.is_file())
+    finals = sorted(p for p in directory.glob("*.json") if p.is_file() and p.name != COVERAGE_FILE)
     orphans = sorted(
         p.with_name(p.name.removesuffix(JOURNAL_SUFFIX))
         for p in directory.glob("*" + JOURNAL_SUFFIX)

@@ -2,7 +2,8 @@
 
 A case's dtype is ``params["dtype"]``; its row is ``params["shape"]``, else ``params["model"]``, else the
 test's name taken from the id (what is left once the parametrisation is removed). Cases without a dtype
-go to a "—" column. Every cell aggregates the cases that fall in it; its status is the worst outcome.
+go to a "—" column. Every cell aggregates the cases that fall in it; its status (colour) is the worst
+outcome, its text ``passed/run`` (of the cases that ran, how many passed) plus ``+k skipped`` apart.
 """
 
 from __future__ import annotations
@@ -31,35 +32,48 @@ _STATUS_OF_OUTCOME = {
     "passed": "pass",
     "skipped": "skip",
 }
-# The outcomes a cell of each status counts in its label ("k/n").
-_LABEL_OUTCOMES = {
-    "crash": ("crashed", "error", "failed", "xpassed"),
-    "fail": ("crashed", "error", "failed", "xpassed"),
-    "should": ("should-failed",),
-    "known": ("xfailed",),
-    "coverage": ("coverage",),
-}
 
 
 @dataclass(frozen=True)
 class Cell:
+    """The cases of one matrix cell. Its colour (``status``) is the worst outcome among them; its text says
+    how many of the cases that ran passed (``passed/run``, skipped cases excluded) and, apart, how many
+    were skipped, so a green ``1/1 +1 skipped`` is never read as "1 of 2 failed"."""
+
     status: str  # one of CELL_STATUSES, or "" for an empty cell
     total: int
     counts: tuple[tuple[str, int], ...]
     anchor: str  # the first problem case's anchor on the page, "" when there is none
 
     @property
+    def passed(self) -> int:
+        return dict(self.counts).get("passed", 0)
+
+    @property
+    def skipped(self) -> int:
+        return dict(self.counts).get("skipped", 0)
+
+    @property
+    def run(self) -> int:
+        """The cases that ran: every case but the skipped ones."""
+        return self.total - self.skipped
+
+    @property
     def label(self) -> str:
-        if not self.total:
+        """``passed/run``; empty when nothing ran (the cell is all skipped, see ``skip_label``)."""
+        return f"{self.passed}/{self.run}" if self.run else ""
+
+    @property
+    def skip_label(self) -> str:
+        """``+k skipped`` beside a ``passed/run`` label; ``k skipped`` alone when nothing ran."""
+        if not self.skipped:
             return ""
-        counts = dict(self.counts)
-        if self.status in _LABEL_OUTCOMES:
-            count = sum(counts.get(o, 0) for o in _LABEL_OUTCOMES[self.status])
-            return f"{count}/{self.total}"
-        if self.status == "pass":
-            good = counts.get("passed", 0)
-            return f"{good}/{self.total}" if good != self.total else str(self.total)
-        return str(self.total)
+        return f"+{self.skipped} skipped" if self.run else f"{self.skipped} skipped"
+
+    @property
+    def text(self) -> str:
+        """Everything the cell shows, as one line of text."""
+        return " ".join(part for part in (self.label, self.skip_label) if part)
 
     @property
     def title(self) -> str:

@@ -1,4 +1,5 @@
-"""Writing the static site: ``index.html`` (history) and ``runs/<slug>.html`` per run.
+"""Writing the static site: ``index.html`` (history), ``runs/<slug>.html`` per run, ``compare/`` pages and,
+given a rule coverage table, ``coverage.html``.
 
 Jinja2 runs with autoescaping and StrictUndefined; the only markup inserted unescaped is the SVG made
 by ``reports.charts``. Every page carries a Content-Security-Policy that forbids any network access and
@@ -23,6 +24,7 @@ from reports.compare import Comparison
 from reports.history import run_slug
 from reports.inputs import LoadedRun
 from reports.views import (
+    CoveragePage,
     history_counts,
     index_row,
     run_backend,
@@ -35,6 +37,7 @@ from reports.views import (
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 HISTORY_CHART_RUNS = 30
+COVERAGE_PAGE = "coverage.html"
 
 
 @dataclass
@@ -58,6 +61,8 @@ class SiteInfo:
     threshold_pct: float = 5.0
     #: (run A, run B) pairs compared case by case on pages of their own (``compare/A--vs--B.html``).
     side_by_side: Sequence[tuple[LoadedRun, LoadedRun]] = ()
+    #: The rule coverage table, written as ``coverage.html`` and summed up on the index; None: no page.
+    coverage: CoveragePage | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,11 @@ def script_hash(env: jinja2.Environment) -> str:
 def write_site(out_dir: Path, runs: Sequence[SiteRun], info: SiteInfo) -> list[Path]:
     """Render every page; returns the files written. Runs are shown newest first."""
     env = environment()
-    common = {"script_hash": script_hash(env), "generated_at": show_time(utc_now())}
+    common = {
+        "script_hash": script_hash(env),
+        "generated_at": show_time(utc_now()),
+        "has_coverage": info.coverage is not None,
+    }
     ordered = sorted(
         runs, key=lambda r: (sort_key_time(r.loaded.run.started_at), r.loaded.run.run_id), reverse=True
     )
@@ -118,6 +127,12 @@ def write_site(out_dir: Path, runs: Sequence[SiteRun], info: SiteInfo) -> list[P
         side_links.append(
             SideBySideLink(href, run_backend(a.run), a.run.run_id, run_backend(b.run), b.run.run_id)
         )
+    if info.coverage is not None:
+        coverage_html = env.get_template("dash_coverage.html.j2").render(
+            page=info.coverage, root="", **common
+        )
+        atomic_write_text(out_dir / COVERAGE_PAGE, coverage_html)
+        written.append(out_dir / COVERAGE_PAGE)
     rows = [index_row(r.loaded, f"runs/{r.slug}.html", r.comparison, r.is_new) for r in ordered]
     oldest_first = ordered[:HISTORY_CHART_RUNS][::-1]
     history_chart = charts.outcome_history_chart(
@@ -132,6 +147,7 @@ def write_site(out_dir: Path, runs: Sequence[SiteRun], info: SiteInfo) -> list[P
         baseline=info.baseline,
         threshold_pct=f"{info.threshold_pct:g}",
         side_by_side=side_links,
+        coverage=info.coverage,
         root="",
         **common,
     )

@@ -8,6 +8,7 @@ Strings taken from result files stay untouched here; the autoescaping templates 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from harness import formatting
 from harness.formatting import ShownValue, show_bytes, show_metric, show_quantity
+from harness.phases import phases_from_metadata, run_wall
 from harness.results import OUTCOMES, CaseResult, RunResult
 from reports import charts
 from reports.compare import (
@@ -27,6 +29,8 @@ from reports.compare import (
     record_keys,
     side_by_side,
 )
+from reports.coverage import STATUSES as COVERAGE_STATUSES
+from reports.coverage import CoverageRule
 from reports.inputs import LoadedRun
 from reports.matrix import ChapterMatrix, build_matrices
 
@@ -267,13 +271,32 @@ class MetricCell:
     change: str
 
 
+#: A row's conditions are shown in the row itself only when they are this few and this short; otherwise
+#: they fold into a ``<details>``, so a record with twenty conditions is still one line of the table.
+INLINE_CONDITIONS, INLINE_CONDITION_CHARS = 2, 40
+
+
 @dataclass(frozen=True)
 class RecordRow:
     name: str
     params: list[str]
     metrics: list[MetricCell | None]
-    conditions: list[tuple[str, str]]
+    conditions: list[tuple[str, str]]  # the ones not shared by every row of the suite
     warnings: list[str]
+
+    @property
+    def conditions_inline(self) -> bool:
+        return len(self.conditions) <= INLINE_CONDITIONS and all(
+            len(key) + len(value) < INLINE_CONDITION_CHARS for key, value in self.conditions
+        )
+
+
+@dataclass(frozen=True)
+class ChartView:
+    """An inline SVG chart and what it leaves out (``showing 40 of 54 records``), "" when nothing."""
+
+    svg: str
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -284,7 +307,8 @@ class SuiteView:
     param_names: list[str]
     metrics: list[MetricColumn]
     rows: list[RecordRow]
-    charts: list[str] = field(default_factory=list)
+    charts: list[ChartView] = field(default_factory=list)
+    common_conditions: list[tuple[str, str]] = field(default_factory=list)  # the same in every row
 
 
 @dataclass(frozen=True)
@@ -295,6 +319,34 @@ class ComparisonView:
     changed_metrics: list[MetricComparison]
     same_metrics: list[MetricComparison]
     case_groups: list[tuple[str, list[Any]]]
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    name: str
+    start: str
+    wall: str
+    share: str  # of the run's end-to-end time
+    detail: str
+
+
+@dataclass(frozen=True)
+class ChapterTime:
+    chapter: str
+    cases: int
+    seconds: str  # case-seconds: its cases' durations summed (over workers, so phases may overlap)
+    share: str  # of all case-seconds of the run
+
+
+@dataclass(frozen=True)
+class TimeView:
+    """Where a run's time went: its phases (``metadata["phases"]``, written by ``nox -s conformance``)
+    and the case-seconds of each chapter."""
+
+    phases: list[PhaseRow]
+    total: str  # end to end: the last phase's end
+    chapters: list[ChapterTime]
+    case_seconds: str
 
 
 @dataclass(frozen=True)
@@ -324,6 +376,7 @@ class RunPage:
     traffic: list[SuiteView]
     comparison: ComparisonView | None
     charts_available: bool
+    time: TimeView | None = None
 
 
 def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
@@ -360,6 +413,45 @@ def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
         traffic=suite_views("traffic", run.traffic, verdicts),
         comparison=comparison_view(comparison),
         charts_available=charts.available(),
+        time=time_view(run),
+    )
+
+
+def show_seconds(seconds: float) -> str:
+    """Seconds through the one formatter; zero is ``0 s``, not ``0 ns``."""
+    return show_quantity(seconds, "s") if seconds else "0 s"
+
+
+def show_share(part: float, whole: float) -> str:
+    """``38 %`` (two significant figures); ``—`` when there is no whole to share."""
+    return f"{formatting.significant(100 * part / whole, 2)} %" if whole > 0 else "—"
+
+
+def time_view(run: RunResult) -> TimeView | None:
+    """The phase table and case-seconds per chapter; None for a run without phases (a plain pytest run)."""
+    phases = phases_from_metadata(run.metadata)
+    if not phases:
+        return None
+    total = run_wall(phases)
+    seconds: dict[str, float] = {}
+    counts: Counter[str] = Counter()
+    for case in run.cases:
+        seconds[case.chapter] = seconds.get(case.chapter, 0.0) + (formatting.number(case.duration_s) or 0.0)
+        counts[case.chapter] += 1
+    case_total = sum(seconds.values())
+    return TimeView(
+        phases=[
+            PhaseRow(
+                p.name, show_seconds(p.start_s), show_seconds(p.wall_s), show_share(p.wall_s, total), p.detail
+            )
+            for p in phases
+        ],
+        total=show_seconds(total),
+        chapters=[
+            ChapterTime(chapter, counts[chapter], show_seconds(value), show_share(value, case_total))
+            for chapter, value in sorted(seconds.items(), key=lambda item: (-item[1], item[0]))
+        ],
+        case_seconds=show_seconds(case_total),
     )
 
 
@@ -547,6 +639,7 @@ def suite_views(
             _record_row(section, suite, key_name, r, columns, param_names, verdicts)
             for key_name, r in entries
         ]
+        rows, common = _split_common_conditions(rows)
         views.append(
             SuiteView(
                 section=section,
@@ -556,9 +649,26 @@ def suite_views(
                 metrics=columns,
                 rows=rows,
                 charts=_suite_charts(section, suite, entries, columns, verdicts),
+                common_conditions=common,
             )
         )
     return views
+
+
+def _split_common_conditions(rows: list[RecordRow]) -> tuple[list[RecordRow], list[tuple[str, str]]]:
+    """The conditions every row of a suite shares (the GPU, the policy, the clocks when they held) are
+    shown once above its table; each row keeps the ones that differ."""
+    if len(rows) < 2:  # "shared by every record" of one record says nothing
+        return rows, []
+    common = [pair for pair in rows[0].conditions if all(pair in row.conditions for row in rows[1:])]
+    if not common:
+        return rows, []
+    shared = set(common)
+    kept = [
+        dataclasses.replace(row, conditions=[pair for pair in row.conditions if pair not in shared])
+        for row in rows
+    ]
+    return kept, common
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -659,7 +769,7 @@ def _suite_charts(
     entries: Sequence[tuple[str, Mapping[str, Any]]],
     columns: Sequence[MetricColumn],
     verdicts: Mapping[tuple[str, str, str, str], Any],
-) -> list[str]:
+) -> list[ChartView]:
     """The primary metric, plus every ratio metric (unit "x"): the figures a reader compares first."""
     if not columns:
         return []
@@ -684,7 +794,7 @@ def _suite_charts(
             )
         svg = charts.bar_chart(column.name, bars, column.unit, column.better)
         if svg:
-            svgs.append(svg)
+            svgs.append(ChartView(svg, charts.bars_note(len(bars))))
     return svgs
 
 
@@ -840,3 +950,57 @@ def _side_cell(case: CaseResult | None) -> SideCell:
 def side_by_side_backends_differ(a: RunResult, b: RunResult) -> bool:
     """Whether two runs come from different backends (name and version, as recorded)."""
     return run_backend(a) != run_backend(b)
+
+
+# ---------------------------------------------------------------------------------------------- rule coverage
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    rule: str
+    level: str
+    status: str  # proven / gap / not-checkable / missing
+    status_title: str  # the table's own word where it differs (``NO CASE``)
+    chapters: str
+    cases: int
+    broken_backends: list[str]
+    reason: str
+    anchor: str  # ``status-<status>`` on the first row of each status, else ""
+
+
+@dataclass(frozen=True)
+class CoveragePage:
+    """The rule coverage table (``python -m conformance.rule_coverage --json``): most urgent status first,
+    rule ids in order within a status."""
+
+    source: str
+    rows: list[CoverageRow]
+    counts: list[tuple[str, int]]  # every status, zeros included, in ``COVERAGE_STATUSES`` order
+
+    @property
+    def total(self) -> int:
+        return len(self.rows)
+
+
+def coverage_page(rules: Sequence[CoverageRule], source: str) -> CoveragePage:
+    rank = {status: i for i, status in enumerate(COVERAGE_STATUSES)}
+    ordered = sorted(rules, key=lambda r: (rank.get(r.status, 0), r.rule))
+    rows, seen = [], set()
+    for rule in ordered:
+        anchor = "" if rule.status in seen else f"status-{rule.status}"
+        seen.add(rule.status)
+        rows.append(
+            CoverageRow(
+                rule=rule.rule,
+                level=rule.level,
+                status=rule.status,
+                status_title=rule.raw_status if rule.raw_status != rule.status else "",
+                chapters=", ".join(rule.chapters),
+                cases=rule.cases,
+                broken_backends=list(rule.broken_backends),
+                reason=rule.reason,
+                anchor=anchor,
+            )
+        )
+    counts = Counter(rule.status for rule in rules)
+    return CoveragePage(source, rows, [(status, counts[status]) for status in COVERAGE_STATUSES])

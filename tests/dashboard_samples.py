@@ -4,6 +4,7 @@ traffic, hostile strings in every field a result file lets a backend or test aut
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -127,7 +128,53 @@ def metric(
     return data
 
 
-def benchmarks(scale: float = 1.0, hostile: bool = True) -> list[dict[str, Any]]:
+def mm_out_conditions(number: int) -> dict[str, Any]:
+    """What the real bench records per ``mm_out`` figure (examples/runs/*/bench.json): the GPU, clocks and
+    policy every record shares, plus nested dicts and long sentences, some of them different per record.
+    Twenty-odd conditions of this kind once made every benchmark row 600 px tall."""
+    return {
+        "blocking_kernel": {
+            "batches": 2,
+            "discarded_released_early": 0,
+            "kept_uncovered": 0,
+            "last_hold_s": 0.001,
+        },
+        "converged": True,
+        "gpu_uuid": "GPU-cb0b0038-3f41-ae94-266e-db7ebcd5ac4b",
+        "host_time": "host seconds per call, 21 repeats of back-to-back calls",
+        "launch_overhead": "hidden: every batch queued behind a blocking kernel (GPU time only)",
+        "matmul_settings": {"allow_bf16_reduced_precision_reduction": True, "allow_tf32": False},
+        "mem_clock_mhz": 3201,
+        "peak_reference": {
+            "tflops": 793.29,
+            "what": "best TFLOP/s of torch.mm at 8192x8192x8192 in bfloat16",
+        },
+        "power_w": 122.5 + 10 * number,
+        "shape_order": "MxKxN",
+        "sm_clock_mhz": 1980,
+        "spread": "IQR of per-sample values; speed ratios from per-round (per-repeat) ratios",
+        "stop_reason": f"converged: relative IQR 0.00{19 + number} <= 0.02",
+        "temperature_c": 43 + number,
+        "throttle_reasons": [],
+    }
+
+
+def sweep(count: int) -> list[dict[str, Any]]:
+    """A suite of ``count`` records (more than a chart draws: ``reports.charts.MAX_BARS``)."""
+    return [
+        {
+            "suite": "sweep",
+            "name": f"copy[{size}]",
+            "params": {"size": f"{size}x{size}"},
+            "primary": "time",
+            "metrics": {"time": metric("s", 1e-6 * (1 + number), 1e-8, n=20)},
+            "conditions": {"sm_clock_mhz": 1980},
+        }
+        for number, size in enumerate(range(64, 64 * (count + 1), 64))
+    ]
+
+
+def benchmarks(scale: float = 1.0, hostile: bool = True, sweep_records: int = 0) -> list[dict[str, Any]]:
     records = []
     for dtype, base in (("float32", 0.0105), ("float16", 0.00131), ("bfloat16", 0.00123)):
         for shape, factor in (("4096x4096x4096", 0.125), ("8192x8192x8192", 1.0)):
@@ -146,7 +193,7 @@ def benchmarks(scale: float = 1.0, hostile: bool = True) -> list[dict[str, Any]]
                         "speed_vs_torch_mm": metric("x", torch_t / t, 0.01, "higher"),
                         "tflops": metric("TFLOP/s", flops, None, "higher"),
                     },
-                    "conditions": {"sm_clock_mhz": 1980, "throttle_reasons": []},
+                    "conditions": mm_out_conditions(len(records)),
                 }
             )
     for threads in (1, 2, 4, 8):
@@ -176,6 +223,7 @@ def benchmarks(scale: float = 1.0, hostile: bool = True) -> list[dict[str, Any]]
                 "conditions": {"note": HOSTILE},
             }
         )
+    records += sweep(sweep_records)
     return records
 
 
@@ -213,6 +261,8 @@ def sample_run(
     hostile: bool = True,
     regress: bool = True,
     run_id: str | None = None,
+    sweep_records: int = 0,
+    phases: bool = False,
 ) -> RunResult:
     backend_name = f"reference {HOSTILE}" if hostile else "reference_impl"
     run = new_run(
@@ -221,11 +271,97 @@ def sample_run(
     )
     run = dataclasses.replace(run, run_id=run_id or run.run_id, started_at=started_at)
     run.cases = cases(hostile=hostile, regress=regress)
-    run.benchmarks = benchmarks(scale, hostile=hostile)
+    run.benchmarks = benchmarks(scale, hostile=hostile, sweep_records=sweep_records)
+    if phases:
+        run.metadata["phases"] = PHASES
     run.traffic = traffic()
     run.complete = True
     run.finished_at = (datetime.fromisoformat(started_at) + timedelta(minutes=12, seconds=10)).isoformat()
     return run
+
+
+#: ``metadata["phases"]`` as ``nox -s conformance`` stores it (``harness.phases.store_phases``): prelower
+#: overlaps the shared phase; the run ends with the report at 730 s.
+PHASES = [
+    {"name": "prelower", "start_s": 0.0, "wall_s": 180.0, "detail": "15 processes"},
+    {"name": "cases (shared GPU)", "start_s": 5.0, "wall_s": 540.0, "detail": "8 workers on 2 GPUs"},
+    {"name": "cases (GPU alone)", "start_s": 545.0, "wall_s": 150.0, "detail": "1 worker per GPU"},
+    {"name": "cases (multi-GPU)", "start_s": 695.0, "wall_s": 30.0, "detail": "2 GPUs"},
+    {"name": "report", "start_s": 725.0, "wall_s": 5.0, "detail": ""},
+]
+
+#: A hand-written rule coverage table in the shape ``python -m conformance.rule_coverage --json`` prints
+#: (one object per rule id), with each status, including the two the self-test fails on, and a hostile
+#: string where a person writes prose.
+RULE_COVERAGE = [
+    {
+        "rule": "mm_out/values",
+        "level": "must",
+        "chapters": ["mm_out"],
+        "cases": [
+            "conformance/test_mm_out.py::test_values_match_float64_reference[float32-1x64x48-row]",
+            "conformance/test_mm_out.py::test_values_match_float64_reference[float16-1x64x48-row]",
+            "conformance/test_mm_out.py::test_values_match_float64_reference[bfloat16-1x64x48-row]",
+        ],
+        "broken_backends": [
+            "tests.broken_backends:WRONG_VALUES",
+            "tests.broken_chapter_backends:TRANSPOSES_THE_SECOND_OPERAND_FOR_COLUMN_MAJOR_LAYOUTS",
+        ],
+        "spec": ["§2 mm_out matches a float64 reference within the dtype's tolerance"],
+        "exemption": None,
+        "exemption_reason": None,
+        "status": "proven",
+    },
+    {
+        "rule": "bad-inputs/corrupt-program",
+        "level": "must",
+        "chapters": ["bad_inputs"],
+        "cases": ["conformance/test_bad_inputs.py::test_init_with_a_corrupt_program_is_rejected[reversed]"],
+        "broken_backends": [],
+        "spec": [],
+        "exemption": "gap",
+        "exemption_reason": f"format/* broken loaders would show it; none written yet {HOSTILE}",
+        "status": "gap",
+    },
+    {
+        "rule": "meter/calibration",
+        "level": "must",
+        "chapters": [],
+        "cases": [],
+        "broken_backends": [],
+        "spec": [],
+        "exemption": "not-checkable",
+        "exemption_reason": "the meter's own self-check: no backend is involved",
+        "status": "not-checkable",
+    },
+    {
+        "rule": "runtime/no-host-sync",
+        "level": "should",
+        "chapters": ["runtime_options"],
+        "cases": ["conformance/test_runtime_options.py::test_no_host_sync[cuda]"],
+        "broken_backends": [],
+        "spec": [],
+        "exemption": None,
+        "exemption_reason": None,
+        "status": "NO BROKEN BACKEND",
+    },
+    {
+        "rule": "lowering/spec-only",
+        "level": "must",
+        "chapters": [],
+        "cases": [],
+        "broken_backends": [],
+        "spec": ["§3 a rule the SPEC states and no case checks"],
+        "exemption": None,
+        "exemption_reason": None,
+        "status": "NO CASE",
+    },
+]
+
+
+def write_rule_coverage(path: Path, rows: list[dict[str, Any]] | None = None) -> Path:
+    path.write_text(json.dumps(RULE_COVERAGE if rows is None else rows, indent=2), encoding="utf-8")
+    return path
 
 
 def write_run(path: Path, run: RunResult) -> Path:

@@ -26,8 +26,10 @@ from tests.dashboard_samples import (
     HOSTILE,
     HOSTILE_IMG,
     baseline_run,
+    benchmarks,
     case,
     sample_run,
+    sweep,
     write_interrupted,
     write_run,
 )
@@ -103,7 +105,12 @@ def test_run_page_shows_environment_matrix_failures_skips_benchmarks_traffic(bui
         assert f">{label}<" in html
     assert re.search(r'<a class="cell fail" href="#case-\d+" title="1 passed, 1 failed">1/2</a>', html)
     assert '<span class="cell crash" ' in html or '<a class="cell crash" ' in html
-    assert '<span class="cell skip" title="2 skipped">2</span>' in html
+    assert '<span class="cell skip" title="2 skipped">2 skipped</span>' in html
+    # The legend says what a cell counts, as the cells do: passed/run, skipped apart.
+    legend = html[html.index('id="matrix"') : html.index('<div class="matrix-grid">')]
+    assert "passed/run" in legend
+    assert "failing/total" not in html
+    assert '<span class="cell pass">2/2 <small class="skips">+1 skipped</small></span>' in legend
     # Failures: crash first, with the message in <pre> and the one-line repro.
     failures = html[html.index('id="failures"') : html.index('id="skips"')]
     assert failures.index(">crashed<") < failures.index(">failed<")
@@ -368,8 +375,35 @@ def test_matrix_rows_and_columns_fall_back_gracefully() -> None:
     assert lowering.dtypes == ("—",)
     first = mm_out.rows[0].cells[0]
     assert (first.status, first.label, first.title) == ("fail", "1/2", "1 passed, 1 failed")
+    assert mm_out.rows[1].cells[1].text == "1 skipped"
     assert [row.cells[0].status for row in lowering.rows] == ["crash", "pass"]
     assert natural_key("9x9") < natural_key("33x17x9") < natural_key("257x1")
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "status", "text"),
+    [
+        (["passed", "passed", "passed"], "pass", "3/3"),
+        # The reported defect: a green "1/2" that meant 1 passed and 1 skipped, under a legend saying
+        # failing/total. Skipped cases are not in passed/run; they are counted apart.
+        (["passed", "skipped"], "pass", "1/1 +1 skipped"),
+        (["passed", "failed", "skipped", "skipped"], "fail", "1/2 +2 skipped"),
+        (["failed", "failed", "passed"], "fail", "1/3"),
+        (["crashed"], "crash", "0/1"),
+        (["should-failed", "passed"], "should", "1/2"),
+        (["xfailed"], "known", "0/1"),
+        (["coverage", "skipped"], "coverage", "0/1 +1 skipped"),
+        (["skipped", "skipped"], "skip", "2 skipped"),
+    ],
+)
+def test_matrix_cell_text_is_passed_of_run_with_skips_apart(outcomes, status, text) -> None:
+    cases = [
+        case("mm_out", "test_a", {"dtype": "float16", "shape": "9x9", "n": str(n)}, o)
+        for n, o in enumerate(outcomes)
+    ]
+    (matrix,) = build_matrices(cases)
+    cell = matrix.rows[0].cells[0]
+    assert (cell.status, cell.text) == (status, text)
 
 
 def test_metric_values_are_scaled_with_their_spread() -> None:
@@ -392,6 +426,55 @@ def test_charts_escape_labels_and_degrade_without_matplotlib(monkeypatch: pytest
     assert "<img" not in svg
     monkeypatch.setattr(charts, "available", lambda: False)
     assert charts.bar_chart("time", [charts.Bar("a", 1.0, 0.1)], "s", "lower") is None
+
+
+def test_charts_of_more_than_max_bars_say_how_many_they_show() -> None:
+    """A suite of 45 records draws 40 bars: the chart says so on itself, the page under it."""
+    from reports import views
+
+    assert charts.bars_note(charts.MAX_BARS) == ""
+    assert charts.bars_note(45) == "showing the first 40 of 45"
+    (suite,) = views.suite_views("benchmarks", sweep(45), {})
+    assert len(suite.rows) == 45  # the table keeps every record
+    if not charts.available():
+        assert suite.charts == []
+        return
+    (chart,) = suite.charts
+    assert chart.note == "showing the first 40 of 45"
+    assert ">showing the first 40 of 45<" in chart.svg
+    assert 'aria-label="time: 40 of 45 bars"' in chart.svg
+    (small,) = views.suite_views("benchmarks", sweep(12), {})
+    assert small.charts[0].note == ""
+    assert "showing" not in small.charts[0].svg
+
+
+def test_run_page_says_under_a_chart_what_it_leaves_out(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    run = sample_run(hostile=False, sweep_records=45)
+    site = tmp_path / "site"
+    assert main([str(write_run(tmp_path / "r.json", run)), "-o", str(site)]) == 0
+    html = run_pages(site)[f"{run_slug(run.run_id)}.html"]
+    assert html.count('<figcaption class="chart-note">showing the first 40 of 45 records') == 1
+
+
+def test_conditions_shared_by_a_suite_are_shown_once_and_long_ones_fold() -> None:
+    """Twenty conditions per record made every benchmark row 600 px tall: the ones every record shares go
+    above the table once, the rest fold into a <details> unless they are few and short."""
+    from reports import views
+
+    suites = views.suite_views("benchmarks", benchmarks(hostile=False), {})
+    mm_out = next(s for s in suites if s.suite == "mm_out")
+    common = dict(mm_out.common_conditions)
+    assert common["gpu_uuid"] == "GPU-cb0b0038-3f41-ae94-266e-db7ebcd5ac4b"
+    assert common["blocking_kernel"].startswith("batches=2")
+    for row in mm_out.rows:
+        assert {key for key, _ in row.conditions} == {"power_w", "stop_reason", "temperature_c"}
+        assert not row.conditions_inline  # a 40-character stop reason folds
+    threads = next(s for s in suites if s.suite == "thread_scaling")
+    assert threads.common_conditions == [("sm_clock_mhz", "1755")]
+    # A throttled record keeps its warning in its row; the others keep their short "none", inline.
+    assert [row.warnings for row in threads.rows][-1] == ["throttle_reasons: sw_thermal"]
+    assert all(row.conditions_inline for row in threads.rows)
 
 
 def test_shards_of_one_machine_count_each_gpu_once_and_show_the_worker_pinning() -> None:

@@ -2,10 +2,11 @@
 
 Checks what only a browser can: no console or page errors (a Content-Security-Policy violation is one),
 no request leaves the local server, the key elements are there and visible, and a hostile string shows
-as text without running. Screenshots go to /tmp/dashboard-index.png and /tmp/dashboard-run.png (or
-$DASHBOARD_SCREENSHOTS). Skips, with the reason, when Playwright or Chromium is missing; Chromium is
-the system one (``nox -s browser`` installs it, when asked), not Playwright's download, or
-$DASHBOARD_CHROMIUM.
+as text without running, and the layout at a 1280 px wide window (nothing off-screen, benchmark rows
+compact). Screenshots go to /tmp/dashboard-*.png (index, run, run-levels, side-by-side, coverage, and
+example-bench when examples/runs has a bench result) or $DASHBOARD_SCREENSHOTS. Skips, with the reason,
+when Playwright or Chromium is missing; Chromium is the system one (``nox -s browser`` installs it, when
+asked), not Playwright's download, or $DASHBOARD_CHROMIUM.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from reports.dashboard import main
 from reports.history import run_slug
 from tests.dashboard_samples import (
     HOSTILE,
+    RULE_COVERAGE,
     baseline_run,
     other_backend_run,
     sample_run,
     write_interrupted,
+    write_rule_coverage,
     write_run,
 )
 
@@ -49,6 +52,9 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 SCREENSHOTS = Path(os.environ.get("DASHBOARD_SCREENSHOTS", "/tmp"))
+WIDTH = 1280  # the laptop window the layout must fit (issue 14)
+MAX_BENCH_ROW_PX = 90  # a benchmark row is one line of figures (two with a verdict), never a page
+EXAMPLE_BENCH = sorted(Path(__file__).resolve().parents[1].glob("examples/runs/*/bench.json"))
 
 
 def find_chromium() -> str | None:
@@ -79,11 +85,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert main([str(older), "-o", str(root / "site"), "--history", str(history)]) == 0
     results = root / "results"
     results.mkdir()
-    current = write_run(results / "conformance.json", sample_run())
+    # 45 records of one suite: more than a chart draws; the phases nox -s conformance stores.
+    current = write_run(results / "conformance.json", sample_run(sweep_records=45, phases=True))
     write_interrupted(results / "killed.json")
     baseline = write_run(root / "baseline.json", baseline_run())
     upstream = write_run(root / "upstream.json", other_backend_run())
+    coverage = write_rule_coverage(root / "rule-coverage.json")
     args = ["-o", str(root / "site"), "--history", str(history), "--baseline", str(baseline)]
+    args += ["--coverage", str(coverage)]
     code = main([str(results), *args, "--side-by-side", str(upstream)])
     assert code == 0
     killed = load_results(results / "killed.json")
@@ -146,7 +155,7 @@ class Watch:
 
 @pytest.fixture
 def page(browser: Any, server: str) -> Iterator[tuple[Any, Watch]]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.rstrip("/"))
     tab = context.new_page()
     tab.set_default_timeout(15_000)
@@ -202,7 +211,7 @@ def test_run_page_shows_everything_and_runs_nothing_hostile(page, server, site) 
     assert problem.locator("button.copy").inner_text() in ("Copied", "Selected")
     assert tab.locator("#failures .problem.crashed").count() == 1
     assert tab.locator("#skips .skip-group").count() == 3
-    assert tab.locator("#benchmarks table.records").count() == 3
+    assert tab.locator("#benchmarks table.records").count() == 4
     assert "1.312" in tab.locator("#benchmarks table.records").first.inner_text()
     if charts.available():
         svgs = tab.locator("#benchmarks svg.chart")
@@ -284,8 +293,151 @@ def test_run_page_separates_should_known_and_coverage(page, server, site) -> Non
 def test_pages_fit_a_phone_screen(page, server, site) -> None:
     tab, watch = page
     tab.set_viewport_size({"width": 390, "height": 844})
-    for path in ("index.html", site["run"], site["side"]):
+    for path in ("index.html", site["run"], site["side"], "coverage.html"):
         tab.goto(server + path)
         # Wide tables scroll inside their own box; the page itself never scrolls sideways.
         assert tab.evaluate("document.documentElement.scrollWidth") <= 390, path
     assert_clean(watch)
+
+
+def fits_the_window(tab: Any) -> None:
+    assert tab.evaluate("document.documentElement.scrollWidth") <= WIDTH, tab.url
+
+
+def test_index_fits_1280_px_with_the_verdict_column_on_screen(page, server) -> None:
+    """Issue 14: at 1280 px the "Verdict vs baseline" column was off-screen, scrolled out of its table."""
+    tab, watch = page
+    tab.goto(server + "index.html")
+    fits_the_window(tab)
+    wrap = tab.locator("#runs").locator("xpath=..")
+    assert wrap.evaluate("e => e.scrollWidth <= e.clientWidth"), "the run table overflows its box"
+    verdict = tab.locator("#runs thead th").last
+    assert verdict.inner_text().lower() == "verdict vs baseline"
+    column = verdict.bounding_box()
+    assert column["x"] + column["width"] <= WIDTH
+    assert column["x"] + column["width"] <= wrap.bounding_box()["x"] + wrap.bounding_box()["width"] + 0.5
+    for cell in tab.locator("#runs tbody td.verdict").all():  # every row's verdict, badge included
+        box = cell.locator(".badge").bounding_box()
+        assert box["x"] + box["width"] <= WIDTH
+    assert_clean(watch)
+
+
+def test_benchmark_rows_are_compact(page, server, site) -> None:
+    """Issue 14: twenty-odd conditions per record made every row 626 px tall (a 73,000 px page)."""
+    tab, watch = page
+    tab.goto(server + site["run"])
+    rows = tab.locator("#benchmarks table.records tbody tr")
+    assert rows.count() == 11 + 45  # the sample's 11 records and the 45 of the sweep
+    heights = rows.evaluate_all("rows => rows.map(r => r.getBoundingClientRect().height)")
+    assert max(heights) <= MAX_BENCH_ROW_PX, heights
+    # Conditions every record shares are shown once per suite; the rest fold, still one click away.
+    shared = tab.locator("#benchmarks-1 + details.common-conditions")
+    assert "shared by every record" in shared.locator("summary").inner_text()
+    shared.locator("summary").click()
+    assert shared.get_by_text("gpu_uuid=GPU-cb0b0038-3f41-ae94-266e-db7ebcd5ac4b").is_visible()
+    first = tab.locator("#benchmarks table.records").first.locator("td.conditions details").first
+    first.locator("summary").click()
+    assert "stop_reason=converged" in first.inner_text()
+    fits_the_window(tab)
+    assert_clean(watch)
+
+
+def test_a_chart_of_more_than_40_records_says_so(page, server, site) -> None:
+    if not charts.available():
+        pytest.skip("matplotlib is not installed: no charts")
+    tab, watch = page
+    tab.goto(server + site["run"])
+    figure = tab.locator("#benchmarks figure").filter(has=tab.locator("figcaption.chart-note"))
+    assert figure.count() == 1  # the 45-record sweep; the suites of fewer records say nothing
+    caption = figure.locator("figcaption")
+    caption.scroll_into_view_if_needed()
+    assert caption.is_visible()
+    assert caption.inner_text().startswith("showing the first 40 of 45 records")
+    assert "showing the first 40 of 45" in figure.locator("svg.chart").inner_html()  # on the chart too
+    assert_clean(watch)
+
+
+def test_run_page_shows_where_the_time_went(page, server, site) -> None:
+    tab, watch = page
+    tab.goto(server + site["run"])
+    section = tab.locator("#time")
+    section.scroll_into_view_if_needed()
+    assert section.is_visible()
+    phases = tab.locator("#phases tbody tr")
+    assert phases.count() == 5 + 1  # every phase and the end-to-end total
+    assert "cases (shared GPU)" in phases.nth(1).inner_text()
+    assert "74 %" in phases.nth(1).inner_text()
+    assert "730.0 s" in phases.last.inner_text()
+    assert tab.locator("table.chapter-seconds tbody tr").first.locator("td").first.inner_text() == "mm_out"
+    fits_the_window(tab)
+    tab.goto(server + site["older"])  # a run without phases: no section, no link
+    assert tab.locator("#time").count() == 0
+    assert tab.locator('header a[href="#time"]').count() == 0
+    assert_clean(watch)
+
+
+def test_rule_coverage_page(page, server) -> None:
+    tab, watch = page
+    tab.goto(server + "index.html")
+    assert "2 missing" in tab.locator("#rule-coverage").inner_text()
+    tab.locator("header.top nav a", has_text="Rule coverage").click()
+    tab.wait_for_load_state("load")
+    assert tab.url.endswith("/coverage.html")
+    rows = tab.locator("#rules tbody tr")
+    assert rows.count() == len(RULE_COVERAGE)
+    assert rows.first.locator(".badge.missing").is_visible()
+    proven = tab.locator("#status-proven")
+    assert "tests.broken_backends:WRONG_VALUES" in proven.locator("td.backends").inner_text()
+    assert proven.locator("td.num").inner_text() == "3"
+    assert HOSTILE in tab.locator("#status-gap td.reason").inner_text()  # shown as text
+    assert tab.evaluate("typeof window.__pwned") == "undefined"
+    wrap = tab.locator("#rules").locator("xpath=..")
+    assert wrap.evaluate("e => e.scrollWidth <= e.clientWidth"), "the coverage table overflows its box"
+    reason = tab.locator("#rules thead th").last.bounding_box()
+    assert reason["x"] + reason["width"] <= WIDTH
+    tab.locator("#coverage-summary a.tile.gap").click()
+    assert tab.url.endswith("#status-gap")
+    fits_the_window(tab)
+    tab.screenshot(path=str(SCREENSHOTS / "dashboard-coverage.png"), full_page=True)
+    assert_clean(watch)
+
+
+def test_matrix_legend_says_what_cells_count(page, server, site) -> None:
+    tab, watch = page
+    tab.goto(server + site["run"])
+    assert "passed/run" in tab.locator("#matrix h2").inner_text()
+    assert "+1 skipped" in tab.locator("#matrix-legend").inner_text()
+    assert tab.locator("#matrix .cell.skip").first.inner_text() == "2 skipped"
+    assert_clean(watch)
+
+
+@pytest.mark.skipif(not EXAMPLE_BENCH, reason="no examples/runs/*/bench.json in this checkout")
+def test_a_real_bench_run_has_compact_rows(browser, tmp_path: Path) -> None:
+    """The run issue 14 was reported on: a full bench of 77 records (54 of one suite)."""
+    site = tmp_path / "site"
+    assert main([str(EXAMPLE_BENCH[0]), "-o", str(site)]) == 0
+    handler = functools.partial(QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    try:
+        tab = context.new_page()
+        watch = Watch(tab, f"http://127.0.0.1:{httpd.server_address[1]}/")
+        tab.goto(
+            f"http://127.0.0.1:{httpd.server_address[1]}/"
+            + next(site.glob("runs/*.html")).relative_to(site).as_posix()
+        )
+        heights = tab.locator("#benchmarks table.records tbody tr").evaluate_all(
+            "rows => rows.map(r => r.getBoundingClientRect().height)"
+        )
+        assert len(heights) >= 50
+        assert max(heights) <= MAX_BENCH_ROW_PX, max(heights)
+        fits_the_window(tab)
+        if charts.available() and len(heights) > charts.MAX_BARS:
+            assert tab.locator("figcaption.chart-note").count() >= 1
+        tab.locator("#benchmarks").screenshot(path=str(SCREENSHOTS / "dashboard-example-bench.png"))
+        assert_clean(watch)
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()
