@@ -398,7 +398,26 @@ def tests(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """The whole conformance matrix against the backend (``-- --backend module:attr`` picks another)."""
     _install(session, extras="hf")  # transformers, for the zoo's Hugging Face architectures
+    _write_rule_coverage(session)
     _run_suite(session, "conformance", ["conformance"])
+
+
+def _write_rule_coverage(session: nox.Session) -> None:
+    """results/rule-coverage.json: which cases and broken backends prove each rule (read from the suite's
+    code, a few seconds); the dashboard shows it as its coverage page."""
+    RESULTS.mkdir(exist_ok=True)
+    target = RESULTS / "rule-coverage.json"
+    with open(target, "w") as out:
+        code = subprocess.run(
+            [_python(session), "-m", "conformance.rule_coverage", "--json"], stdout=out
+        ).returncode
+    if code != 0:
+        target.unlink(missing_ok=True)
+        session.warn(
+            f"rule coverage table not written (exit {code}); the dashboard will have no coverage page"
+        )
+    else:
+        session.log(f"rule coverage table: {target}")
 
 
 @nox.session(tags=["matrix"])
