@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reference_impl._version import __version__
 
@@ -22,6 +22,37 @@ class ViewPassOutcome:
     refused: dict[str, str] = field(default_factory=dict)
 
 
+class _MmOutBinding:
+    """``backend.mm_out``: the chosen path's entry itself, bound into the instance on first access.
+
+    On the native path that is the extension's builtin function, so ``backend.mm_out(out, a, b)`` (and a
+    caller that kept ``mm = backend.mm_out`` before its first call) runs no Python frame per call. Chosen on
+    first *access*, not at import, so that loading the backend never builds or loads cuBLAS. When choosing
+    fails (``$REFIMPL_MM_OUT_PATH=native`` without a native shim), access still works and each call raises
+    why, as a call of the old method did.
+    """
+
+    def __get__(self, instance: object, owner: type | None = None) -> Callable[..., Any]:
+        if instance is None:
+            return self._choose_and_call
+        from reference_impl.shims.path import mm_out_entry
+
+        try:
+            entry = mm_out_entry()
+        except Exception:  # reported by the call, not by attribute access
+            return lambda out, self_, mat2, /: self._choose_and_call(instance, out, self_, mat2)
+        instance.__dict__["mm_out"] = entry
+        return entry
+
+    @staticmethod
+    def _choose_and_call(instance: object, out: Any, self_: Any, mat2: Any, /) -> None:
+        from reference_impl.shims.path import mm_out_entry
+
+        entry = mm_out_entry()
+        instance.__dict__["mm_out"] = entry
+        entry(out, self_, mat2)
+
+
 class ReferenceBackend:
     """Implements the protocol of ``conformance/protocol.py`` by delegating to the reference parts."""
 
@@ -32,14 +63,8 @@ class ReferenceBackend:
         {"view_pass", "skip_h2d_for_method_inputs", "skip_d2h_for_method_outputs", "native_mm_out"}
     )
 
-    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
-        # Imported on first use so that loading the backend never loads cuBLAS; after the first call
-        # the instance attribute (the chosen path's entry) shadows this method.
-        from reference_impl.shims.path import mm_out_entry
-
-        entry = mm_out_entry()
-        self.__dict__["mm_out"] = entry
-        entry(out, self_, mat2)
+    # ``mm_out(out, self, mat2, /) -> None``: the chosen path's entry, bound on first access.
+    mm_out = _MmOutBinding()
 
     def mm_out_path(self) -> str:
         """Which ``mm_out`` implementation runs here, and why (for run headers)."""

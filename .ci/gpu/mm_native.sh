@@ -6,8 +6,11 @@
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
 PY=python3
+# MM_NATIVE_STEPS picks steps (default all): build tests chapter sanitizer bench host.
+step() { [[ " ${MM_NATIVE_STEPS:-build tests chapter sanitizer bench host} " == *" $1 "* ]]; }
 
-# 1. Build (or find in the cache) the native shim; show what was used.
+if step build; then
+# 1. Build (or find in the cache) the native shim and its Python entry module; show what was used.
 $PY - > "$OUT/native-build.log" 2>&1 <<'EOF'
 from reference_impl.shims.native import build
 from reference_impl.shims.path import describe_path
@@ -15,16 +18,25 @@ status = build.build_library()
 print("status:", status)
 if status.available:
     print("command:", " ".join(build.plan_build().command("<out>")))
+entry = build.build_entry()
+print("entry status:", entry)
+if entry.available:
+    print("entry command:", " ".join(build.plan_entry_build().command("<out>")))
 print(describe_path())
 EOF
-echo "build rc=$? :: $(grep -E '^status|mm_out path' "$OUT/native-build.log" | cut -c1-300 | tr '\n' ' ')"
+echo "build rc=$? :: $(grep -E '^status|^entry status|mm_out path' "$OUT/native-build.log" | cut -c1-300 | tr '\n' ' ')"
+grep -q "single call, GIL released once" "$OUT/native-build.log" || echo "WARNING: the extension entry is NOT in use (see native-build.log)"
 nm -D --defined-only "$(grep -oE "path='[^']+'" "$OUT/native-build.log" | head -1 | cut -d"'" -f2)" \
   > "$OUT/native-exports.txt" 2>&1; grep -cE ' T ' "$OUT/native-exports.txt" | sed 's/^/exported functions: /'
 
+fi
 # 2. CPU self-tests of the shim, then the mm_out chapter on the native path (it fails if native is missing).
+if step tests; then
 $PY -m pytest tests/test_native_shim.py tests/test_mm_out_validation.py tests/test_mm_out_fast_path.py \
   tests/test_gemm_plan.py -q -p no:cacheprovider > "$OUT/selftests.log" 2>&1
 echo "selftests rc=$? :: $(tail -1 "$OUT/selftests.log")"
+fi
+if step chapter; then
 REFIMPL_MM_OUT_PATH=native $PY -m pytest conformance/test_mm_out.py -q -p no:cacheprovider -m "not slow" \
   > "$OUT/mm_out-native.log" 2>&1
 echo "mm_out chapter (native) rc=$? :: $(tail -1 "$OUT/mm_out-native.log")"
@@ -36,6 +48,7 @@ if [ "${MM_NATIVE_FALLBACK:-1}" = 1 ]; then
   REFIMPL_MM_OUT_PATH=python $PY -m pytest conformance/test_mm_out.py -q -p no:cacheprovider -m "not slow" \
     -k "not program_calls" > "$OUT/mm_out-python.log" 2>&1
   echo "mm_out chapter (python fallback) rc=$? :: $(tail -1 "$OUT/mm_out-python.log")"
+fi
 fi
 
 # 3. compute-sanitizer: memcheck and racecheck over a chapter subset and an 8-thread stress.
@@ -68,7 +81,9 @@ print("stress errors:", errors)
 raise SystemExit(1 if errors else 0)
 EOF
 SUBSET="values_match_float64_reference and medium or zero_sizes or bad_input or threads_match or current_stream or no_tf32"
-if [ -z "$SAN" ]; then
+if ! step sanitizer; then
+  :
+elif [ -z "$SAN" ]; then
   echo "compute-sanitizer: SKIPPED (not found on PATH, /usr/local/cuda/bin or the nvidia wheels)"
 else
   for tool in memcheck racecheck; do
@@ -86,6 +101,7 @@ else
 fi
 
 # 4. Bench: mm_out (GPU + host time vs torch.mm, and the LLM decode A/B) and threads, on the native path.
+if step bench; then
 REFIMPL_MM_OUT_PATH=native $PY -m harness.bench --suite mm_out,threads --quick --out "$OUT/bench-mm-native.json" \
   > "$OUT/bench-mm-native.log" 2>&1
 echo "bench rc=$?"
@@ -117,11 +133,16 @@ for r in recs:
         print(f"TARGET LLM decode step: ours {m(r, 'step_time')*1e6:.1f} us, libtorch mm {m(r, 'libtorch_mm_step_time')*1e6:.1f} us, "
               f"ratio {m(r, 'speed_vs_libtorch_mm'):.3f} (>= 0.98: {m(r, 'speed_vs_libtorch_mm') >= 0.98}); calls/step {r['conditions'].get('mm_out_calls_per_execute')}")
 EOF
-# Host cost per call, both paths, one process each (the ctypes fallback for comparison).
-for path in native python; do
-  REFIMPL_MM_OUT_PATH=$path $PY - <<'EOF'
-import os, time, torch
+fi
+# Host cost per call and 1/8-thread calls/s (64^3 bf16), each entry in its own process: the extension
+# (native), the native library through the ctypes fallback entry (native-ctypes), the Python shim (python).
+step host && for variant in native native-ctypes python; do
+  path=${variant%%-*}; disable=0; [ "$variant" = native-ctypes ] && disable=1
+  REFIMPL_MM_OUT_PATH=$path REFIMPL_NATIVE_ENTRY_DISABLE=$disable VARIANT=$variant $PY - <<'EOF'
+import os, threading, time, torch
 from reference_impl import BACKEND
+from reference_impl.shims.path import describe_path
+print(f"[{os.environ['VARIANT']}] {describe_path()[:160]}")
 a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16); b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
 o1, o2 = torch.empty_like(a), torch.empty_like(a)
 for _ in range(200): BACKEND.mm_out(o1, a, b); torch.mm(a, b, out=o2)
@@ -134,6 +155,25 @@ def per_call(f, n=50, reps=41):
         best.append((time.perf_counter() - t) / n); torch.cuda.synchronize()
     return sorted(best)[len(best) // 2]
 ours = per_call(lambda: BACKEND.mm_out(o1, a, b)); theirs = per_call(lambda: torch.mm(a, b, out=o2))
-print(f"host per call 64^3 bf16 [{os.environ['REFIMPL_MM_OUT_PATH']}]: ours {ours*1e6:.2f} us, torch.mm {theirs*1e6:.2f} us, rate ratio {theirs/ours:.3f}")
+print(f"host per call 64^3 bf16 [{os.environ['VARIANT']}]: ours {ours*1e6:.2f} us, torch.mm {theirs*1e6:.2f} us, rate ratio {theirs/ours:.3f}")
+def rate(make, threads, calls=2000):
+    barrier, done = threading.Barrier(threads + 1), threading.Barrier(threads + 1)
+    def work():
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            f = make(); f(); s.synchronize(); barrier.wait()
+            for _ in range(calls): f()
+            s.synchronize(); done.wait()
+    ts = [threading.Thread(target=work) for _ in range(threads)]; [t.start() for t in ts]
+    barrier.wait(); t0 = time.perf_counter(); done.wait(); dt = time.perf_counter() - t0; [t.join() for t in ts]
+    return threads * calls / dt
+mm = BACKEND.mm_out
+def ours_f():
+    o = torch.empty_like(a); return lambda: mm(o, a, b)
+def torch_f():
+    o = torch.empty_like(a); return lambda: torch.mm(a, b, out=o)
+r = {(n, k): max(rate(f, n) for _ in range(3)) for n in (1, 8) for k, f in (("ours", ours_f), ("torch", torch_f))}
+print(f"threads 64^3 bf16 [{os.environ['VARIANT']}]: ours 1t {r[1,'ours']:,.0f}/s 8t {r[8,'ours']:,.0f}/s ({r[8,'ours']/r[1,'ours']:.2f}x); "
+      f"torch.mm 1t {r[1,'torch']:,.0f}/s 8t {r[8,'torch']:,.0f}/s ({r[8,'torch']/r[1,'torch']:.2f}x); ours@8/torch@8 {r[8,'ours']/r[8,'torch']:.3f}")
 EOF
 done

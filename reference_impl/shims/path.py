@@ -3,7 +3,9 @@
 ``$REFIMPL_MM_OUT_PATH``: ``auto`` (default: native when it builds and loads here, else Python, with the
 reason), ``native`` (native or an error saying why not) or ``python`` (the ctypes fallback, kept and tested:
 ``tests/test_mm_out_validation.py``, ``tests/test_mm_out_fast_path.py``). Both enforce the same rules with
-the same messages; the native one releases the GIL for the whole call.
+the same messages. The native path's Python entry is one C call that releases the GIL once (the extension
+module of ``native/entry.cpp``), or, only when that module cannot be built or loaded here, the ctypes
+fallback entry (``$REFIMPL_NATIVE_ENTRY_DISABLE=1`` forces it, for comparisons); ``describe_path`` says which.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PATH_ENV_VAR", "describe_path", "mm_out_entry", "selected_path"]
+__all__ = [
+    "NATIVE_CTYPES",
+    "NATIVE_EXTENSION",
+    "PATH_ENV_VAR",
+    "describe_path",
+    "mm_out_entry",
+    "selected_path",
+]
 
 PATH_ENV_VAR = "REFIMPL_MM_OUT_PATH"
 _CHOICES = ("auto", "native", "python")
@@ -42,10 +51,20 @@ def selected_path() -> tuple[str, str]:
     return "python", f"native shim unavailable: {reason}"
 
 
+#: How ``describe_path`` names each entry.
+NATIVE_EXTENSION = "native C++ (single call, GIL released once)"
+NATIVE_CTYPES = "native C++ through the ctypes fallback entry (GIL released per call, Python work per call)"
+
+
 def describe_path() -> str:
     path, why = selected_path()
-    name = "native C++ (aoti_torch_cuda_mm_out ABI, GIL released)" if path == "native" else "Python/ctypes"
-    return f"mm_out path: {name} — {why}"
+    if path != "native":
+        return f"mm_out path: Python/ctypes — {why}"
+    from reference_impl.shims.native.library import EXTENSION, entry_status
+
+    kind, entry_why = entry_status()
+    name = NATIVE_EXTENSION if kind == EXTENSION else NATIVE_CTYPES
+    return f"mm_out path: {name} — {why}; entry: {entry_why}"
 
 
 def mm_out_entry() -> Callable[[Any, Any, Any], None]:

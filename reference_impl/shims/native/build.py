@@ -21,6 +21,12 @@ Cache: ``ArtifactCache`` under ``<default_cache_dir()>/native`` (``$CONFORMANCE_
 (path, real path, ``--version``), the flags, and every include dir and library path with the size and
 mtime of the files used. Concurrent builders serialise on the key's lock; the library is loaded straight
 from the cache entry. On a machine without CUDA the build is skipped and ``NativeStatus`` says why.
+
+The Python entry (``entry.cpp``, ``build_entry``): a plain CPython extension module, one more compiler call
+of the same kind, cached the same way under its own key (which also covers the Python version and
+``EXT_SUFFIX``). It includes Python.h and torch's ``python_variable.h`` only (about 9 s to compile on two
+cores; ``torch.utils.cpp_extension`` with ``torch/extension.h`` took 30 s for an empty module), needs no CUDA
+header, and is linked against libtorch_python, libtorch_cpu and libc10.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,15 +56,22 @@ from reference_impl.lowering.artifact_cache import (
 __all__ = [
     "CXX_ENV_VAR",
     "DISABLE_ENV_VAR",
+    "ENTRY_DISABLE_ENV_VAR",
+    "ENTRY_FLAGS",
+    "ENTRY_MODULE",
+    "ENTRY_SOURCE",
     "FLAGS",
     "SOURCE",
     "BuildPlan",
     "NativeBuildError",
     "NativeStatus",
+    "build_entry",
     "build_library",
+    "entry_key",
     "library_key",
     "native_cache",
     "plan_build",
+    "plan_entry_build",
     "resolve_compiler",
     "source_digest",
 ]
@@ -69,6 +82,20 @@ CXX_ENV_VAR = "REFIMPL_NATIVE_CXX"
 DISABLE_ENV_VAR = "REFIMPL_NATIVE_MM_OUT_DISABLE"
 KEY_SCHEMA = 1
 LIBRARY_SONAME = "librefimpl_mm_out.so"
+
+#: The Python entry: a CPython extension module (entry.cpp) calling the library's C entry in one call.
+ENTRY_SOURCE = Path(__file__).with_name("entry.cpp")
+ENTRY_MODULE = "_refimpl_mm_out_entry"
+#: Set to 1 to keep the library but call it through the ctypes fallback entry instead of the extension.
+ENTRY_DISABLE_ENV_VAR = "REFIMPL_NATIVE_ENTRY_DISABLE"
+ENTRY_KEY_SCHEMA = 1
+#: Headers the entry includes: torch's (THPVariable_Unpack, the AOTI handle type) and Python's.
+ENTRY_HEADERS: tuple[str, ...] = (
+    "Python.h",
+    "torch/csrc/autograd/python_variable.h",
+    "torch/csrc/inductor/aoti_torch/c/shim.h",
+    "torch/csrc/inductor/aoti_torch/utils.h",
+)
 
 #: Compile flags (the key covers them). -Werror: the source compiles warning-free against real headers;
 #: third-party headers come in with -isystem so their warnings do not count.
@@ -83,6 +110,8 @@ FLAGS: tuple[str, ...] = (
     "-Werror",
     "-DUSE_CUDA",
 )
+#: The entry's flags: no CUDA (it never touches CUDA: the library does), torch's C++ ABI.
+ENTRY_FLAGS: tuple[str, ...] = tuple(f for f in FLAGS if f != "-DUSE_CUDA")
 #: Headers the source includes directly or that CUDA's headers pull in; each must be found somewhere.
 REQUIRED_HEADERS: tuple[str, ...] = (
     "cublas_v2.h",
@@ -121,6 +150,9 @@ class BuildPlan:
     flags: tuple[str, ...] = FLAGS
     torch_libraries: tuple[str, ...] = ("torch_cpu", "torch_cuda", "c10")
     notes: tuple[str, ...] = field(default=())
+    soname: str = LIBRARY_SONAME
+    #: A Python extension leaves the interpreter's symbols undefined (they come from the process).
+    no_undefined: bool = True
 
     def command(self, output: str) -> list[str]:
         rpaths = list(dict.fromkeys([self.torch_lib_dir, *(os.path.dirname(p) for p in self.libraries)]))
@@ -131,12 +163,12 @@ class BuildPlan:
             str(self.source),
             "-o",
             output,
-            f"-Wl,-soname,{LIBRARY_SONAME}",
+            f"-Wl,-soname,{self.soname}",
             f"-L{self.torch_lib_dir}",
             *(f"-l{name}" for name in self.torch_libraries),
             *self.libraries,
             *(f"-Wl,-rpath,{d}" for d in rpaths),
-            "-Wl,--no-undefined",
+            *(["-Wl,--no-undefined"] if self.no_undefined else []),
         ]
 
 
@@ -328,15 +360,15 @@ def native_cache() -> ArtifactCache:
     return ArtifactCache(default_cache_dir() / "native")
 
 
-def _compile(plan: BuildPlan) -> bytes:
+def _compile(plan: BuildPlan, what: str = "the native mm_out shim") -> bytes:
     with tempfile.TemporaryDirectory(prefix="refimpl-native-") as tmp:
-        output = os.path.join(tmp, LIBRARY_SONAME)
+        output = os.path.join(tmp, plan.soname)
         command = plan.command(output)
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
         if done.returncode != 0:
             text = (done.stderr or done.stdout).strip()
             raise NativeBuildError(
-                f"compiling the native mm_out shim failed (exit {done.returncode}):\n  {' '.join(command)}\n"
+                f"compiling {what} failed (exit {done.returncode}):\n  {' '.join(command)}\n"
                 + "\n".join(text.splitlines()[-40:])
             )
         return Path(output).read_bytes()
@@ -370,21 +402,130 @@ def _build(cache: ArtifactCache | None) -> NativeStatus:
         )
     if not torch.cuda.is_available():
         return NativeStatus(False, f"not built: torch {torch.__version__} sees no CUDA device")
+    return _cached_build(cache, plan_build, library_key, "native mm_out shim")
+
+
+def _cached_build(
+    cache: ArtifactCache | None,
+    plan_of: Callable[[], BuildPlan],
+    key_of: Callable[[BuildPlan], str],
+    what: str,
+) -> NativeStatus:
+    """Plan, key and compile (or find in the cache) one native library; a failure is the status's reason."""
+    import torch
+
     try:
-        plan = plan_build()
-        key = library_key(plan)
-        store = cache or native_cache()
-        result = store.get_or_build(
+        plan = plan_of()
+        key = key_of(plan)
+        result = (cache or native_cache()).get_or_build(
             key,
-            lambda: _compile(plan),
-            describe={
-                "what": "native mm_out shim",
-                "command": plan.command("<out>"),
-                "torch": torch.__version__,
-            },
+            lambda: _compile(plan, f"the {what}"),
+            describe={"what": what, "command": plan.command("<out>"), "torch": torch.__version__},
         )
     except NativeBuildError as exc:
         return NativeStatus(False, f"not built: {exc}")
     except (OSError, subprocess.SubprocessError) as exc:
         return NativeStatus(False, f"not built: {type(exc).__name__}: {exc}")
     return NativeStatus(True, "", str(result.path), key, result.hit, result.build_seconds)
+
+
+# ------------------------------------------------------------------------------------ the Python entry
+
+
+def _python_include_dirs() -> list[str]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys(p for p in (paths.get("include"), paths.get("platinclude")) if p))
+
+
+def plan_entry_build(source: Path = ENTRY_SOURCE) -> BuildPlan:
+    """The extension module's build: Python's and torch's headers only (no CUDA), linked against
+    libtorch_python (``THPVariableClass``), libtorch_cpu and libc10. Works on CPU torch too."""
+    import torch
+
+    compiler = resolve_compiler()
+    if not (os.path.exists(compiler) or shutil.which(compiler)):
+        raise NativeBuildError(f"C++ compiler {compiler!r} not found (set {CXX_ENV_VAR} or CXX)")
+    torch_include, torch_lib = _torch_dirs()
+    include_dirs = [
+        torch_include,
+        str(Path(torch_include) / "torch/csrc/api/include"),
+        *_python_include_dirs(),
+    ]
+    missing = [h for h in ENTRY_HEADERS if not any((Path(d) / h).is_file() for d in include_dirs)]
+    if missing:
+        raise NativeBuildError(
+            f"headers for the Python entry not found: {', '.join(missing)}; "
+            f"searched: {', '.join(include_dirs)}"
+            + (
+                " (install this Python's development headers, e.g. python3-dev)"
+                if "Python.h" in missing
+                else ""
+            )
+        )
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    return BuildPlan(
+        compiler=compiler,
+        source=source,
+        include_dirs=tuple(include_dirs),
+        torch_lib_dir=torch_lib,
+        libraries=(),
+        flags=(*ENTRY_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}"),
+        torch_libraries=("torch_python", "torch_cpu", "c10"),
+        soname=f"{ENTRY_MODULE}.so",
+        no_undefined=False,
+    )
+
+
+def entry_key(plan: BuildPlan) -> str:
+    """Content key of the entry's build: source, compiler, flags, headers, libraries, torch and Python."""
+    import sysconfig
+
+    import torch
+
+    torch_libs = [str(Path(plan.torch_lib_dir) / f"lib{name}.so") for name in plan.torch_libraries]
+    return make_key(
+        {
+            "kind": "native-mm-out-entry",
+            "schema": ENTRY_KEY_SCHEMA,
+            "module": ENTRY_MODULE,
+            "source_sha256": source_digest(plan.source),
+            "compiler": compiler_identity(plan.compiler),
+            "flags": list(plan.flags),
+            "include_dirs": list(plan.include_dirs),
+            "headers": [
+                _file_stamp(str(Path(d) / h))
+                for h in ENTRY_HEADERS
+                for d in plan.include_dirs
+                if (Path(d) / h).is_file()
+            ],
+            "libraries": [_file_stamp(p) for p in torch_libs],
+            "torch": torch.__version__,
+            "python": [sys.version, sysconfig.get_config_var("EXT_SUFFIX")],
+        }
+    )
+
+
+_ENTRY_LOCK = threading.Lock()
+_ENTRY_STATUS: NativeStatus | None = None
+
+
+def build_entry(*, cache: ArtifactCache | None = None, force: bool = False) -> NativeStatus:
+    """Build (or find in the cache) the Python entry module; never raises: the status says why it is
+    missing. Needs no CUDA (the tests build it on CPU torch); remembered for the process unless ``force``
+    or a ``cache`` is given."""
+    global _ENTRY_STATUS
+    if cache is not None:
+        return _build_entry(cache)
+    with _ENTRY_LOCK:
+        if _ENTRY_STATUS is None or force:
+            _ENTRY_STATUS = _build_entry(None)
+        return _ENTRY_STATUS
+
+
+def _build_entry(cache: ArtifactCache | None) -> NativeStatus:
+    if os.environ.get(ENTRY_DISABLE_ENV_VAR, "").strip() not in ("", "0"):
+        return NativeStatus(False, f"disabled by {ENTRY_DISABLE_ENV_VAR}={os.environ[ENTRY_DISABLE_ENV_VAR]}")
+
+    return _cached_build(cache, plan_entry_build, entry_key, "native mm_out Python entry")

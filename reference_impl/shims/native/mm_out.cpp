@@ -326,6 +326,20 @@ void check_no_overlap(const Meta& out, const Meta& self, const Meta& mat2, const
   }
 }
 
+// How many CUDA devices this process sees. Fixed for the process's life (CUDA_VISIBLE_DEVICES is read when
+// CUDA starts), so it is asked once, not on every call; a failed query is not remembered (asked again).
+int visible_devices() {
+  static std::atomic<int> cached{-1};
+  int visible = cached.load(std::memory_order_relaxed);
+  if (visible >= 0) return visible;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later CUDA calls of this thread are not confused
+    return 0;
+  }
+  cached.store(visible, std::memory_order_relaxed);
+  return visible;
+}
+
 struct Checked {
   int64_t M, N, K;
   bool has_plan;
@@ -406,11 +420,7 @@ Checked validate(Meta& out, Meta& self, Meta& mat2) {
                          " but out is on " + device_name(out.device_type, out.device_index));
     }
   }
-  int visible = 0;
-  if (cudaGetDeviceCount(&visible) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later CUDA calls of this thread are not confused
-    visible = 0;
-  }
+  const int visible = visible_devices();
   if (out.device_index < 0 || out.device_index >= visible) {
     argument_error("out", "device-index",
                    "out is on " + device_name(out.device_type, out.device_index) + " but " +
@@ -554,8 +564,29 @@ cudaDataType_t data_type(int32_t dtype) {
   return CUDA_R_16BF;
 }
 
-std::atomic<uint64_t> g_calls{0};      // every call of either entry
-std::atomic<uint64_t> g_abi_calls{0};  // calls through the AOTI ABI entry (compiled programs)
+// Call counters, sharded by thread: one shared atomic would bounce its cache line between every calling
+// thread on every call. A thread takes a shard on its first call; readers sum the shards.
+constexpr size_t kCounterShards = 64;
+struct alignas(64) CounterShard {
+  std::atomic<uint64_t> calls{0};      // every call of any entry
+  std::atomic<uint64_t> abi_calls{0};  // calls through the AOTI ABI entry (compiled programs)
+};
+CounterShard g_counters[kCounterShards];
+std::atomic<size_t> g_next_shard{0};
+
+CounterShard& my_counters() {
+  thread_local CounterShard* shard = nullptr;
+  if (shard == nullptr) {
+    shard = &g_counters[g_next_shard.fetch_add(1, std::memory_order_relaxed) % kCounterShards];
+  }
+  return *shard;
+}
+
+uint64_t total(std::atomic<uint64_t> CounterShard::*field) {
+  uint64_t sum = 0;
+  for (const CounterShard& shard : g_counters) sum += (shard.*field).load(std::memory_order_relaxed);
+  return sum;
+}
 
 void mm_out(AtenTensorHandle out_h, AtenTensorHandle self_h, AtenTensorHandle mat2_h, int32_t negative_mask) {
   Meta out{out_h, "out"}, self{self_h, "self"}, mat2{mat2_h, "mat2"};
@@ -598,7 +629,7 @@ void mm_out(AtenTensorHandle out_h, AtenTensorHandle self_h, AtenTensorHandle ma
 }
 
 AOTITorchError guarded(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2, int32_t negative) {
-  g_calls.fetch_add(1, std::memory_order_relaxed);
+  my_counters().calls.fetch_add(1, std::memory_order_relaxed);
   try {
     t_error.kind = kNoError;
     mm_out(out, self, mat2, negative);
@@ -624,7 +655,7 @@ void report_to_stderr() {  // compiled programs only see the error code: say wha
 // What compiled programs call (routing.py renames their `aoti_torch_cuda_mm_out` reference to this).
 REFIMPL_API AOTITorchError refimpl_cuda_mm_out_v1(AtenTensorHandle out, AtenTensorHandle self,
                                                   AtenTensorHandle mat2) {
-  g_abi_calls.fetch_add(1, std::memory_order_relaxed);
+  my_counters().abi_calls.fetch_add(1, std::memory_order_relaxed);
   const AOTITorchError code = guarded(out, self, mat2, 0);
   if (code != AOTI_TORCH_SUCCESS) report_to_stderr();
   return code;
@@ -641,7 +672,15 @@ REFIMPL_API AOTITorchError aoti_torch_cuda_mm_out(AtenTensorHandle out, AtenTens
 }
 #endif
 
-// The Python entry: takes ownership of the three handles (torch._C._aoti.unsafe_alloc_void_ptrs_from_tensors)
+// The Python entry (the extension module, entry.cpp): the three handles are borrowed (`at::Tensor*` inside
+// the callers' Python tensors) and stay the caller's; the caller has released the GIL around this call.
+// `negative_mask` carries the negative-view bits (1: out, 2: self, 4: mat2).
+REFIMPL_API int32_t refimpl_mm_out_borrowed(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2,
+                                            int32_t negative_mask) {
+  return guarded(out, self, mat2, negative_mask);
+}
+
+// The ctypes fallback entry: takes ownership of the three handles (torch._C._aoti.unsafe_alloc_void_ptrs_from_tensors)
 // and deletes them; `negative_mask` carries the negative-view bits (1: out, 2: self, 4: mat2).
 REFIMPL_API int32_t refimpl_mm_out_owned(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2,
                                          int32_t negative_mask) {
@@ -664,11 +703,11 @@ REFIMPL_API int32_t refimpl_mm_out_last_error(const char** argument, const char*
 }
 
 // Call counters: every call (both entries), and calls through the ABI entry compiled programs use.
-REFIMPL_API uint64_t conformance_mm_out_calls(void) { return g_calls.load(std::memory_order_relaxed); }
-REFIMPL_API uint64_t refimpl_mm_out_abi_calls(void) { return g_abi_calls.load(std::memory_order_relaxed); }
+REFIMPL_API uint64_t conformance_mm_out_calls(void) { return total(&CounterShard::calls); }
+REFIMPL_API uint64_t refimpl_mm_out_abi_calls(void) { return total(&CounterShard::abi_calls); }
 
 // Bumped when an exported signature or meaning changes; the Python side refuses a library it does not know.
-REFIMPL_API int32_t refimpl_mm_out_abi_version(void) { return 1; }
+REFIMPL_API int32_t refimpl_mm_out_abi_version(void) { return 2; }
 
 // The cuBLAS version this library runs with (e.g. 130100), or -1 when it cannot be read.
 REFIMPL_API int32_t refimpl_mm_out_cublas_version(void) {
