@@ -12,11 +12,9 @@ the program writes a buffer or an input back. Those exported programs are turned
 ``aten.copy_`` into that input at the end of the graph, so a pass that only sees a ``GraphModule`` can
 still see the mutation.
 
-The module also holds what a test needs to run a case: :func:`observe` runs a graph on fresh clones of its
-inputs and records everything a caller could see (outputs, the inputs' final values, and which outputs share
-memory with an input or another output), :func:`differences` compares two such observations, and
-:func:`force_view_twins` is what a pass without safety rules would do (:func:`forcing_differences`: what
-that would change). No backend is imported here.
+Case definitions only, with the vocabulary they are written in (:func:`view_twin`, :func:`is_view_op`) and
+the builder of the edge form (:func:`edge_graph`). How a run is observed and compared, and the checks built
+on that, are in ``conformance/view_pass_checks.py``. No backend is imported here.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import math
 import operator
 import warnings
 import zlib
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,22 +36,15 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conformance.checks import bits
-
 __all__ = [
     "CASES",
     "CASES_BY_ID",
     "RULES",
     "CaseUnavailable",
-    "Observation",
     "ViewPassCase",
-    "differences",
     "edge_graph",
-    "force_view_twins",
-    "forcing_differences",
     "is_view_op",
     "kv_cache_attention",
-    "observe",
     "view_twin",
 ]
 
@@ -212,114 +203,6 @@ def edge_graph(module: nn.Module, inputs: Inputs) -> tuple[GraphModule, Inputs]:
     graph.lint()
     result = GraphModule(nn.Module(), graph)
     return _propagate(result, values), values
-
-
-def force_view_twins(module: GraphModule, only: Collection[str] | None = None) -> GraphModule:
-    """What a pass without safety rules would do: every ``*_copy`` with a view twin (or only those named
-    in ``only``) becomes that view. ``meta`` is left as it was: this is for running, not for compiling."""
-    forced = copy.deepcopy(module)
-    for n in forced.graph.nodes:
-        twin = view_twin(n.target)
-        if n.op == "call_function" and twin is not None and (only is None or n.name in only):
-            n.target = twin
-    forced.recompile()
-    return forced
-
-
-def forcing_differences(module: GraphModule, inputs: Inputs, only: Collection[str]) -> list[str]:
-    """What a caller would see change if exactly the copies named in ``only`` became their views."""
-    return differences(observe(module, inputs), observe(force_view_twins(module, only), inputs))
-
-
-# ------------------------------------------------------------------------------------------ observing a run
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What a caller can see of one run: values (outputs, then the inputs' final values) and sharing.
-
-    ``shared`` holds ``(written, changed)`` label pairs: writing the output ``written`` after the run changed
-    ``changed`` too (an input or another output), i.e. they share memory. ``error`` is set if the run raised.
-    """
-
-    labels: tuple[str, ...]
-    values: tuple[torch.Tensor, ...]
-    shared: frozenset[tuple[str, str]]
-    error: str | None = None
-
-
-def _flatten(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _flatten(item)
-    elif isinstance(value, torch.Tensor):
-        yield value
-
-
-def _poke(t: torch.Tensor) -> None:
-    if t.dtype is torch.bool:
-        t.logical_not_()
-    else:
-        t.add_(1)
-
-
-def observe(module: Callable[..., Any], inputs: Inputs) -> Observation:
-    """Run ``module`` on fresh clones of ``inputs``; then write each output in turn to see what it shares."""
-    fresh = [t.clone() for t in inputs]
-    try:
-        outputs = list(_flatten(module(*fresh)))
-    except Exception as exc:  # a broken graph is an observation too
-        return Observation((), (), frozenset(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
-    labels = (*(f"output {i}" for i in range(len(outputs))), *(f"input {i}" for i in range(len(fresh))))
-    live = [*outputs, *fresh]
-    values = tuple(t.detach().clone() for t in live)
-    shared: set[tuple[str, str]] = set()
-    for i in range(len(outputs)):
-        before = [bits(t).clone() for t in live]
-        try:
-            _poke(live[i])
-        except RuntimeError:  # e.g. an expanded view: several elements share one memory location
-            shared.add((labels[i], labels[i]))
-            continue
-        shared.update(
-            (labels[i], labels[j])
-            for j, t in enumerate(live)
-            if j != i and not torch.equal(bits(t), before[j])
-        )
-    return Observation(labels, values, frozenset(shared))
-
-
-def differences(expected: Observation, got: Observation, *, tolerance: float = 0.0) -> list[str]:
-    """What differs between two observations, in words; empty when a caller could not tell them apart.
-
-    Values must be bitwise equal, unless ``tolerance`` > 0: then each element may differ by ``tolerance``
-    relative to its magnitude (or absolutely, near zero).
-    """
-    if expected.error or got.error:
-        same = expected.error == got.error
-        return [] if same else [f"run raised {got.error!r} (expected {expected.error!r})"]
-    if expected.labels != got.labels:
-        return [f"returned {len(got.labels)} values (outputs and inputs), expected {len(expected.labels)}"]
-    found = []
-    for label, want, have in zip(expected.labels, expected.values, got.values, strict=True):
-        if want.shape != have.shape or want.dtype != have.dtype:
-            found.append(f"{label}: {have.dtype}{list(have.shape)}, expected {want.dtype}{list(want.shape)}")
-            continue
-        if tolerance > 0:
-            diff = ~torch.isclose(have, want, rtol=tolerance, atol=tolerance)
-        else:
-            diff = bits(want) != bits(have)
-        if bool(diff.any()):
-            where = tuple(int(i) for i in diff.nonzero()[0]) if have.dim() else ()
-            found.append(
-                f"{label}: {int(diff.sum())} of {have.numel()} elements differ; first at {where}: "
-                f"got {have[where].item()!r}, expected {want[where].item()!r}"
-            )
-    for written, changed in sorted(got.shared - expected.shared):
-        found.append(f"writing {written} after the call changes {changed}: they now share memory")
-    for written, changed in sorted(expected.shared - got.shared):
-        found.append(f"writing {written} after the call no longer changes {changed}")
-    return found
 
 
 # ------------------------------------------------------------------------------------------ the cases

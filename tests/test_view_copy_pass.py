@@ -30,10 +30,9 @@ from conformance.view_pass_cases import (
     MutatesInput,
     ReturnsSliceOfWrittenBack,
     ViewPassCase,
-    differences,
-    observe,
     view_twin,
 )
+from conformance.view_pass_checks import differences, observe
 from reference_impl.lowering import (
     COPY_TO_VIEW,
     VIEW_TO_COPY,

@@ -1,8 +1,9 @@
-"""Which public names of ``conformance.checks`` / ``conformance.tolerances`` a meta-test exercises.
+"""Which public names of ``conformance.checks``, ``conformance.tolerances`` and
+``conformance.view_pass_checks`` a meta-test exercises.
 
 A meta-test declares its targets with ``@covers(checks.assert_exact)``: objects, not strings, so a renamed
 helper breaks the import here instead of leaving a stale name. ``test_meta_coverage`` compares the set
-with every public name the two modules define, so a new helper without a meta-test fails the self-tests.
+with every public name these modules define, so a new helper without a meta-test fails the self-tests.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TypeVar
 
-from conformance import checks, tolerances
+from conformance import checks, tolerances, view_pass_checks
 
-MODULES: tuple[ModuleType, ...] = (checks, tolerances)
+MODULES: tuple[ModuleType, ...] = (checks, tolerances, view_pass_checks)
 COVERED: set[str] = set()
 
 F = TypeVar("F", bound=Callable[..., object])

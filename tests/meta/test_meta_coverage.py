@@ -1,9 +1,14 @@
-"""The meta-tests cover every public definition of ``conformance.checks`` and ``conformance.tolerances``:
+"""The meta-tests cover every public definition of ``conformance.checks``, ``conformance.tolerances`` and
+``conformance.view_pass_checks``:
 adding a helper or a tolerance table without a meta-test (or a reasoned exemption) fails here."""
 
 from __future__ import annotations
 
-from tests.meta import test_checks_meta, test_tolerances_meta  # noqa: F401 - importing registers coverage
+from tests.meta import (  # noqa: F401 - importing registers coverage
+    test_checks_meta,
+    test_tolerances_meta,
+    test_view_pass_checks_meta,
+)
 from tests.meta.registry import COVERED, MODULES, public_definitions
 
 # Public names that are not assertions or bounds, each with why no boundary test applies.
@@ -46,6 +51,8 @@ def test_the_enumeration_sees_what_it_must() -> None:
         "checks.CheckFailure",
         "tolerances.TOLERANCES",
         "tolerances.Tolerance",
+        "view_pass_checks.observe",
+        "view_pass_checks.Observation",
     } <= names
     assert "checks.TOLERANCES" not in names  # imported from tolerances, owned there
     assert "checks.torch" not in names
