@@ -38,6 +38,9 @@ def start_chapter(tmp_path: Path, backend: str, *select: str, chapter: str = MM_
         sys.executable, "-m", "pytest", chapter, *select,
         f"--backend={backend}", "-p", "harness.pytest_plugin", f"--results-json={results}",
         "-q", "-p", "no:cacheprovider",
+        # The toolchain check (a compile in a fresh interpreter, ~3.5 s) is proven once, on its own, by
+        # test_broken_toolchain_stops_the_run_before_any_case; these runs judge the chapters.
+        "--no-preflight",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("w") as out:
