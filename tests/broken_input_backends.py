@@ -15,26 +15,7 @@ import torch
 
 from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
-
-BAD_INPUTS = "conformance/test_bad_inputs.py"
-PROGRAM_FORMAT = "conformance/test_program_format.py"
-
-
-class Forwarding:
-    """Forwards every protocol part to the reference; subclasses override one behaviour."""
-
-    version = "broken"
-    lowering_devices = REFERENCE.lowering_devices
-    lower_options = REFERENCE.lower_options
-    breaks: Breaks
-
-    def __init__(self, name: str, breaks: Breaks) -> None:
-        self.name = name
-        self.breaks = breaks
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(REFERENCE, attr)
-
+from tests.broken_chapter_backends import BAD_INPUTS, PROGRAM_FORMAT, Forwarding
 
 # ============================================================================================ bad inputs
 

@@ -11,24 +11,10 @@ import torch
 from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D
+from tests.broken_chapter_backends import Forwarding
 
 
-class _Wrapped:
-    """Forwards every protocol part to the reference; subclasses override one behaviour."""
-
-    version = "broken"
-    lowering_devices = REFERENCE.lowering_devices
-    lower_options = REFERENCE.lower_options
-
-    def __init__(self, name: str, breaks: Breaks) -> None:
-        self.name = name
-        self.breaks = breaks  # what it breaks, for conformance.rule_coverage
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(REFERENCE, attr)
-
-
-class DropsUnknownMethods(_Wrapped):
+class DropsUnknownMethods(Forwarding):
     """Upstream's ``propagate_device_config.get(name, PropagateDeviceConfig())``: a placement naming a method
     the program lacks is silently ignored, so a typo keeps every copy (breaks placement/validation)."""
 
@@ -43,7 +29,7 @@ class DropsUnknownMethods(_Wrapped):
         return REFERENCE.lower(methods, device=device, options=cleaned)
 
 
-class CopiesThroughPageableMemory(_Wrapped):
+class CopiesThroughPageableMemory(Forwarding):
     """Keeps outputs on the device internally, then copies them out with ``.cpu()`` into pageable memory:
     correct values and byte counts, but synchronous, slow copies (breaks copies/pinned-host-memory)."""
 
@@ -62,7 +48,7 @@ class CopiesThroughPageableMemory(_Wrapped):
         return host
 
 
-class AcceptsHostInputsForDeviceMethods(_Wrapped):
+class AcceptsHostInputsForDeviceMethods(Forwarding):
     """Ignores ``skip_h2d_for_method_inputs`` at execute: host tensors are copied in silently, so a caller
     who meant to hold device tensors never learns it pays a copy (breaks placement/bad-input)."""
 
@@ -74,7 +60,7 @@ class AcceptsHostInputsForDeviceMethods(_Wrapped):
         return REFERENCE.execute(handle, inputs, outputs)
 
 
-class IgnoresOutputPlacement(_Wrapped):
+class IgnoresOutputPlacement(Forwarding):
     """Accepts ``skip_d2h_for_method_outputs`` and validates it, then drops it before compiling, as a backend
     whose runtime never read the export-time flag would: outputs still come back to the host, every copy
     paid (breaks placement/output-device)."""
