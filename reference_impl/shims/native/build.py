@@ -45,6 +45,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from reference_impl.lowering.artifact_cache import (
     ArtifactCache,
@@ -330,30 +331,37 @@ def _file_stamp(path: str) -> list[object]:
     return [path, st.st_size, st.st_mtime_ns]
 
 
+def _build_identity(plan: BuildPlan, headers: Iterable[str], libraries: Sequence[str]) -> dict[str, Any]:
+    """What a build's output depends on, for its cache key: source, compiler identity, flags, header dirs,
+    the named headers and libraries as found (size and mtime), and torch's version."""
+    import torch
+
+    return {
+        "source_sha256": source_digest(plan.source),
+        "compiler": compiler_identity(plan.compiler),
+        "flags": list(plan.flags),
+        "include_dirs": list(plan.include_dirs),
+        "headers": [
+            _file_stamp(str(Path(d) / h))
+            for h in headers
+            for d in plan.include_dirs
+            if (Path(d) / h).is_file()
+        ],
+        "libraries": [_file_stamp(p) for p in libraries],
+        "torch": torch.__version__,
+    }
+
+
+def _torch_libraries(plan: BuildPlan) -> list[str]:
+    return [str(Path(plan.torch_lib_dir) / f"lib{name}.so") for name in plan.torch_libraries]
+
+
 def library_key(plan: BuildPlan) -> str:
     """Content key of one build: source, compiler identity, flags, header dirs, libraries."""
     import torch
 
-    torch_libs = [str(Path(plan.torch_lib_dir) / f"lib{name}.so") for name in plan.torch_libraries]
-    return make_key(
-        {
-            "kind": "native-mm-out",
-            "schema": KEY_SCHEMA,
-            "source_sha256": source_digest(plan.source),
-            "compiler": compiler_identity(plan.compiler),
-            "flags": list(plan.flags),
-            "include_dirs": list(plan.include_dirs),
-            "headers": [
-                _file_stamp(str(Path(d) / h))
-                for h in REQUIRED_HEADERS
-                for d in plan.include_dirs
-                if (Path(d) / h).is_file()
-            ],
-            "libraries": [_file_stamp(p) for p in [*plan.libraries, *torch_libs]],
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-        }
-    )
+    identity = _build_identity(plan, REQUIRED_HEADERS, [*plan.libraries, *_torch_libraries(plan)])
+    return make_key({"kind": "native-mm-out", "schema": KEY_SCHEMA, **identity, "cuda": torch.version.cuda})
 
 
 def native_cache() -> ArtifactCache:
@@ -482,26 +490,12 @@ def entry_key(plan: BuildPlan) -> str:
     """Content key of the entry's build: source, compiler, flags, headers, libraries, torch and Python."""
     import sysconfig
 
-    import torch
-
-    torch_libs = [str(Path(plan.torch_lib_dir) / f"lib{name}.so") for name in plan.torch_libraries]
     return make_key(
         {
             "kind": "native-mm-out-entry",
             "schema": ENTRY_KEY_SCHEMA,
             "module": ENTRY_MODULE,
-            "source_sha256": source_digest(plan.source),
-            "compiler": compiler_identity(plan.compiler),
-            "flags": list(plan.flags),
-            "include_dirs": list(plan.include_dirs),
-            "headers": [
-                _file_stamp(str(Path(d) / h))
-                for h in ENTRY_HEADERS
-                for d in plan.include_dirs
-                if (Path(d) / h).is_file()
-            ],
-            "libraries": [_file_stamp(p) for p in torch_libs],
-            "torch": torch.__version__,
+            **_build_identity(plan, ENTRY_HEADERS, _torch_libraries(plan)),
             "python": [sys.version, sysconfig.get_config_var("EXT_SUFFIX")],
         }
     )
