@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, Greedy, greedy
+from conformance.models import HF_KINDS, HF_UNAVAILABLE, ZOO, Greedy, greedy
 from conformance.protocol import Backend
 
 __all__ = [
@@ -81,11 +81,10 @@ def pipeline_params(kind: str | None = None) -> list:
     """``pytest.param`` per pipeline model, the Hugging Face ones skipped with the reason when absent."""
     params: list = [pytest.param(name, id=name) for name in pipeline_names(kind)]
     if HF_UNAVAILABLE is not None:
-        kinds = {"hf_whisper": "asr", "hf_llm": "llm"}
         params += [
             pytest.param(name, id=name, marks=pytest.mark.skip(reason=HF_UNAVAILABLE))
-            for name in HF_MODELS
-            if kind is None or kinds[name] == kind
+            for name, model_kind in HF_KINDS.items()
+            if kind is None or model_kind == kind
         ]
     return params
 

@@ -12,6 +12,7 @@ import torch
 
 from conformance.models import (
     DTYPES,
+    HF_KINDS,
     HF_MODELS,
     HF_UNAVAILABLE,
     HF_VERSION,
@@ -257,3 +258,9 @@ def test_hf_whisper_matches_the_hf_model_and_exports_with_a_dynamic_length() -> 
 
 def test_hf_model_names_are_stable() -> None:
     assert HF_MODELS == ("hf_whisper", "hf_llm")
+
+
+@needs_hf
+def test_hf_kinds_are_the_zoo_entries_kinds() -> None:
+    """HF_KINDS speaks for the entries when transformers is absent: it must say what they are."""
+    assert {name: ZOO[name].greedy.kind for name in HF_KINDS} == dict(HF_KINDS)

@@ -3,6 +3,7 @@
 from conformance.models.greedy import asr_greedy, greedy, llm_greedy
 from conformance.models.zoo import (
     DTYPES,
+    HF_KINDS,
     HF_MODELS,
     HF_UNAVAILABLE,
     HF_VERSION,
@@ -15,6 +16,7 @@ from conformance.models.zoo import (
 
 __all__ = [
     "DTYPES",
+    "HF_KINDS",
     "HF_MODELS",
     "HF_UNAVAILABLE",
     "HF_VERSION",

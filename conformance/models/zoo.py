@@ -24,6 +24,7 @@ from conformance.models.slicing import build_slicing_block
 
 __all__ = [
     "DTYPES",
+    "HF_KINDS",
     "HF_MODELS",
     "HF_UNAVAILABLE",
     "HF_VERSION",
@@ -123,8 +124,10 @@ _MODELS = (
 # is the optional extra ``hf``: without it these entries are absent from ``ZOO`` and ``HF_UNAVAILABLE`` says
 # why (chapters that name them skip with that reason). Found without importing it (importing costs seconds).
 
-#: The Hugging Face entries' names, whether or not ``transformers`` is installed.
-HF_MODELS: tuple[str, ...] = ("hf_whisper", "hf_llm")
+#: The Hugging Face entries and their greedy kind, whether or not ``transformers`` is installed.
+HF_KINDS: Mapping[str, str] = {"hf_whisper": "asr", "hf_llm": "llm"}
+#: The Hugging Face entries' names.
+HF_MODELS: tuple[str, ...] = tuple(HF_KINDS)
 
 
 def _hf_unavailable() -> str | None:
