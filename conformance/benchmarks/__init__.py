@@ -18,16 +18,25 @@ Helpers shared by several suites live here; they import nothing heavy at module 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from harness.records import Metric
+from harness.timing import summarize
 
-__all__ = ["cuda_device", "exact_metric", "ratio_metric"]
+__all__ = ["cuda_device", "exact_metric", "ratio_metric", "timing_metric"]
 
 
 def exact_metric(value: float, unit: str, better: str = "lower", note: str | None = None) -> Metric:
     """A figure that is counted, not sampled (bytes a runtime reports, a size): spread 0, one reading."""
     return Metric(unit=unit, value=value, spread=0.0, better=better, n=1, note=note)
+
+
+def timing_metric(samples: Sequence[float], why_missing: str) -> Metric:
+    """Sampled seconds (lower is better) as a metric with its spread; missing says why when none finished."""
+    if not samples:
+        return Metric.missing("s", "lower", why_missing)
+    return summarize(list(samples), "s").to_metric("lower")
 
 
 def ratio_metric(

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.benchmarks import timing_metric
 from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
 from harness.records import BenchRecord, Metric, case_name
-from harness.timing import summarize
 
 SUITE = "lowering"
 MODELS = ("linear", "llm")
@@ -285,12 +285,6 @@ def measure_model(
     return costs
 
 
-def _timing_metric(samples: Sequence[float], why_missing: str) -> Metric:
-    if not samples:
-        return Metric.missing("s", "lower", why_missing)
-    return summarize(list(samples), "s").to_metric("lower")
-
-
 def lowering_record(
     costs: ModelCosts, repeats: Repeats, conditions: Mapping[str, Any] | None = None
 ) -> BenchRecord:
@@ -313,11 +307,11 @@ def lowering_record(
         params=params,
         primary="compile_cold",
         metrics={
-            "compile_cold": _timing_metric(costs.cold_s, "no cold compile finished"),
-            "compile_warm": _timing_metric(costs.warm_s, "no warm compile finished"),
+            "compile_cold": timing_metric(costs.cold_s, "no cold compile finished"),
+            "compile_warm": timing_metric(costs.warm_s, "no warm compile finished"),
             "program_size": size,
-            "first_load": _timing_metric(costs.first_load_s, "no first load finished"),
-            "warm_load": _timing_metric(costs.warm_load_s, "no warm load finished"),
+            "first_load": timing_metric(costs.first_load_s, "no first load finished"),
+            "warm_load": timing_metric(costs.warm_load_s, "no warm load finished"),
         },
         conditions={
             **(dict(conditions) if conditions else {}),

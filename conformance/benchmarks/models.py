@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from conformance.benchmarks import exact_metric, ratio_metric
+from conformance.benchmarks import exact_metric, ratio_metric, timing_metric
 from conformance.benchmarks.pipelines import (
     NVML_TARGET_BYTES,
     NVML_TIME_CAP_S,
@@ -113,10 +113,6 @@ def _per_token(m: Measurement, tokens: int) -> Measurement:
     return summarize([s / tokens for s in m.samples], m.unit, m.converged, m.stop_reason)
 
 
-def _timing(samples: Sequence[float], why: str) -> Metric:
-    return summarize(list(samples), "s").to_metric("lower") if samples else Metric.missing("s", "lower", why)
-
-
 def _over(samples: Sequence[float], eager_s: float | None, what: str) -> Metric:
     if not samples:
         return Metric.missing("x", "lower", f"{what}: not measured")
@@ -139,10 +135,10 @@ def lowering_record(spec: ModelSpec, costs: ModelCosts, eager_ready_s: float | N
         params=params,
         primary="compile_cold",
         metrics={
-            "compile_cold": _timing(costs.cold_s, "no cold compile finished"),
-            "compile_warm": _timing(costs.warm_s, "no warm compile finished"),
-            "first_load": _timing(costs.first_load_s, "no first load finished"),
-            "warm_load": _timing(costs.warm_load_s, "no warm load finished"),
+            "compile_cold": timing_metric(costs.cold_s, "no cold compile finished"),
+            "compile_warm": timing_metric(costs.warm_s, "no warm compile finished"),
+            "first_load": timing_metric(costs.first_load_s, "no first load finished"),
+            "warm_load": timing_metric(costs.warm_load_s, "no warm load finished"),
             "eager_ready": eager,
             "compile_cold_vs_eager": _over(costs.cold_s, eager_ready_s, "compile_cold / eager_ready"),
             "first_load_vs_eager": _over(costs.first_load_s, eager_ready_s, "first_load / eager_ready"),
