@@ -248,11 +248,13 @@ def _run_suite(
     ``prelower=False`` skips compiling the zoo up front (for a backend whose zoo cases cannot run).
     ``python``: the interpreter (default: the session's).
 
-    On a GPU machine: (1) the zoo pre-lowered for both targets on all cores but one, in the background,
-    overlapping (2) every case that may share its GPU, several pytest-xdist workers per GPU, each pinned to
-    its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts; (3) once both are done, the cases that need
-    their GPU alone (``EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the cases that need
-    several at once, in one unpinned worker. Each pytest run writes a shard
+    On a GPU machine: (0) the backend's toolchain preflight, alone; (1) the zoo pre-lowered for both targets
+    on all cores but one, in the background at a lower priority, overlapping (2) every case that may share
+    its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with ``CUDA_VISIBLE_DEVICES``
+    before CUDA starts; (3) once (2) is done and (1) stopped, the cases that need their GPU alone
+    (``EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the cases that need several at once, in
+    one unpinned worker. (0) and (1) are skipped for a narrowed selection (``-k``, ``-m``, a file or a case
+    id). Each pytest run writes a shard
     (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id, so every report merges them into
     one run. The per-phase table is printed at the end and stored in each shard.
     """
