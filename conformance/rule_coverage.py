@@ -268,7 +268,7 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     SpecRule(
         "§1b",
         "outputs stay on the GPU for a named method, else copied to the CPU",
-        ("skip-copy/output-device",),
+        ("skip-copy/output-device", "skip-copy/pcie"),
     ),
     SpecRule("§1b", "copies to the CPU use pinned memory", ("copies/pinned-host-memory",)),
     SpecRule(
@@ -296,7 +296,7 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     SpecRule(
         "§0",
         "export-time placement: device-resident pipelines, no host round trip",
-        ("placement/pipeline", "placement/output-device", "placement/bad-input"),
+        ("placement/pipeline", "placement/output-device", "placement/bad-input", "placement/pcie"),
     ),
     SpecRule(
         "§1c",

@@ -19,6 +19,11 @@ names its rule, ``placement/<rule>``:
   ``copies/pinned-host-memory``).
 * **pipelines** (CUDA): ASR (encoder → decoder) and LLM (prefill → decode with its KV cache) with every
   input and output on the device end to end: tokens equal eager, and no execute moves a byte.
+* **PCIe** (CUDA, NVML; runs with the GPU to itself): both mechanisms, ``asr`` and ``llm`` float32, each
+  method executed K times per NVML window with its tensors on the host and kept on the device: the bytes
+  NVML saw cross PCIe drop by at least 90 % of what the kept tensors hold (``skip-copy/pcie``,
+  ``placement/pcie``; ``conformance.pcie_checks``), or the case says the saving is below the meter's
+  resolution, with that resolution.
 * **zoo** (CUDA): every other zoo model lowered with every input and output on the device.
 * **bad inputs** (CUDA): a host tensor, a tensor on another GPU, a wrong dtype for a device-input method
   are ``ValueError``s naming the input, and nothing changes (the inputs, the byte counters, later results).
@@ -32,8 +37,11 @@ lower it only where a backend accepts the bad option.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -42,13 +50,23 @@ from conformance.checks import assert_raises_invalid_argument, bits, fail, snaps
 from conformance.conftest import cuda_device_count, require_part
 from conformance.method_runs import (
     MODEL_METHODS,
+    MethodRun,
     check_cpu_target,
     check_profiled_copies,
     check_where_data_went,
     cuda_device,
+    nbytes,
     run_methods,
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
+from conformance.pcie_checks import (
+    RESOLUTION_FACTOR,
+    PerRunTraffic,
+    Saving,
+    check_savings,
+    choose_runs,
+    difference,
+)
 from conformance.pipelines import CallStats, pipeline_params, run_greedy
 from conformance.programs import (
     SKIP_COPY_OPTION,
@@ -61,6 +79,9 @@ from conformance.programs import (
 from conformance.protocol import SKIP_D2H, SKIP_H2D, Backend, lowering_devices
 from conformance.token_oracle import STEPS, check_tokens, eager_tokens
 from conformance.tolerances import DTYPES_BY_NAME
+
+if TYPE_CHECKING:
+    from harness.nvml_traffic import TrafficMeter
 
 DTYPES = list(DTYPES_BY_NAME)
 Options = dict[str, object]
@@ -285,6 +306,137 @@ def test_device_input_method_rejects_wrong_inputs(placing: Backend, kind: str) -
         again = [t.cpu() for t in backend.execute(prefill, good)]  # type: ignore[attr-defined]
     if any(not torch.equal(a, b) for a, b in zip(reference, again, strict=True)):
         fail("placement/bad-input", call, "after the rejected call, the same inputs give different outputs")
+
+
+# =================================================================================================== PCIe
+
+#: The home-made pipeline models: the same method I/O as the Hugging Face ones, and quicker to run.
+PCIE_MODELS = ["asr", "llm"]
+#: Per NVML window: executes until the bytes the host mode moves reach this, or the time cap.
+PCIE_TARGET_BYTES = 16 << 20
+PCIE_TIME_CAP_S = 1.0
+PCIE_ATTEMPTS = 2
+#: mechanism -> the rule its PCIe check names.
+MECHANISMS = {"runtime-option": "skip-copy/pcie", "export-time": "placement/pcie"}
+
+
+@pytest.fixture(scope="module")
+def pcie_meter() -> Iterator[TrafficMeter]:
+    from harness.nvml_traffic import TrafficMeter
+
+    with TrafficMeter(torch.cuda.current_device()) as meter:
+        if not meter.supported:
+            pytest.skip(f"PCIe byte counters unsupported here: {meter.reason}")
+        if meter.calibration is None:  # the traffic_meter chapter fails this (traffic/calibration)
+            pytest.skip(f"the NVML meter is not calibrated ({meter.calibration_reason}): no payload figures")
+        yield meter
+
+
+def _per_execute(meter: TrafficMeter, execute: Callable[[], object], runs: int, call: str) -> PerRunTraffic:
+    """NVML payload bytes per execute over a window of ``runs`` executes (an invalid window is retried)."""
+    for _ in range(PCIE_ATTEMPTS):
+        measured = meter.measure(lambda: [execute() for _ in range(runs)])
+        traffic = PerRunTraffic.from_measurement(measured, runs)
+        if traffic.valid:
+            return traffic
+    pytest.skip(f"{call}: the NVML window was invalid {PCIE_ATTEMPTS} times ({traffic.why_missing})")
+    raise AssertionError("unreachable")
+
+
+def _host_bytes(tensors: Sequence[torch.Tensor]) -> int:
+    """Bytes of the host tensors among ``tensors``: what must cross PCIe to reach or leave the device."""
+    return nbytes([t for t in tensors if t.device.type == "cpu"])
+
+
+def _executes(backend: Backend, run: MethodRun) -> Callable[[], object]:
+    return lambda: backend.execute(run.handle, run.inputs)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _runtime_option(backend: Backend, methods: str) -> Iterator[None]:
+    """The runtime skip-copy option naming ``methods`` for the block; nothing at all where it is empty."""
+    if not methods:
+        yield
+        return
+    with option(backend, SKIP_COPY_OPTION, methods):
+        yield
+
+
+def _savings(
+    backend: Backend, meter: TrafficMeter, host: MethodRun, kept: MethodRun, keep: str, call: str
+) -> tuple[list[Saving], int]:
+    """(h2d and d2h savings per execute, K): ``host`` and ``kept`` each executed K times in a window of
+    their own; expected savings from the host tensors each passes and gets back."""
+    start = time.perf_counter()
+    _executes(backend, host)()
+    torch.cuda.synchronize()
+    moves = _host_bytes(host.inputs) + _host_bytes(host.outputs)
+    runs, _ = choose_runs(moves, time.perf_counter() - start, PCIE_TARGET_BYTES, PCIE_TIME_CAP_S)
+    on_host = _per_execute(meter, _executes(backend, host), runs, call)
+    with _runtime_option(backend, keep):
+        on_device = _per_execute(meter, _executes(backend, kept), runs, call)
+    expected = {
+        "h2d": _host_bytes(host.inputs) - _host_bytes(kept.inputs),
+        "d2h": _host_bytes(host.outputs) - _host_bytes(kept.outputs),
+    }
+    savings = []
+    for d in ("h2d", "d2h"):
+        a, b = getattr(on_host, d), getattr(on_device, d)
+        saved, noise = difference(a, getattr(on_host, f"{d}_noise"), b, getattr(on_device, f"{d}_noise"))
+        savings.append(Saving(d, expected[d], saved, noise))
+    return savings, runs
+
+
+@pytest.mark.gpu
+@pytest.mark.traffic
+@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+@pytest.mark.parametrize("model", PCIE_MODELS)
+def test_pcie_bytes_saved_as_nvml_counts_them(
+    placing: Backend, pcie_meter: TrafficMeter, model: str, mechanism: str, request: pytest.FixtureRequest
+) -> None:
+    """skip-copy/pcie, placement/pcie: each method executed alone, K times per NVML window, once with every
+    input and output on the host and once with the mechanism keeping them on the device (runtime option:
+    outputs, and the next method's inputs chained from them; export time: every input and output). What
+    NVML saw cross PCIe must drop by at least 90 % of the bytes the device-resident tensors hold, counted
+    from the tensors the caller sees, not from the backend's counters: a backend whose counters say 0
+    while it still stages the data through the host fails. Savings below the meter's resolution
+    (``pcie_checks.RESOLUTION_FACTOR`` x the noise) are recorded as such and not judged."""
+    backend, rule = placing, MECHANISMS[mechanism]
+    if mechanism == "runtime-option":
+        require_part(backend, "runtime_options")
+    base = lower_or_fail(backend, model, "float32", "cuda")
+    export_time = mechanism == "export-time"
+    placed = lower_or_fail(backend, model, "float32", "cuda", END_TO_END) if export_time else base
+    keep = "" if export_time else ",".join(base.methods)
+    figures: dict[str, object] = {}
+    judged: list[str] = []
+    unresolved: list[str] = []
+    with (
+        handles(backend, base.program, *base.methods) as host_made,
+        handles(backend, placed.program, *placed.methods) as placed_made,
+    ):
+        host_runs = run_methods(backend, base, host_made)
+        with _runtime_option(backend, keep):
+            device_in = set(placed.methods) if export_time else set()
+            kept_runs = run_methods(backend, placed, placed_made, device_inputs=device_in)
+        for method in base.methods:
+            call = f"execute({model}.{method}, float32) kept on the device by the {mechanism} mechanism"
+            savings, runs = _savings(backend, pcie_meter, host_runs[method], kept_runs[method], keep, call)
+            figures[f"{method}_executes_per_window"] = runs
+            for s in savings:
+                figures[f"{method}_{s.direction}_saved_bytes"] = {
+                    "expected": s.expected,
+                    "nvml": s.measured,
+                    "noise": s.noise,
+                }
+            record(request, **figures)
+            judged += [f"{method} {s.direction}" for s in savings if s.expected > 0]
+            unresolved += [f"{method} {s.describe()}" for s in check_savings(rule, call, savings)]
+    if not judged:
+        fail(rule, f"{model} with {mechanism} placement", "no method kept a tensor on the device")
+    if len(unresolved) == len(judged):
+        why = f"every saving is below the meter's resolution ({RESOLUTION_FACTOR:g} x its noise)"
+        pytest.skip(f"{why}: " + "; ".join(unresolved))
 
 
 # ============================================================================================= CPU target

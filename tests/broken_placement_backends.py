@@ -73,6 +73,28 @@ class IgnoresOutputPlacement(Forwarding):
         return REFERENCE.lower(methods, device=device, options=kept)
 
 
+class StagesThroughTheHost(Forwarding):
+    """Keeps tensors on the device as asked, but stages them through the host on the way: device inputs are
+    copied to the host and back before the run, kept outputs after it. Values, devices and its own
+    ``execute_stats`` (0 bytes) look right; the bytes cross PCIe anyway (breaks placement/pcie and
+    skip-copy/pcie, which judge what NVML saw, not the counters)."""
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        from reference_impl.runtime.delegate import keeps_outputs_on_device
+
+        if handle.device.type != "cuda":
+            return REFERENCE.execute(handle, inputs, outputs)
+        staged = [t.cpu().to(t.device) if t.device.type == "cuda" else t for t in inputs]
+        result = REFERENCE.execute(handle, staged, outputs)
+        stats = handle._stats
+        if keeps_outputs_on_device(handle):
+            result = [t.cpu().to(t.device) for t in result]
+        handle._stats = stats  # its counters still say nothing crossed for device tensors
+        return result
+
+
 PLACEMENT = "conformance/test_device_placement.py"
 PROOF = "tests/test_placement_broken_backends.py"
 
@@ -113,5 +135,15 @@ ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods(
         ("-k", "rejects_wrong_inputs and host"),
         cuda=True,
         proven_by=f"{PROOF}::test_host_inputs_accepted_for_a_device_input_method_fail",
+    ),
+)
+STAGES_THROUGH_THE_HOST = StagesThroughTheHost(
+    "stages-through-the-host",
+    Breaks(
+        ("placement/pcie", "skip-copy/pcie"),
+        PLACEMENT,
+        ("-k", "pcie and llm"),
+        cuda=True,
+        strict_should=True,
     ),
 )

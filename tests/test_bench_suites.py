@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from conformance import pcie_checks
 from conformance.benchmarks import exact_metric, ratio_metric
 from conformance.benchmarks import lowering as bench_lowering
 from conformance.benchmarks import models as bench_models
@@ -115,16 +116,16 @@ def test_runtime_bytes_sums_rows_per_method() -> None:
 
 
 def test_choose_runs_reaches_the_byte_target_within_the_time_cap() -> None:
-    runs, why = bench_pipelines.choose_runs(1 << 20, 1e-3, 64 << 20, 10.0)
+    runs, why = pcie_checks.choose_runs(1 << 20, 1e-3, 64 << 20, 10.0)
     assert runs == 64
     assert "MiB" in why
-    runs, why = bench_pipelines.choose_runs(1 << 10, 1e-2, 64 << 20, 2.0)
+    runs, why = pcie_checks.choose_runs(1 << 10, 1e-2, 64 << 20, 2.0)
     assert runs == 200
     assert "time cap" in why
-    runs, _ = bench_pipelines.choose_runs(0, 1e-3, 64 << 20, 1.0)
+    runs, _ = pcie_checks.choose_runs(0, 1e-3, 64 << 20, 1.0)
     assert runs == 1000  # nothing counted: the time cap decides
-    assert bench_pipelines.choose_runs(10, 100.0, 64 << 20, 1.0)[0] == 1  # never zero
-    assert bench_pipelines.choose_runs(1, 1e-9, 1 << 40, 1e9, max_runs=7) == (7, "run cap 7")
+    assert pcie_checks.choose_runs(10, 100.0, 64 << 20, 1.0)[0] == 1  # never zero
+    assert pcie_checks.choose_runs(1, 1e-9, 1 << 40, 1e9, max_runs=7) == (7, "run cap 7")
 
 
 def _traffic(d2h: float, h2d: float, valid: bool = True) -> TrafficMeasurement:
@@ -152,8 +153,8 @@ def test_pipeline_records_have_the_documented_shape() -> None:
     copy_bytes = bench_pipelines.RunBytes(h2d=150_000, d2h=300_000, executes=9)
     skip_bytes = bench_pipelines.RunBytes(h2d=300, d2h=0, executes=9)
     runs = 100
-    copy_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(310_000 * runs, 152_000 * runs), runs)
-    skip_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(4_000 * runs, 2_000 * runs), runs)
+    copy_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(310_000 * runs, 152_000 * runs), runs)
+    skip_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(4_000 * runs, 2_000 * runs), runs)
     assert copy_t.d2h == pytest.approx(310_000)
     assert copy_t.d2h_noise == pytest.approx((2e5 + 0.01 * 310_000 * runs) / runs)
 
@@ -198,7 +199,7 @@ def test_placed_saving_names_the_mechanism_and_the_saving_per_method() -> None:
     copy_bytes = bench_pipelines.RunBytes(h2d=260_100, d2h=120_000, executes=9, per_method=rows)
     placed = {m: {"calls": r["calls"], "h2d_bytes": 0, "d2h_bytes": 0} for m, r in rows.items()}
     placed_bytes = bench_pipelines.RunBytes(h2d=0, d2h=0, executes=9, per_method=placed)
-    none = bench_pipelines.PerRunTraffic.unsupported("no GPU")
+    none = pcie_checks.PerRunTraffic.unsupported("no GPU")
     saving = round_trips(
         bench_pipelines.saving_record(spec, copy_bytes, placed_bytes, none, none, mode="placed")
     )
@@ -216,13 +217,13 @@ def test_placed_saving_names_the_mechanism_and_the_saving_per_method() -> None:
 def test_pipeline_records_without_nvml_say_why() -> None:
     spec = bench_pipelines.PIPELINES[0]
     counted = bench_pipelines.RunBytes(h2d=10_000, d2h=20_000, executes=7)
-    none = bench_pipelines.PerRunTraffic.unsupported("NVML library not found")
+    none = pcie_checks.PerRunTraffic.unsupported("NVML library not found")
     pcie = round_trips(bench_pipelines.pcie_record(spec, "copy", none, counted, "bytes"))
     for key in ("nvml_d2h_bytes", "nvml_h2d_bytes", "d2h_agreement", "h2d_agreement"):
         assert pcie["metrics"][key]["value"] is None
         assert pcie["metrics"][key]["note"] == "unsupported: NVML library not found"
     assert pcie["metrics"]["runtime_d2h_bytes"]["value"] == 20_000
-    invalid = bench_pipelines.PerRunTraffic.from_measurement(_traffic(1e6, 1e6, valid=False), 10)
+    invalid = pcie_checks.PerRunTraffic.from_measurement(_traffic(1e6, 1e6, valid=False), 10)
     saving = round_trips(bench_pipelines.saving_record(spec, counted, counted, invalid, invalid))
     assert saving["metrics"]["d2h_saved_nvml"]["value"] is None
     assert saving["metrics"]["d2h_saved_nvml"]["note"] == "invalid: missed polls"
@@ -411,8 +412,8 @@ def test_per_method_saving_below_resolution_says_so() -> None:
     kept = bench_pipelines.RunBytes(h2d=96, d2h=0, executes=1)
     runs = 1_000
     # Noise per execute (2e5 / 1000 = 200 B, plus calibration) is more than a tenth of 2,560 B.
-    copy_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(3_000 * runs, 500 * runs), runs)
-    kept_t = bench_pipelines.PerRunTraffic.from_measurement(_traffic(400 * runs, 500 * runs), runs)
+    copy_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(3_000 * runs, 500 * runs), runs)
+    kept_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(400 * runs, 500 * runs), runs)
     saving = round_trips(
         bench_pipelines.saving_record(spec, copy_bytes, kept, copy_t, kept_t, "skip_copy", method="encoder")
     )
@@ -481,14 +482,14 @@ def test_models_records_have_the_documented_shape() -> None:
     assert copy["conditions"]["skip_copy_option"] == ""
 
     runs = 100
-    traffic = bench_pipelines.PerRunTraffic.from_measurement(_traffic(180_000 * runs, 90_000 * runs), runs)
-    baseline = bench_pipelines.PerRunTraffic.from_measurement(_traffic(1_800 * runs, 900 * runs), runs)
+    traffic = pcie_checks.PerRunTraffic.from_measurement(_traffic(180_000 * runs, 90_000 * runs), runs)
+    baseline = pcie_checks.PerRunTraffic.from_measurement(_traffic(1_800 * runs, 900 * runs), runs)
     pcie = round_trips(bench_models.pcie_record(spec, "copy", traffic, baseline, "bytes"))
     assert pcie["name"] == "models[hf_llm-float32-copy-pcie]"
     assert pcie["metrics"]["nvml_d2h_bytes_per_token"]["value"] == pytest.approx(20_000)
     assert pcie["metrics"]["d2h_vs_eager"]["value"] == pytest.approx(100.0)
     assert pcie["metrics"]["h2d_vs_eager"]["value"] == pytest.approx(100.0)
-    none = bench_pipelines.PerRunTraffic.unsupported("no NVML")
+    none = pcie_checks.PerRunTraffic.unsupported("no NVML")
     blind = round_trips(bench_models.pcie_record(spec, "skip_copy", none, none, "bytes"))
     assert blind["metrics"]["d2h_vs_eager"]["value"] is None
     assert blind["metrics"]["nvml_h2d_bytes_per_token"]["note"] == "unsupported: no NVML"

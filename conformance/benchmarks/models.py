@@ -38,11 +38,10 @@ from conformance.benchmarks.pipelines import (
     NVML_TIME_CAP_S,
     QUICK_NVML_TARGET_BYTES,
     QUICK_NVML_TIME_CAP_S,
-    PerRunTraffic,
     RunBytes,
-    choose_runs,
     runtime_bytes,
 )
+from conformance.pcie_checks import PerRunTraffic, choose_runs
 from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
 from harness.records import BenchRecord, Metric, case_name

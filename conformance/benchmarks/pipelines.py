@@ -51,13 +51,13 @@ matters is closeness to 1.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from conformance.benchmarks import exact_metric, ratio_metric
+from conformance.pcie_checks import RESOLUTION_FACTOR, PerRunTraffic, choose_runs, difference
 from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
 from harness.gpu_state import capture_gpu_state
@@ -67,7 +67,7 @@ from harness.timing import Measurement, interleaved_order, paired_ratio, run_ada
 if TYPE_CHECKING:
     import torch
 
-    from harness.nvml_traffic import TrafficMeasurement, TrafficMeter
+    from harness.nvml_traffic import TrafficMeter
 
 SUITE = "pipelines"
 DTYPE_NAME = "float32"
@@ -82,10 +82,6 @@ NVML_TARGET_BYTES = 64 << 20
 NVML_TIME_CAP_S = 10.0
 QUICK_NVML_TARGET_BYTES = 16 << 20
 QUICK_NVML_TIME_CAP_S = 2.0
-NVML_MAX_RUNS = 100_000
-#: A saving is resolvable where it is at least this many times the NVML noise of the difference (so the
-#: noise alone moves the agreement by at most 10 %).
-RESOLUTION_FACTOR = 10.0
 
 # Protocol parts are all-or-nothing, as for the chapters.
 NEEDS = part_attributes("lowering", "runtime")
@@ -153,95 +149,6 @@ def runtime_bytes(stats: Sequence[tuple[str, dict[str, int]]]) -> RunBytes:
         executes=len(stats),
         per_method=per_method,
     )
-
-
-def choose_runs(
-    bytes_per_run: int,
-    seconds_per_run: float,
-    target_bytes: int,
-    cap_s: float,
-    max_runs: int = NVML_MAX_RUNS,
-) -> tuple[int, str]:
-    """(K, why): back-to-back runs per NVML window so the counted bytes reach ``target_bytes``.
-
-    K stops short where K runs would take longer than ``cap_s`` (or exceed ``max_runs``); at least 1.
-    """
-    by_bytes = math.ceil(target_bytes / bytes_per_run) if bytes_per_run > 0 else max_runs
-    by_time = max(1, math.floor(cap_s / seconds_per_run)) if seconds_per_run > 0 else max_runs
-    runs = max(1, min(by_bytes, by_time, max_runs))
-    if runs == by_bytes:
-        why = f"runtime-counted bytes reach {target_bytes / 2**20:.0f} MiB"
-    elif runs == by_time:
-        why = f"time cap {cap_s:g} s (bytes would need {by_bytes} runs)"
-    else:
-        why = f"run cap {max_runs}"
-    return runs, why
-
-
-@dataclass(frozen=True)
-class PerRunTraffic:
-    """NVML figures of a K-run window divided by K: payload estimates and their noise, per direction."""
-
-    runs: int
-    valid: bool
-    reason: str | None
-    h2d: float | None = None
-    d2h: float | None = None
-    h2d_noise: float | None = None
-    d2h_noise: float | None = None
-    h2d_counted: float | None = None
-    d2h_counted: float | None = None
-    window_s: float = 0.0
-    window: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_measurement(cls, m: TrafficMeasurement, runs: int) -> PerRunTraffic:
-        def per(value: float | None) -> float | None:
-            return None if value is None or not m.valid else value / runs
-
-        def noise(payload: float | None, counted_noise: float | None) -> float | None:
-            if payload is None or counted_noise is None or not m.valid:
-                return None
-            return (counted_noise + (m.payload_rel_noise or 0.0) * payload) / runs
-
-        return cls(
-            runs=runs,
-            valid=m.valid,
-            reason=m.reason,
-            h2d=per(m.h2d_payload_bytes),
-            d2h=per(m.d2h_payload_bytes),
-            h2d_noise=noise(m.h2d_payload_bytes, m.h2d_noise_bytes),
-            d2h_noise=noise(m.d2h_payload_bytes, m.d2h_noise_bytes),
-            h2d_counted=per(m.h2d_bytes),
-            d2h_counted=per(m.d2h_bytes),
-            window_s=m.duration_s,
-            window={
-                "h2d_counted_bytes": m.h2d_bytes,
-                "d2h_counted_bytes": m.d2h_bytes,
-                "h2d_payload_bytes": m.h2d_payload_bytes,
-                "d2h_payload_bytes": m.d2h_payload_bytes,
-                "h2d_noise_bytes": m.h2d_noise_bytes,
-                "d2h_noise_bytes": m.d2h_noise_bytes,
-                "payload_rel_noise": m.payload_rel_noise,
-                "duration_s": m.duration_s,
-                "counter_wraps": dict(m.wraps),
-                "max_poll_gap_s": m.max_gap_s,
-            },
-        )
-
-    @classmethod
-    def unsupported(cls, reason: str) -> PerRunTraffic:
-        return cls(runs=0, valid=False, reason=f"unsupported: {reason}")
-
-    @property
-    def why_missing(self) -> str:
-        return self.reason or "not measured"
-
-    def note(self) -> str:
-        return (
-            f"per run: {self.runs} back-to-back runs in one NVML window "
-            f"({self.window_s:.2f} s), window payload estimate / {self.runs}"
-        )
 
 
 def _nvml_metric(value: float | None, noise: float | None, traffic: PerRunTraffic, better: str) -> Metric:
@@ -335,15 +242,6 @@ def pcie_record(
     )
 
 
-def _difference(
-    a: float | None, a_noise: float | None, b: float | None, b_noise: float | None
-) -> tuple[float | None, float | None]:
-    if a is None or b is None:
-        return None, None
-    noise = None if a_noise is None or b_noise is None else math.hypot(a_noise, b_noise)
-    return a - b, noise
-
-
 def saving_record(
     pipeline: PipelineSpec,
     copy_counted: RunBytes,
@@ -365,7 +263,7 @@ def saving_record(
     metrics: dict[str, Metric] = {}
     for direction, label in (("d2h", "device→host"), ("h2d", "host→device")):
         counted = getattr(copy_counted, direction) - getattr(skip_counted, direction)
-        nvml, noise = _difference(
+        nvml, noise = difference(
             getattr(copy_traffic, direction),
             getattr(copy_traffic, f"{direction}_noise"),
             getattr(skip_traffic, direction),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.meta import (  # noqa: F401 - importing registers coverage
     test_checks_meta,
+    test_pcie_checks_meta,
     test_tolerances_meta,
     test_view_pass_checks_meta,
 )
@@ -18,6 +19,7 @@ EXEMPT = {
     "checks.CORRUPT_PROGRAM_WORDS": "keyword vocabulary, not a check",
     "checks.PROGRAM_WORDS": "keyword vocabulary, not a check",
     "checks.UNKNOWN_METHOD_WORDS": "keyword vocabulary, not a check",
+    "pcie_checks.NVML_MAX_RUNS": "a cap on window size, exercised through choose_runs",
 }
 
 

@@ -1,0 +1,178 @@
+"""PCIe bytes a mechanism saved, as NVML measures them: the check behind rules ``skip-copy/pcie`` and
+``placement/pcie`` (chapter ``device_placement``) and the sizing the ``pipelines`` bench shares with it.
+
+One execute moves KBs, below the NVML counters' noise, so K back-to-back executes are measured in one
+window and the figures divided by K (``choose_runs``). The expected saving of a mechanism is computed from
+the tensors the caller sees, never from the backend's own counters: host inputs must cross host→device,
+host outputs device→host, device-resident ones must not. Launch and synchronisation traffic is the same
+with and without the mechanism and cancels in the difference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from conformance.checks import fail
+
+if TYPE_CHECKING:
+    from harness.nvml_traffic import TrafficMeasurement
+
+#: A saving is judged only where it is at least this many times the noise of the NVML difference (the
+#: noise alone then moves the measured saving by at most 10 %); below it the meter cannot tell.
+RESOLUTION_FACTOR = 10.0
+#: A resolvable saving must reach this share of the expected bytes: less means bytes that should not cross
+#: PCIe still did (a round trip, a staging copy).
+MIN_SHARE = 0.9
+NVML_MAX_RUNS = 100_000
+
+
+def choose_runs(
+    bytes_per_run: int,
+    seconds_per_run: float,
+    target_bytes: int,
+    cap_s: float,
+    max_runs: int = NVML_MAX_RUNS,
+) -> tuple[int, str]:
+    """(K, why): back-to-back runs per NVML window so the counted bytes reach ``target_bytes``.
+
+    K stops short where K runs would take longer than ``cap_s`` (or exceed ``max_runs``); at least 1.
+    """
+    by_bytes = math.ceil(target_bytes / bytes_per_run) if bytes_per_run > 0 else max_runs
+    by_time = max(1, math.floor(cap_s / seconds_per_run)) if seconds_per_run > 0 else max_runs
+    runs = max(1, min(by_bytes, by_time, max_runs))
+    if runs == by_bytes:
+        why = f"runtime-counted bytes reach {target_bytes / 2**20:.0f} MiB"
+    elif runs == by_time:
+        why = f"time cap {cap_s:g} s (bytes would need {by_bytes} runs)"
+    else:
+        why = f"run cap {max_runs}"
+    return runs, why
+
+
+@dataclass(frozen=True)
+class PerRunTraffic:
+    """NVML figures of a K-run window divided by K: payload estimates and their noise, per direction."""
+
+    runs: int
+    valid: bool
+    reason: str | None
+    h2d: float | None = None
+    d2h: float | None = None
+    h2d_noise: float | None = None
+    d2h_noise: float | None = None
+    h2d_counted: float | None = None
+    d2h_counted: float | None = None
+    window_s: float = 0.0
+    window: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_measurement(cls, m: TrafficMeasurement, runs: int) -> PerRunTraffic:
+        def per(value: float | None) -> float | None:
+            return None if value is None or not m.valid else value / runs
+
+        def noise(payload: float | None, counted_noise: float | None) -> float | None:
+            if payload is None or counted_noise is None or not m.valid:
+                return None
+            return (counted_noise + (m.payload_rel_noise or 0.0) * payload) / runs
+
+        return cls(
+            runs=runs,
+            valid=m.valid,
+            reason=m.reason,
+            h2d=per(m.h2d_payload_bytes),
+            d2h=per(m.d2h_payload_bytes),
+            h2d_noise=noise(m.h2d_payload_bytes, m.h2d_noise_bytes),
+            d2h_noise=noise(m.d2h_payload_bytes, m.d2h_noise_bytes),
+            h2d_counted=per(m.h2d_bytes),
+            d2h_counted=per(m.d2h_bytes),
+            window_s=m.duration_s,
+            window={
+                "h2d_counted_bytes": m.h2d_bytes,
+                "d2h_counted_bytes": m.d2h_bytes,
+                "h2d_payload_bytes": m.h2d_payload_bytes,
+                "d2h_payload_bytes": m.d2h_payload_bytes,
+                "h2d_noise_bytes": m.h2d_noise_bytes,
+                "d2h_noise_bytes": m.d2h_noise_bytes,
+                "payload_rel_noise": m.payload_rel_noise,
+                "duration_s": m.duration_s,
+                "counter_wraps": dict(m.wraps),
+                "max_poll_gap_s": m.max_gap_s,
+            },
+        )
+
+    @classmethod
+    def unsupported(cls, reason: str) -> PerRunTraffic:
+        return cls(runs=0, valid=False, reason=f"unsupported: {reason}")
+
+    @property
+    def why_missing(self) -> str:
+        return self.reason or "not measured"
+
+    def note(self) -> str:
+        return (
+            f"per run: {self.runs} back-to-back runs in one NVML window "
+            f"({self.window_s:.2f} s), window payload estimate / {self.runs}"
+        )
+
+
+@dataclass(frozen=True)
+class Saving:
+    """Bytes per execute one direction should have saved, and what NVML saw: the difference of two windows
+    (the host mode's minus the mechanism's), payload estimates divided by K, with its noise."""
+
+    direction: str
+    expected: int
+    measured: float | None
+    noise: float | None
+
+    @property
+    def resolution(self) -> float | None:
+        return None if self.noise is None else RESOLUTION_FACTOR * self.noise
+
+    @property
+    def resolvable(self) -> bool:
+        res = self.resolution
+        return self.expected > 0 and self.measured is not None and res is not None and self.expected >= res
+
+    @property
+    def share(self) -> float | None:
+        """Measured / expected: 1.0 means every byte the mechanism should save was saved, and no more."""
+        if self.measured is None or self.expected <= 0:
+            return None
+        return self.measured / self.expected
+
+    def describe(self) -> str:
+        if self.measured is None or self.noise is None:
+            return f"{self.direction}: expected {self.expected:,} B saved, not measured"
+        return (
+            f"{self.direction}: expected {self.expected:,} B saved per execute, NVML {self.measured:,.0f} "
+            f"± {self.noise:,.0f} B"
+        )
+
+
+def difference(
+    host: float | None, host_noise: float | None, other: float | None, other_noise: float | None
+) -> tuple[float | None, float | None]:
+    """``host − other`` and the noise of the difference (the two windows' noises are independent)."""
+    if host is None or other is None:
+        return None, None
+    noise = None if host_noise is None or other_noise is None else math.hypot(host_noise, other_noise)
+    return host - other, noise
+
+
+def check_savings(rule: str, call: str, savings: Sequence[Saving]) -> list[Saving]:
+    """Fail ``rule`` where a resolvable saving falls short of ``MIN_SHARE`` of what it should be; return the
+    savings too small for the meter to judge (the caller reports them as such, never as a pass or a fail)."""
+    for saving in savings:
+        measured = saving.measured
+        if saving.resolvable and measured is not None and measured < MIN_SHARE * saving.expected:
+            fail(
+                rule,
+                call,
+                f"{saving.describe()}: only {measured / saving.expected:.0%} of the bytes that should "
+                f"not cross PCIe stayed off it (at least {MIN_SHARE:.0%}); something still copies them",
+            )
+    return [s for s in savings if s.expected > 0 and not s.resolvable]

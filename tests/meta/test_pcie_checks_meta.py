@@ -1,0 +1,90 @@
+"""Meta-tests of ``conformance.pcie_checks``: the PCIe-saving check fails just past its bound and passes
+just inside it; a saving under the meter's resolution is returned as unjudged, never passed or failed."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import pcie_checks as pc
+from harness.nvml_traffic import TrafficMeasurement
+from tests.meta.registry import covers
+
+RULE, CALL = "placement/pcie", "execute(llm.decode)"
+EXPECTED = 100_000
+NOISE = 1_000.0  # resolution = 10 x noise = 10,000 B: EXPECTED is resolvable
+
+
+@covers(pc.check_savings, pc.Saving, pc.MIN_SHARE, pc.RESOLUTION_FACTOR)
+def test_a_saving_exactly_at_the_minimum_share_passes_and_one_byte_less_fails() -> None:
+    inside = pc.Saving("h2d", EXPECTED, pc.MIN_SHARE * EXPECTED, NOISE)
+    assert pc.check_savings(RULE, CALL, [inside]) == []
+    past = pc.Saving("h2d", EXPECTED, pc.MIN_SHARE * EXPECTED - 1, NOISE)
+    with pytest.raises(
+        AssertionError, match=r"\[placement/pcie\] execute\(llm\.decode\).*h2d: expected 100,000 B"
+    ):
+        pc.check_savings(RULE, CALL, [past])
+
+
+@covers(pc.check_savings, pc.Saving)
+def test_a_saving_no_copy_made_fails_and_names_the_share() -> None:
+    round_trip = pc.Saving("d2h", EXPECTED, 0.0, NOISE)  # every byte still crossed
+    with pytest.raises(AssertionError, match=r"only 0% of the bytes"):
+        pc.check_savings(RULE, CALL, [round_trip])
+
+
+@covers(pc.check_savings, pc.Saving, pc.RESOLUTION_FACTOR)
+def test_a_saving_just_below_the_resolution_is_returned_unjudged() -> None:
+    noise = EXPECTED / pc.RESOLUTION_FACTOR
+    at = pc.Saving("h2d", EXPECTED, 0.0, noise)  # expected == resolution: judged, and fails
+    with pytest.raises(AssertionError):
+        pc.check_savings(RULE, CALL, [at])
+    below = pc.Saving("h2d", EXPECTED, 0.0, noise * 1.0001)
+    assert pc.check_savings(RULE, CALL, [below]) == [below]
+    assert not below.resolvable
+    assert below.resolution == pytest.approx(EXPECTED * 1.0001)
+
+
+@covers(pc.check_savings, pc.Saving)
+def test_nothing_expected_or_nothing_measured_is_never_judged() -> None:
+    nothing = pc.Saving("h2d", 0, 5_000.0, NOISE)
+    assert pc.check_savings(RULE, CALL, [nothing]) == []
+    unmeasured = pc.Saving("d2h", EXPECTED, None, None)
+    assert pc.check_savings(RULE, CALL, [unmeasured]) == [unmeasured]
+    assert unmeasured.share is None
+    assert "not measured" in unmeasured.describe()
+    assert pc.Saving("d2h", EXPECTED, 95_000.0, NOISE).share == pytest.approx(0.95)
+
+
+@covers(pc.difference)
+def test_difference_adds_the_noises_in_quadrature() -> None:
+    assert pc.difference(10.0, 3.0, 4.0, 4.0) == (6.0, 5.0)
+    assert pc.difference(None, 3.0, 4.0, 4.0) == (None, None)
+    assert pc.difference(10.0, None, 4.0, 4.0) == (6.0, None)
+
+
+@covers(pc.choose_runs)
+def test_choose_runs_stops_at_the_byte_target_or_the_time_cap() -> None:
+    assert pc.choose_runs(1 << 20, 1e-3, 16 << 20, 10.0)[0] == 16
+    assert pc.choose_runs(1 << 10, 1e-2, 16 << 20, 1.0)[0] == 100
+
+
+@covers(pc.PerRunTraffic)
+def test_per_run_traffic_divides_payload_and_noise_by_the_runs() -> None:
+    m = TrafficMeasurement(
+        h2d_bytes=2_100,
+        d2h_bytes=1_050,
+        h2d_payload_bytes=2_000.0,
+        d2h_payload_bytes=1_000.0,
+        duration_s=1.0,
+        valid=True,
+        reason=None,
+        h2d_noise_bytes=100.0,
+        d2h_noise_bytes=50.0,
+        payload_rel_noise=0.01,
+    )
+    t = pc.PerRunTraffic.from_measurement(m, 10)
+    assert (t.h2d, t.d2h) == (200.0, 100.0)
+    assert t.h2d_noise == pytest.approx((100.0 + 0.01 * 2_000.0) / 10)
+    invalid = pc.PerRunTraffic.from_measurement(TrafficMeasurement.unsupported("no NVML"), 10)
+    assert invalid.h2d is None
+    assert "no NVML" in invalid.why_missing
