@@ -178,7 +178,7 @@ def _stop_prelower(session: nox.Session, process: subprocess.Popen[bytes], log: 
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     lines = log.read_text(errors="replace").splitlines()
-    summary = next((line for line in lines if re.match(r"prelower: \d+ lowered", line)), None)
+    summary = next((line for line in lines if re.match(r"prelower: (\d+ lowered|skipped)", line)), None)
     if summary is None:  # stopped early: count the programs its table lists
         done = sum(1 for line in lines if re.match(r"^  \S+\s+(cuda|cpu)\s", line))
         summary = f"prelower: stopped after the parallel phase, {done} programs done"
@@ -192,12 +192,13 @@ COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 def _workers_per_gpu() -> int:
-    """Parallel-phase workers per GPU: the cases are mostly host work (checks, small kernels), so the cores
-    decide; ``$CONFORMANCE_WORKERS_PER_GPU`` overrides."""
+    """Parallel-phase workers per GPU: the cases are mostly host work (exporting models, float64 eager
+    references, small kernels), so the cores decide: three in four of them, leaving room for the background
+    pre-lowering and the xdist controller; ``$CONFORMANCE_WORKERS_PER_GPU`` overrides."""
     configured = os.environ.get("CONFORMANCE_WORKERS_PER_GPU", "")
     if configured.isdigit() and int(configured) > 0:
         return int(configured)
-    return max(1, min(8, (os.cpu_count() or 1) // 2))
+    return max(1, (os.cpu_count() or 1) * 3 // 4)
 
 
 #: Cases that need their GPU to themselves (device-wide NVML counters, recorded timings): they run after
