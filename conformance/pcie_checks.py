@@ -65,6 +65,11 @@ class PerRunTraffic:
     d2h_noise: float | None = None
     h2d_counted: float | None = None
     d2h_counted: float | None = None
+    h2d_drift_noise: float | None = None
+    d2h_drift_noise: float | None = None
+    """The idle-drift part of the noise alone (independent between windows); the rest of ``*_noise`` is the
+    calibration's relative noise times the payload, a scale error every window of one meter shares."""
+    rel_noise: float | None = None
     window_s: float = 0.0
     window: dict[str, Any] = field(default_factory=dict)
 
@@ -88,6 +93,9 @@ class PerRunTraffic:
             d2h_noise=noise(m.d2h_payload_bytes, m.d2h_noise_bytes),
             h2d_counted=per(m.h2d_bytes),
             d2h_counted=per(m.d2h_bytes),
+            h2d_drift_noise=per(m.h2d_noise_bytes),
+            d2h_drift_noise=per(m.d2h_noise_bytes),
+            rel_noise=m.payload_rel_noise if m.valid else None,
             window_s=m.duration_s,
             window={
                 "h2d_counted_bytes": m.h2d_bytes,
@@ -154,13 +162,23 @@ class Saving:
 
 
 def difference(
-    host: float | None, host_noise: float | None, other: float | None, other_noise: float | None
+    host: PerRunTraffic, other: PerRunTraffic, direction: str
 ) -> tuple[float | None, float | None]:
-    """``host − other`` and the noise of the difference (the two windows' noises are independent)."""
-    if host is None or other is None:
+    """``host − other`` in ``direction`` ("h2d" or "d2h"), per run, and the noise of that difference.
+
+    The two windows' drift noises are independent and add in quadrature. The calibration's relative noise
+    is a scale error both windows share (one meter, one calibration): it scales the difference, not each
+    window's total, so it counts once, times the difference. Counting it per window (as the payload noise
+    of each does) would bury a 20 kB saving under the noise of two 40 kB totals."""
+    a, b = getattr(host, direction), getattr(other, direction)
+    if a is None or b is None:
         return None, None
-    noise = None if host_noise is None or other_noise is None else math.hypot(host_noise, other_noise)
-    return host - other, noise
+    saved = a - b
+    drift_a, drift_b = getattr(host, f"{direction}_drift_noise"), getattr(other, f"{direction}_drift_noise")
+    if drift_a is None or drift_b is None:
+        return saved, None
+    rel = max(host.rel_noise or 0.0, other.rel_noise or 0.0)
+    return saved, math.hypot(drift_a, drift_b) + rel * abs(saved)
 
 
 def check_savings(rule: str, call: str, savings: Sequence[Saving]) -> list[Saving]:

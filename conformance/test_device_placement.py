@@ -379,11 +379,7 @@ def _savings(
         "h2d": _host_bytes(host.inputs) - _host_bytes(kept.inputs),
         "d2h": _host_bytes(host.outputs) - _host_bytes(kept.outputs),
     }
-    savings = []
-    for d in ("h2d", "d2h"):
-        a, b = getattr(on_host, d), getattr(on_device, d)
-        saved, noise = difference(a, getattr(on_host, f"{d}_noise"), b, getattr(on_device, f"{d}_noise"))
-        savings.append(Saving(d, expected[d], saved, noise))
+    savings = [Saving(d, expected[d], *difference(on_host, on_device, d)) for d in ("h2d", "d2h")]
     return savings, runs
 
 

@@ -265,8 +265,11 @@ def _busy_stream_inputs(
 def test_runs_on_callers_current_stream(mm: MmOutBackend) -> None:
     """mm_out/current-stream: the product is ordered after earlier work on the caller's current stream,
     and the call returns without waiting for that stream (it only enqueues)."""
-    _warm_up(mm, CUDA)
     stream = torch.cuda.Stream()
+    # Warm up on this very stream: a first use's setup there (a backend's own stream, a per-stream handle
+    # or workspace allocation, which may synchronise the device) must not hide an ordering bug below.
+    with torch.cuda.stream(stream):
+        _warm_up(mm, CUDA)
     a, b, expected = _busy_stream_inputs(stream, CUDA)
     out = poisoned_out(192, 96, torch.float32, CUDA)
     with torch.cuda.stream(stream):

@@ -108,7 +108,7 @@ RELAYS_ATEN_ERRORS = RelaysAtenErrors(
     "relays-aten-errors",
     Breaks(tuple(f"mm_out/{r}" for r in MM_OUT_CONTRACT), MM_OUT, ("-k", "bad_input"), cuda=True),
 )
-USES_TF32 = UsesTf32("uses-tf32", Breaks(("mm_out/no-tf32",), MM_OUT, ("-k", "no_tf32"), cuda=True))
+USES_TF32 = UsesTf32("uses-tf32", Breaks(("mm_out/no-tf32",), MM_OUT, ("-k", "does_not_use_tf32"), cuda=True))
 OWN_STREAM = OwnStream(
     "own-stream", Breaks(("mm_out/current-stream",), MM_OUT, ("-k", "callers_current_stream"), cuda=True)
 )

@@ -6,11 +6,15 @@ whose proof lives in another self-test (``proven_by``) is checked to point at a 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _pytest.mark.expression import Expression
 
 from conformance.rule_coverage import ROOT, BrokenBackend, broken_backends
 from harness.results import RunResult
@@ -95,3 +99,43 @@ def test_proof_elsewhere_exists_and_runs_that_backend(broken: BrokenBackend) -> 
     attr = broken.spec.split(":")[1]
     module = broken.spec.split(":")[0].rsplit(".", 1)[1]
     assert attr in source or module in source, f"{path} never uses {broken.spec}"
+
+
+@pytest.fixture(scope="module")
+def collected() -> list[str]:
+    """Every case id of the suite, as ``pytest --collect-only`` lists them (CUDA cases too: they are
+    collected everywhere and skipped where no GPU runs them)."""
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "conformance", "-p", "no:cacheprovider"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300)
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert ids, proc.stdout + proc.stderr
+    return ids
+
+
+def selected(ids: list[str], chapter: str, expression: str) -> list[str]:
+    """The cases of ``chapter`` that ``-k expression`` selects, matched as pytest's ``-k`` does: a
+    case-insensitive substring of the case's name (with its parameters) or of its module's file name."""
+    compiled = Expression.compile(expression)
+    picked = []
+    for case in ids:
+        path, _, name = case.partition("::")
+        if path != chapter:
+            continue
+        names = (name.lower(), Path(path).name.lower())
+        if compiled.evaluate(lambda sub, *_, names=names, **__: any(sub.lower() in n for n in names)):
+            picked.append(case)
+    return picked
+
+
+@pytest.mark.parametrize("broken", BACKENDS, ids=[b.spec.split(":")[1] for b in BACKENDS])
+def test_every_declared_selection_selects_cases(collected: list[str], broken: BrokenBackend) -> None:
+    """On any machine: a selection that matches no case (a renamed test) would make the proof of a
+    CUDA-only broken backend exit 5 on the GPU instead of failing it; caught here, before the GPU run."""
+    select = list(broken.breaks.select)
+    if not select:
+        return
+    assert select[0] == "-k", f"{broken.spec}: select must start with -k"
+    assert selected(collected, broken.breaks.chapter, select[1]), (
+        f"{broken.spec}: -k {select[1]!r} selects no case of {broken.breaks.chapter}"
+    )

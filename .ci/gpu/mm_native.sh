@@ -80,7 +80,7 @@ ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
 print("stress errors:", errors)
 raise SystemExit(1 if errors else 0)
 EOF
-SUBSET="values_match_float64_reference and medium or zero_sizes or bad_input or threads_match or current_stream or no_tf32"
+SUBSET="values_match_float64_reference and medium or zero_sizes or bad_input or threads_match or current_stream or does_not_use_tf32"
 if ! step sanitizer; then
   :
 elif [ -z "$SAN" ]; then

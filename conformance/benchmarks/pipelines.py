@@ -263,12 +263,7 @@ def saving_record(
     metrics: dict[str, Metric] = {}
     for direction, label in (("d2h", "device→host"), ("h2d", "host→device")):
         counted = getattr(copy_counted, direction) - getattr(skip_counted, direction)
-        nvml, noise = difference(
-            getattr(copy_traffic, direction),
-            getattr(copy_traffic, f"{direction}_noise"),
-            getattr(skip_traffic, direction),
-            getattr(skip_traffic, f"{direction}_noise"),
-        )
+        nvml, noise = difference(copy_traffic, skip_traffic, direction)
         metrics[f"{direction}_saved_nvml"] = (
             Metric.missing("B", "higher", missing)
             if nvml is None

@@ -55,11 +55,25 @@ def test_nothing_expected_or_nothing_measured_is_never_judged() -> None:
     assert pc.Saving("d2h", EXPECTED, 95_000.0, NOISE).share == pytest.approx(0.95)
 
 
+def _window(h2d: float, drift: float, rel: float = 0.05) -> pc.PerRunTraffic:
+    return pc.PerRunTraffic(
+        runs=1,
+        valid=True,
+        reason=None,
+        h2d=h2d,
+        d2h=0.0,
+        h2d_drift_noise=drift,
+        d2h_drift_noise=drift,
+        rel_noise=rel,
+    )
+
+
 @covers(pc.difference)
-def test_difference_adds_the_noises_in_quadrature() -> None:
-    assert pc.difference(10.0, 3.0, 4.0, 4.0) == (6.0, 5.0)
-    assert pc.difference(None, 3.0, 4.0, 4.0) == (None, None)
-    assert pc.difference(10.0, None, 4.0, 4.0) == (6.0, None)
+def test_difference_counts_drift_per_window_and_the_calibration_scale_once() -> None:
+    saved, noise = pc.difference(_window(40_000.0, 300.0), _window(20_000.0, 400.0), "h2d")
+    assert saved == 20_000.0
+    assert noise == pytest.approx(500.0 + 0.05 * 20_000.0)  # hypot(300, 400) + 5 % of the difference
+    assert pc.difference(_window(1.0, 1.0), pc.PerRunTraffic.unsupported("no NVML"), "h2d") == (None, None)
 
 
 @covers(pc.choose_runs)
