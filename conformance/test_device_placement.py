@@ -334,8 +334,17 @@ def pcie_meter() -> Iterator[TrafficMeter]:
 
 def _per_execute(meter: TrafficMeter, execute: Callable[[], object], runs: int, call: str) -> PerRunTraffic:
     """NVML payload bytes per execute over a window of ``runs`` executes (an invalid window is retried)."""
+
+    def window() -> None:
+        # One synchronisation per execute, in both windows alike: a device-resident method never waits on
+        # the host, so without it the launch queue fills, the launching thread blocks holding the GIL and
+        # the meter's polling thread misses its deadline (windows rejected for 74-182 ms poll gaps).
+        for _ in range(runs):
+            execute()
+            torch.cuda.synchronize()
+
     for _ in range(PCIE_ATTEMPTS):
-        measured = meter.measure(lambda: [execute() for _ in range(runs)])
+        measured = meter.measure(window)
         traffic = PerRunTraffic.from_measurement(measured, runs)
         if traffic.valid:
             return traffic

@@ -463,6 +463,9 @@ def _per_method_savings(
             with option(ctx.backend, SKIP_COPY_OPTION, p.spec.option_value(mode)):
                 for _ in range(runs):
                     ctx.backend.execute(handle, inputs)
+                    # Every mode alike: a device-resident execute never waits, and a full launch queue
+                    # starves the meter's polling thread (windows rejected for missed polls).
+                    torch.cuda.synchronize(ctx.device_index)
 
         traffic: dict[str, PerRunTraffic] = {}
         for mode in p.modes:
