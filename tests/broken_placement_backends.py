@@ -11,6 +11,7 @@ import torch
 from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D
+from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP_COPY_OPTION
 from tests.broken_chapter_backends import Forwarding
 
 
@@ -71,6 +72,37 @@ class IgnoresOutputPlacement(Forwarding):
         REFERENCE.lower(methods, device=device, options=options)  # the same validation errors
         kept = {k: v for k, v in (options or {}).items() if k != SKIP_D2H}
         return REFERENCE.lower(methods, device=device, options=kept)
+
+
+class ExportTimeWinsSilently(Forwarding):
+    """Validates the export-time flags but never looks at the runtime option while lowering: a method fixed
+    to host outputs that the runtime option names lowers without a word, and one of the two settings is
+    silently ignored (breaks placement/conflict)."""
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ):
+        named = REFERENCE.get_option(SKIP_COPY_OPTION)
+        REFERENCE.set_option(SKIP_COPY_OPTION, "")
+        try:
+            return REFERENCE.lower(methods, device=device, options=options)
+        finally:
+            REFERENCE.set_option(SKIP_COPY_OPTION, named)
+
+
+class CountsArgumentBytes(Forwarding):
+    """``execute_stats`` reports the sizes of the arguments, not the copies made: every input counted as
+    host→device and every output as device→host, whatever the devices (a counter written from the call's
+    signature). On a CPU target nothing crosses PCIe, yet the counters say it did (breaks the cpu-target
+    rules of every chapter that runs a CPU program with the mechanisms set)."""
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        result = REFERENCE.execute(handle, inputs, outputs)
+        size = sum(t.numel() * t.element_size() for t in inputs)
+        handle._stats = {"h2d_bytes": size, "d2h_bytes": sum(t.numel() * t.element_size() for t in result)}
+        return result
 
 
 class StagesThroughTheHost(Forwarding):
@@ -135,6 +167,29 @@ ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods(
         ("-k", "rejects_wrong_inputs and host"),
         cuda=True,
         proven_by=f"{PROOF}::test_host_inputs_accepted_for_a_device_input_method_fail",
+    ),
+)
+EXPORT_TIME_WINS_SILENTLY = ExportTimeWinsSilently(
+    "export-time-wins-silently", Breaks(("placement/conflict",), PLACEMENT, ("-k", "conflict"))
+)
+COUNTS_ARGUMENT_BYTES = CountsArgumentBytes(
+    "counts-argument-bytes",
+    Breaks(("placement/cpu-target",), PLACEMENT, ("-k", "cpu_target_changes_nothing and llm")),
+)
+COUNTS_ARGUMENT_BYTES_SKIP_COPY = CountsArgumentBytes(
+    "counts-argument-bytes",
+    Breaks(
+        ("skip-copy/cpu-target",),
+        "conformance/test_runtime_options.py",
+        ("-k", "skip_copy_matrix_cpu_target and float32-llm-both]"),
+    ),
+)
+COUNTS_ARGUMENT_BYTES_PIPELINE = CountsArgumentBytes(
+    "counts-argument-bytes",
+    Breaks(
+        ("multi-method/cpu-target",),
+        "conformance/test_multi_method.py",
+        ("-k", "pipeline_tokens_match_eager and llm-cpu-float32"),
     ),
 )
 STAGES_THROUGH_THE_HOST = StagesThroughTheHost(
