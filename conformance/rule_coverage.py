@@ -20,7 +20,8 @@ How each column is found, and why that way:
 * **broken backends** — each broken backend in ``tests/broken*.py`` carries ``breaks``
   (:class:`Breaks`): the rules it breaks, the chapter and selection that must fail on them. The self-test
   runs each one through its chapter (or names the existing self-test that does), so a declaration is a
-  proven claim, not a note.
+  proven claim, not a note. Where every broken backend of a rule needs CUDA the status is ``proven-gpu``:
+  the CPU self-tests skip those, and only a GPU run of them (``.ci/gpu/followup.sh``) is the proof.
 """
 
 from __future__ import annotations
@@ -572,13 +573,15 @@ class Row:
     spec: list[str] = field(default_factory=list)
     exemption: str | None = None
     exemption_reason: str | None = None
+    gpu_only: bool = False
+    """Every broken backend that proves it needs CUDA: CPU self-tests skip them, a GPU run proves them."""
 
     @property
     def status(self) -> str:
         if not self.cases:
             return "not-checkable" if self.exemption == "not-checkable" else "NO CASE"
         if self.broken_backends:
-            return "proven"
+            return "proven-gpu" if self.gpu_only else "proven"
         if self.exemption is not None:
             return self.exemption
         return "NO BROKEN BACKEND"
@@ -606,7 +609,8 @@ def coverage_rows(
     rules |= {r for r in rule_ids_in_sources(HERE.glob("*.py")) if "{" not in r}
     rows = []
     for rule in sorted(rules):
-        proved = sorted(b.spec for b in backends if rule in b.breaks.rules)
+        breaking = [b for b in backends if rule in b.breaks.rules]
+        proved = sorted(b.spec for b in breaking)
         exempt = exemption_for(rule)
         rows.append(
             Row(
@@ -622,6 +626,7 @@ def coverage_rows(
                 ],
                 exemption=exempt[1].kind if exempt else None,
                 exemption_reason=exempt[1].reason if exempt else None,
+                gpu_only=bool(breaking) and all(b.breaks.cuda for b in breaking),
             )
         )
     return rows

@@ -1,7 +1,7 @@
 """Reading the rule coverage table that ``python -m conformance.rule_coverage --json`` prints.
 
 The dashboard shows it as a page of its own (``coverage.html``): every rule id with its level, whether a
-broken backend proves that a chapter fails on it (``proven``), why none does (``gap``: a to-do;
+broken backend proves that a chapter fails on it (``proven``; ``proven-gpu`` where only a GPU run can), why none does (``gap``: a to-do;
 ``not-checkable``: no backend can break it) or that nothing covers it (``missing``), how many cases check
 it and which broken backends prove it. The table reaches the dashboard as data, a JSON file, never by
 importing the suite: ``reports`` does not import ``conformance``.
@@ -29,7 +29,7 @@ COVERAGE_FILE = "rule-coverage.json"
 
 #: Statuses as the page shows them, most urgent first. The table's own ``NO CASE`` and ``NO BROKEN
 #: BACKEND`` (and anything unknown) are ``missing``: the self-test fails on them, so they need a person.
-STATUSES = ("missing", "gap", "not-checkable", "proven")
+STATUSES = ("missing", "gap", "not-checkable", "proven-gpu", "proven")
 _KNOWN = frozenset(STATUSES) - {"missing"}
 _MISSING_REASONS = {
     "NO CASE": "no case checks this rule",

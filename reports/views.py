@@ -959,7 +959,7 @@ def side_by_side_backends_differ(a: RunResult, b: RunResult) -> bool:
 class CoverageRow:
     rule: str
     level: str
-    status: str  # proven / gap / not-checkable / missing
+    status: str  # proven / proven-gpu / gap / not-checkable / missing
     status_title: str  # the table's own word where it differs (``NO CASE``)
     chapters: str
     cases: int

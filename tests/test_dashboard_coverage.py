@@ -42,7 +42,7 @@ def test_rows_keep_each_field_and_name_what_the_self_test_fails_on_missing(tmp_p
 
 def test_page_orders_most_urgent_first_and_counts_every_status(tmp_path: Path) -> None:
     page = coverage_page(load_coverage(write_rule_coverage(tmp_path / "c.json")), "c.json")
-    assert page.counts == [("missing", 2), ("gap", 1), ("not-checkable", 1), ("proven", 1)]
+    assert page.counts == [("missing", 2), ("gap", 1), ("not-checkable", 1), ("proven-gpu", 0), ("proven", 1)]
     assert [(row.status, row.rule) for row in page.rows] == [
         ("missing", "lowering/spec-only"),
         ("missing", "runtime/no-host-sync"),

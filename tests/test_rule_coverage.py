@@ -131,6 +131,11 @@ def test_status_both_sides() -> None:
         "NO BROKEN BACKEND"
     ]
     assert [r.status for r in rc.coverage_rows([case], [proof]) if r.rule == "zz/unexempted"] == ["proven"]
+    on_gpu = rc.BrokenBackend("tests.x:G", rc.Breaks(("zz/unexempted",), "conformance/test_x.py", cuda=True))
+    statuses = [r.status for r in rc.coverage_rows([case], [on_gpu]) if r.rule == "zz/unexempted"]
+    assert statuses == ["proven-gpu"]  # the CPU self-tests skip it: only a GPU run proves it
+    both = [r.status for r in rc.coverage_rows([case], [on_gpu, proof]) if r.rule == "zz/unexempted"]
+    assert both == ["proven"]
     lonely = rc.Case("conformance/test_x.py::test_z", "x", frozenset())
     rows = rc.coverage_rows([lonely], [])
     assert all(r.status in ("NO CASE", "not-checkable") for r in rows)
