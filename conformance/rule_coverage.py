@@ -174,14 +174,11 @@ EXEMPT: dict[str, Exemption] = {
     "placement/values": _gap("GPU only; not written yet"),
     "skip-copy/*-bytes": _gap("GPU only; not written yet"),
     "skip-copy/*-copy": _gap("GPU only; not written yet"),
-    "skip-copy/values": _gap("not written yet"),
     "skip-copy/option": _gap("not written yet"),
     "options/next-execute": _gap("GPU only; not written yet"),
     "options/not-retroactive": _gap("GPU only; not written yet"),
     "options/list-parsing": _gap("GPU only; not written yet"),
     "format/cpu-target": _gap("GPU only; not written yet"),
-    "lowering/zoo": _gap("not written yet"),
-    "lowering/zoo-lowers": _gap("not written yet"),
     "lowering/unsupported-kernels": _gap(
         "a lower() that ships a proxy-executor call for an op with no kernel"
     ),

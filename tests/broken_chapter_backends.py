@@ -8,6 +8,7 @@ reference passes the same selection. ``python -m conformance.rule_coverage`` lis
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 import time
@@ -139,6 +140,57 @@ class UpstreamFallbackKernels(Forwarding):
         raise RuntimeError(f"Method {name} missing fallback kernels ({len(missing)} total): {missing}")
 
 
+class _Bfloat16Inside(torch.nn.Module):
+    """``inner`` in bfloat16, with float32 at its edges: the caller sees float32 tensors either way."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = copy.deepcopy(inner).to(torch.bfloat16)
+
+    def forward(self, *args: Any) -> Any:
+        cast = [a.to(torch.bfloat16) if torch.is_tensor(a) and a.dtype == torch.float32 else a for a in args]
+        out = self.inner(*cast)
+        if torch.is_tensor(out):
+            return out.float()
+        return tuple(o.float() if torch.is_tensor(o) and o.is_floating_point() else o for o in out)
+
+
+class ComputesFloat32InBfloat16(Forwarding):
+    """Lowers float32 models in bfloat16 behind float32 inputs and outputs ("halves the weights' memory"):
+    every dtype and shape the caller sees is right, the values carry bfloat16's 3 significant digits
+    (breaks lowering/zoo, and skip-copy/values where a runtime chapter runs its programs)."""
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ) -> bytes:
+        def shrunk(entry: tuple) -> tuple:
+            module, inputs, *rest = entry
+            floats = [p.dtype for p in module.parameters()] + [t.dtype for t in inputs if torch.is_tensor(t)]
+            if torch.float32 not in floats:
+                return entry
+            return (_Bfloat16Inside(module), inputs, *rest)
+
+        changed = {name: shrunk(entry) for name, entry in methods.items()}
+        return REFERENCE.lower(changed, device=device, options=options)
+
+
+class CrashesOnUnknownOps(Forwarding):
+    """Looks every graph op up in its kernel table without a guard: a model using an op it has no entry for
+    (here attention) crashes ``lower`` with a ``KeyError`` instead of the protocol's ``ValueError`` naming
+    the op (breaks lowering/zoo-lowers)."""
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ) -> bytes:
+        for entry in methods.values():
+            module, inputs = entry[0], entry[1]
+            graph = torch.export.export(module, tuple(inputs)).graph
+            for node in graph.nodes:
+                if node.op == "call_function" and "scaled_dot_product" in str(node.target):
+                    raise KeyError(str(node.target))  # the unguarded table lookup
+        return REFERENCE.lower(methods, device=device, options=options)
+
+
 UPSTREAM_FALLBACK_KERNELS = UpstreamFallbackKernels(
     "upstream-fallback-kernels",
     Breaks(
@@ -146,6 +198,22 @@ UPSTREAM_FALLBACK_KERNELS = UpstreamFallbackKernels(
         LOWERING,
         ("-k", "unsupported_kernels and cpu"),
     ),
+)
+COMPUTES_FLOAT32_IN_BFLOAT16 = ComputesFloat32InBfloat16(
+    "computes-float32-in-bfloat16",
+    Breaks(
+        ("lowering/zoo",), LOWERING, ("-k", "zoo_model_lowers_runs_and_matches_eager and float32-linear-cpu")
+    ),
+)
+COMPUTES_FLOAT32_IN_BFLOAT16_RUNTIME = ComputesFloat32InBfloat16(
+    "computes-float32-in-bfloat16",
+    Breaks(
+        ("skip-copy/values",), RUNTIME_OPTIONS, ("-k", "skip_copy_matrix_cpu_target and float32-llm-unset")
+    ),
+)
+CRASHES_ON_UNKNOWN_OPS = CrashesOnUnknownOps(
+    "crashes-on-unknown-ops",
+    Breaks(("lowering/zoo-lowers",), LOWERING, ("-k", "zoo_model_lowers and not eager and float32-sdpa-cpu")),
 )
 
 # ======================================================================================== program format
