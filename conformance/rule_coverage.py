@@ -184,7 +184,6 @@ EXEMPT: dict[str, Exemption] = {
     ),
     "mm_out/program-route": _gap("not written yet"),
     "view-pass/every-view-twin": _gap("coverage for unmapped ops; a must only for a wrong rewrite: not yet"),
-    "bad-inputs/wrong-size*": _gap("not written yet"),
 }
 
 
