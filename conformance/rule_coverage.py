@@ -167,7 +167,6 @@ EXEMPT: dict[str, Exemption] = {
     "multi-method/device-input": _gap("GPU only; not written yet"),
     "multi-method/d2h-bytes": _gap("GPU only; not written yet"),
     "multi-method/h2d-bytes": _gap("GPU only; not written yet"),
-    "multi-method/skip-invariant": _gap("not written yet"),
     "placement/pipeline": _gap("GPU only; not written yet"),
     "placement/*-bytes": _gap("GPU only; not written yet"),
     "placement/*-copy": _gap("GPU only; not written yet"),

@@ -341,6 +341,28 @@ IGNORES_SKIP_COPY_OPTION = IgnoresSkipCopyOption(
 # ========================================================================================== multi-method
 
 
+class StaleKeptOutputsOnTheCpu(Forwarding):
+    """Keeps a method's outputs in buffers of its own when the skip-copy option names it, and refreshes them
+    only on the device path: a program lowered for the CPU hands back the first execute's outputs again
+    and again (shapes unchanged), so a greedy loop repeats its first step's tokens (breaks
+    multi-method/skip-invariant: setting the option changed what a CPU target computes)."""
+
+    _kept: ClassVar[dict[int, list[torch.Tensor]]] = {}
+
+    def execute(
+        self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        from reference_impl.runtime.options import skip_copy_methods
+
+        result = REFERENCE.execute(handle, inputs, outputs)
+        if handle.device.type != "cpu" or handle.method_name not in skip_copy_methods():
+            return result
+        kept = self._kept.get(id(handle))
+        if kept is None or [t.shape for t in kept] != [t.shape for t in result]:
+            self._kept[id(handle)] = kept = [t.clone() for t in result]
+        return kept
+
+
 class StaleInputStaging(Forwarding):
     """Keeps one staging copy per input slot and refreshes it only when the shape or dtype changes: the
     decode loop's next token (same shape, new value) never reaches the method."""
@@ -362,6 +384,14 @@ class StaleInputStaging(Forwarding):
         return REFERENCE.execute(handle, staged, outputs)
 
 
+STALE_KEPT_OUTPUTS_ON_THE_CPU = StaleKeptOutputsOnTheCpu(
+    "stale-kept-outputs-on-the-cpu",
+    Breaks(
+        ("multi-method/skip-invariant",),
+        "conformance/test_multi_method.py",
+        ("-k", "pipeline_tokens_match_eager and llm-cpu-float32"),
+    ),
+)
 STALE_INPUT_STAGING = StaleInputStaging(
     "stale-input-staging",
     Breaks(("multi-method/tokens",), MULTI_METHOD, ("-k", "pipeline_tokens and llm-cpu-float32 and not hf_")),
