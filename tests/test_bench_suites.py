@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from conformance import pcie_checks
-from conformance.benchmarks import exact_metric, ratio_metric
+from conformance.benchmarks import BENCH_STEPS, BenchPipeline, exact_metric, ratio_metric
+from conformance.benchmarks import bench_pipelines as bench_pipelines_of
 from conformance.benchmarks import lowering as bench_lowering
 from conformance.benchmarks import models as bench_models
 from conformance.benchmarks import pipelines as bench_pipelines
@@ -233,7 +234,11 @@ def test_pipeline_records_without_nvml_say_why() -> None:
 def test_pipeline_modes_name_the_right_methods() -> None:
     asr, llm = bench_pipelines.PIPELINES
     assert (asr.option_value("copy"), asr.option_value("skip_copy")) == ("", "encoder")
-    assert llm.option_value("skip_copy") == "prefill,decode"
+    assert (llm.option_value("skip_copy"), llm.option_value("placed")) == ("prefill,decode", "")
+    assert (asr.description, llm.description) == (
+        "encoder once + decoder 6 steps",
+        "prefill + decode 8 steps",
+    )
     with pytest.raises(ValueError, match="mode"):
         asr.option_value("fast")
 
@@ -433,7 +438,7 @@ def test_models_suite_covers_every_pipeline_model_or_says_why_not() -> None:
     from conformance.models import HF_MODELS, HF_UNAVAILABLE
     from conformance.pipelines import PIPELINE_MODELS
 
-    specs = {s.model: s for s in bench_models.model_specs()}
+    specs = {s.model: s for s in bench_models.bench_pipelines()}
     assert set(specs) == set(PIPELINE_MODELS)
     assert {"asr", "llm"} <= set(specs)
     missing = bench_models.unavailable_models()
@@ -446,24 +451,24 @@ def test_models_suite_covers_every_pipeline_model_or_says_why_not() -> None:
     assert specs["asr"].option_value("skip_copy") == "encoder"
     assert specs["llm"].option_value("skip_copy") == "prefill,decode"
     assert specs["llm"].option_value("copy") == ""
-    assert specs["llm"].tokens_per_run == bench_models.STEPS["llm"]
+    assert specs["llm"].tokens_per_run == BENCH_STEPS["llm"]
     with pytest.raises(ValueError, match="no skip-copy option"):
         specs["llm"].option_value("eager")
 
 
-def test_model_specs_follow_the_pipeline_kind() -> None:
+def test_bench_pipelines_follow_the_pipeline_kind() -> None:
     @dataclass
     class _P:
         kind: str
         methods: tuple[str, str]
 
-    specs = bench_models.model_specs({"hf_whisper": _P("asr", ("encoder", "decoder"))})
-    assert specs == [bench_models.ModelSpec("hf_whisper", "asr", ("encoder", "decoder"), 6)]
+    specs = bench_pipelines_of({"hf_whisper": _P("asr", ("encoder", "decoder"))})
+    assert specs == [BenchPipeline("hf_whisper", "asr", ("encoder", "decoder"), 6)]
     assert specs[0].skip_methods == "encoder"
 
 
 def test_models_records_have_the_documented_shape() -> None:
-    spec = bench_models.ModelSpec("hf_llm", "llm", ("prefill", "decode"), 9)
+    spec = BenchPipeline("hf_llm", "llm", ("prefill", "decode"), 9)
     counted = bench_pipelines.RunBytes(h2d=90_000, d2h=180_000, executes=9)
     eager = round_trips(bench_models.latency_record(spec, "eager", _latency(9e-3), None, None, batch=2))
     assert eager["name"] == "models[hf_llm-float32-eager]"

@@ -18,13 +18,86 @@ Helpers shared by several suites live here; they import nothing heavy at module 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.records import Metric
 from harness.timing import summarize
 
-__all__ = ["cuda_device", "exact_metric", "ratio_metric", "timing_metric"]
+__all__ = [
+    "BACKEND_MODES",
+    "BENCH_STEPS",
+    "BenchPipeline",
+    "bench_pipelines",
+    "cuda_device",
+    "exact_metric",
+    "ratio_metric",
+    "timing_metric",
+]
+
+#: Greedy steps one bench run takes, by kind: ASR decoder steps; LLM tokens (prefill's, then 8 decodes').
+BENCH_STEPS = {"asr": 6, "llm": 9}
+#: Modes a backend runs a pipeline in: every output copied to the host, the runtime skip-copy option, and
+#: export-time placement (``placed``: the program lowered with every input and output on the device).
+BACKEND_MODES = ("copy", "skip_copy", "placed")
+
+
+@dataclass(frozen=True)
+class BenchPipeline:
+    """One pipeline model as the ``pipelines`` and ``models`` benches run it (the one owner of what a run
+    is: which methods, how many steps, what the skip-copy option names)."""
+
+    model: str
+    kind: str
+    methods: tuple[str, str]
+    steps: int
+
+    @property
+    def name(self) -> str:
+        return self.model
+
+    @property
+    def skip_methods(self) -> str:
+        """What mode ``skip_copy`` names: the first method for the ASR kind (the encoder's hidden state stays
+        on the GPU for every decoder step), both for the LLM kind (logits and KV caches stay)."""
+        return self.methods[0] if self.kind == "asr" else ",".join(self.methods)
+
+    @property
+    def tokens_per_run(self) -> int:
+        """Tokens one run generates per sequence (each a decoder / decode call's argmax, or prefill's)."""
+        return self.steps
+
+    @property
+    def description(self) -> str:
+        first, second = self.methods
+        if self.kind == "asr":
+            return f"{first} once + {second} {self.steps} steps"
+        return f"{first} + {second} {self.steps - 1} steps"
+
+    def option_value(self, mode: str) -> str:
+        """The runtime skip-copy option's value in ``mode`` (one of ``BACKEND_MODES``)."""
+        if mode not in BACKEND_MODES:
+            raise ValueError(f"mode {mode!r} has no skip-copy option value; backend modes: {BACKEND_MODES}")
+        return self.skip_methods if mode == "skip_copy" else ""
+
+    def run(self, backend: Any, handles: Sequence[object], first_input: Any, stats: Any = None) -> Any:
+        """One greedy run on the backend's two handles; token ids ``[B, steps]`` (int64, CPU)."""
+        from conformance.pipelines import run_greedy
+
+        first, second = handles
+        return run_greedy(backend, self.model, first, second, first_input, self.steps, stats)
+
+
+def bench_pipelines(pipelines: Mapping[str, Any] | None = None) -> list[BenchPipeline]:
+    """One ``BenchPipeline`` per pipeline model (``conformance.pipelines.PIPELINE_MODELS`` by default)."""
+    if pipelines is None:
+        from conformance.pipelines import PIPELINE_MODELS
+
+        pipelines = PIPELINE_MODELS
+    return [
+        BenchPipeline(name, p.kind, tuple(p.methods), BENCH_STEPS[p.kind]) for name, p in pipelines.items()
+    ]
 
 
 def exact_metric(value: float, unit: str, better: str = "lower", note: str | None = None) -> Metric:

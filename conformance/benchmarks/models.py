@@ -28,11 +28,11 @@ Figures, per model:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from conformance.benchmarks import exact_metric, ratio_metric, timing_metric
+from conformance.benchmarks import BenchPipeline, bench_pipelines, exact_metric, ratio_metric, timing_metric
 from conformance.benchmarks.pipelines import (
     NVML_TARGET_BYTES,
     NVML_TIME_CAP_S,
@@ -54,44 +54,8 @@ SUITE = "models"
 DTYPE_NAME = "float32"
 SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 MODES = ("eager", "copy", "skip_copy")
-BACKEND_MODES = ("copy", "skip_copy")
-#: Greedy steps per run, by kind (as suite ``pipelines``): ASR decoder steps, LLM tokens.
-STEPS = {"asr": 6, "llm": 9}
+BACKEND_MODES = ("copy", "skip_copy")  # the modes this suite runs a backend in
 NEEDS = part_attributes("lowering", "runtime")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One pipeline model as the suite runs it."""
-
-    model: str
-    kind: str
-    methods: tuple[str, str]
-    steps: int
-
-    @property
-    def skip_methods(self) -> str:
-        """What mode ``skip_copy`` names: the encoder (ASR kind) or both methods (LLM kind)."""
-        return self.methods[0] if self.kind == "asr" else ",".join(self.methods)
-
-    def option_value(self, mode: str) -> str:
-        if mode not in BACKEND_MODES:
-            raise ValueError(f"mode {mode!r} has no skip-copy option; backend modes: {BACKEND_MODES}")
-        return self.skip_methods if mode == "skip_copy" else ""
-
-    @property
-    def tokens_per_run(self) -> int:
-        """Tokens one run generates per sequence (each a decoder / decode call's argmax)."""
-        return self.steps
-
-
-def model_specs(pipelines: Mapping[str, Any] | None = None) -> list[ModelSpec]:
-    """A spec per available pipeline model (``conformance.pipelines.PIPELINE_MODELS`` by default)."""
-    if pipelines is None:
-        from conformance.pipelines import PIPELINE_MODELS
-
-        pipelines = PIPELINE_MODELS
-    return [ModelSpec(name, p.kind, tuple(p.methods), STEPS[p.kind]) for name, p in pipelines.items()]
 
 
 def unavailable_models() -> dict[str, str]:
@@ -121,7 +85,7 @@ def _over(samples: Sequence[float], eager_s: float | None, what: str) -> Metric:
     return m.to_metric("lower")
 
 
-def lowering_record(spec: ModelSpec, costs: ModelCosts, eager_ready_s: float | None) -> BenchRecord:
+def lowering_record(spec: BenchPipeline, costs: ModelCosts, eager_ready_s: float | None) -> BenchRecord:
     params = params_for(spec.model, "lowering")
     eager = (
         exact_metric(eager_ready_s, "s", note="one sample")
@@ -155,7 +119,7 @@ def lowering_record(spec: ModelSpec, costs: ModelCosts, eager_ready_s: float | N
 
 
 def latency_record(
-    spec: ModelSpec,
+    spec: BenchPipeline,
     mode: str,
     latency: Measurement,
     counted: RunBytes | None,
@@ -204,7 +168,7 @@ def _bytes_metric(value: float | None, noise: float | None, traffic: PerRunTraff
 
 
 def pcie_record(
-    spec: ModelSpec, mode: str, traffic: PerRunTraffic, eager: PerRunTraffic | None, runs_reason: str
+    spec: BenchPipeline, mode: str, traffic: PerRunTraffic, eager: PerRunTraffic | None, runs_reason: str
 ) -> BenchRecord:
     params = {**params_for(spec.model, mode), "measure": "pcie"}
     tokens = spec.tokens_per_run
@@ -246,13 +210,13 @@ def pcie_record(
 
 @dataclass
 class _Prepared:
-    spec: ModelSpec
+    spec: BenchPipeline
     run: dict[str, Callable[[Any], Any]]  # mode → run(stats) → tokens
     batch: int
     eager_ready_s: float
 
 
-def _prepare(ctx: BenchContext, spec: ModelSpec, stack: Any) -> _Prepared:
+def _prepare(ctx: BenchContext, spec: BenchPipeline, stack: Any) -> _Prepared:
     import torch
 
     from conformance.models import get_model, greedy
@@ -338,7 +302,7 @@ def run_models(ctx: BenchContext) -> None:
         ctx.log(f"  {model}: left out: {why}")
     target = QUICK_NVML_TARGET_BYTES if ctx.quick else NVML_TARGET_BYTES
     cap_s = QUICK_NVML_TIME_CAP_S if ctx.quick else NVML_TIME_CAP_S
-    specs = model_specs()
+    specs = bench_pipelines()
     with torch.cuda.device(ctx.device_index), contextlib.ExitStack() as stack:
         prepared = [_prepare(ctx, spec, stack) for spec in specs]
         counted: dict[str, dict[str, RunBytes]] = {}

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from conformance.benchmarks import exact_metric, ratio_metric
+from conformance.benchmarks import BACKEND_MODES, BenchPipeline, bench_pipelines, exact_metric, ratio_metric
 from conformance.pcie_checks import RESOLUTION_FACTOR, PerRunTraffic, choose_runs, difference
 from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
@@ -65,16 +65,12 @@ from harness.records import BenchRecord, Metric, case_name
 from harness.timing import Measurement, interleaved_order, paired_ratio, run_adaptive, warm_up
 
 if TYPE_CHECKING:
-    import torch
-
     from harness.nvml_traffic import TrafficMeter
 
 SUITE = "pipelines"
 DTYPE_NAME = "float32"
 SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
-ASR_DECODER_STEPS = 6
-LLM_DECODE_STEPS = 8
-MODES = ("copy", "skip_copy", "placed")
+MODES = BACKEND_MODES
 #: Export-time placement of the ``placed`` mode: every input and output of both methods on the device.
 PLACED_OPTIONS = {"skip_h2d_for_method_inputs": True, "skip_d2h_for_method_outputs": True}
 
@@ -87,39 +83,8 @@ QUICK_NVML_TIME_CAP_S = 2.0
 NEEDS = part_attributes("lowering", "runtime")
 
 
-@dataclass(frozen=True)
-class PipelineSpec:
-    """One pipeline: the zoo model, its two methods in call order, and what skip-copy mode names."""
-
-    name: str
-    model: str
-    methods: tuple[str, str]
-    skip_methods: str
-    description: str
-
-    def option_value(self, mode: str) -> str:
-        if mode not in MODES:
-            raise ValueError(f"mode {mode!r} must be one of {MODES}")
-        return self.skip_methods if mode == "skip_copy" else ""
-
-    def run(
-        self, backend: Any, handles: Sequence[object], host_input: torch.Tensor, stats: Any = None
-    ) -> Any:
-        from conformance.pipelines import PIPELINE_MODELS, run_greedy
-
-        first, second = handles
-        steps = ASR_DECODER_STEPS if PIPELINE_MODELS[self.model].kind == "asr" else LLM_DECODE_STEPS + 1
-        return run_greedy(backend, self.model, first, second, host_input, steps, stats)
-
-
-PIPELINES: tuple[PipelineSpec, ...] = (
-    PipelineSpec(
-        "asr", "asr", ("encoder", "decoder"), "encoder", f"encoder once + decoder {ASR_DECODER_STEPS} steps"
-    ),
-    PipelineSpec(
-        "llm", "llm", ("prefill", "decode"), "prefill,decode", f"prefill + decode {LLM_DECODE_STEPS} steps"
-    ),
-)
+#: The two home-made pipelines (the ``models`` suite runs every pipeline model, Hugging Face ones too).
+PIPELINES: tuple[BenchPipeline, ...] = tuple(p for p in bench_pipelines() if p.model in ("asr", "llm"))
 
 
 # ---------------------------------------------------------------------------------------------- pure parts
@@ -162,7 +127,7 @@ def params_for(pipeline: str, mode: str) -> dict[str, str]:
 
 
 def latency_record(
-    pipeline: PipelineSpec,
+    pipeline: BenchPipeline,
     mode: str,
     latency: Measurement,
     counted: RunBytes,
@@ -197,7 +162,7 @@ def latency_record(
 
 
 def pcie_record(
-    pipeline: PipelineSpec,
+    pipeline: BenchPipeline,
     mode: str,
     traffic: PerRunTraffic,
     counted: RunBytes,
@@ -243,7 +208,7 @@ def pcie_record(
 
 
 def saving_record(
-    pipeline: PipelineSpec,
+    pipeline: BenchPipeline,
     copy_counted: RunBytes,
     skip_counted: RunBytes,
     copy_traffic: PerRunTraffic,
@@ -326,7 +291,7 @@ def per_method_saving(copy_counted: RunBytes, other: RunBytes) -> dict[str, dict
 
 @dataclass
 class _Prepared:
-    spec: PipelineSpec
+    spec: BenchPipeline
     handles: dict[str, list[object]]
     """mode → the handles it runs (``copy`` and ``skip_copy`` share one program's)."""
     inputs: dict[str, Any]
@@ -394,7 +359,7 @@ def _measure_nvml(
     return PerRunTraffic.from_measurement(meter.measure(window), runs)
 
 
-def _prepare(ctx: BenchContext, spec: PipelineSpec, stack: Any) -> _Prepared:
+def _prepare(ctx: BenchContext, spec: BenchPipeline, stack: Any) -> _Prepared:
     import torch
 
     from conformance.programs import handles, lowered
