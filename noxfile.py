@@ -249,13 +249,13 @@ def _run_suite(
     ``prelower=False`` skips compiling the zoo up front (for a backend whose zoo cases cannot run).
     ``python``: the interpreter (default: the session's).
 
-    On a GPU machine: (0) the backend's toolchain preflight, alone; (1) the zoo pre-lowered for both targets
-    on all cores but one, in the background at a lower priority, overlapping (2) every case that may share
-    its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with ``CUDA_VISIBLE_DEVICES``
-    before CUDA starts; (3) once (2) is done and (1) stopped, the cases that need their GPU alone
-    (``EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the cases that need several at once, in
-    one unpinned worker. (0) and (1) are skipped for a narrowed selection (``-k``, ``-m``, a file or a case
-    id). Each pytest run writes a shard
+    On a GPU machine: (1) the zoo pre-lowered for both targets on all cores but one, in the background at a
+    lower priority, started first; (0) beside it the backend's toolchain preflight, before any case; (1)
+    then overlaps (2) every case that may share its GPU, several pytest-xdist workers per GPU, each pinned
+    to its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts; (3) once (2) is done and (1) stopped, the
+    cases that need their GPU alone (``EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the
+    cases that need several at once, in one unpinned worker. (0) and (1) are skipped for a narrowed
+    selection (``-k``, ``-m``, a file or a case id). Each pytest run writes a shard
     (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id, so every report merges them into
     one run. The per-phase table is printed at the end and stored in each shard.
     """
@@ -276,8 +276,8 @@ def _run_suite(
     preflight: list[bool] = []  # the toolchain check's verdict, once it ran
 
     def check_toolchain() -> str:
-        """The backend's preflight alone, before any load: under 15 compiling processes the same check
-        took 130 s instead of 10 and held back every worker. Later phases then skip their own."""
+        """The backend's preflight, once, before any case (beside the pre-lowering's start; later phases
+        then skip their own). A failure stops the pre-lowering and the first phase reports why."""
         cmd = [python, "-m", "conformance.prelower", "--device=cuda", "--preflight-only"]
         code = subprocess.run([*cmd, *_backend_args(session)], env={**os.environ, **env}).returncode
         preflight.append(code == 0)
@@ -312,9 +312,14 @@ def _run_suite(
         narrowed = any(a.startswith(("-k", "-m")) or "::" in a or a.endswith(".py") for a in session.posargs)
         background = None
         if prelower and not narrowed:
+            # The pre-lowering first, then the preflight beside it: on a cold machine the preflight's one
+            # compile took 75-98 s alone while 16 cores idled, and the pre-lowering (300 s of compiles) is
+            # what the cases wait for. The cases still start only once the toolchain is known to work.
+            started, background = time.perf_counter(), _start_prelower(session, python, gpus, log)
             phases.timed("preflight", check_toolchain)
-            if all(preflight):  # else the first phase's own preflight stops the run with the diagnosis
-                started, background = time.perf_counter(), _start_prelower(session, python, gpus, log)
+            if not all(preflight) and background is not None:  # nothing worth compiling with this toolchain
+                phases.add("prelower (overlapped)", started, _stop_prelower(session, background, log))
+                background = None
         # Each worker gets its share of the cores for CPU-target programs and eager checks.
         cores = str(max(1, (os.cpu_count() or 1) // per_gpu // gpus))
         shared = {**pinned, **COMPILE_ENV, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", cores)}
