@@ -12,7 +12,9 @@ Upstream shipped two ordering bugs this chapter exists to catch:
 
 And ``streams/threads``: 8 threads on one handle, and 8 threads on their own handles (of two programs),
 200 executes each, while another thread flips the skip-copy option; every result equals the serial result,
-no exception, no deadlock. A reduced version (4 threads × 50, CPU programs) runs without a GPU.
+no exception, no deadlock. A reduced version (4 threads × 50, CPU programs) runs without a GPU. The same
+rule on the pipeline models (the Hugging Face ones too): 4 threads with their own handles and streams run
+the greedy loop, and every token sequence equals the serial one.
 
 How the checks keep themselves honest (a test bug must not pass for a backend bug, nor the reverse):
 
@@ -46,7 +48,8 @@ from torch import nn
 
 from conformance.checks import assert_exact, fail
 from conformance.models import get_model
-from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option
+from conformance.pipelines import PIPELINE_MODELS, pipeline_params, run_greedy
+from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option, require_lowering_device
 from conformance.protocol import Backend
 
 DTYPE = torch.float32
@@ -392,4 +395,61 @@ def test_threads_match_serial_while_options_flip(
             call,
             f"results differ from the serial result (mismatches per thread: {mismatches}; "
             f"outputs on the GPU per thread: {on_device}; option flips: {flips[0]})",
+        )
+
+
+#: Threads and greedy runs each for the pipeline models: each run is 6-8 steps of two methods.
+PIPELINE_THREADS, PIPELINE_RUNS = 4, 3
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("model", pipeline_params())
+def test_pipeline_models_from_threads_match_serial(runtime: Backend, model: str, target: str) -> None:
+    """streams/threads on the pipeline models (``asr``, ``llm`` and, with ``transformers``, the Hugging
+    Face ``hf_whisper`` and ``hf_llm``): 4 threads, each with its own handles of one float32 program (and,
+    on a GPU, its own CUDA stream), run the model's greedy loop 3 times; every token sequence equals the
+    serial one, no exception, no deadlock."""
+    rule = "streams/threads"
+    require_lowering_device(runtime, target)
+    lm = lowered(runtime, model, DTYPE, target)
+    first, _ = PIPELINE_MODELS[model].methods
+    first_input = lm.eager[first][1][0].detach().cpu()
+    call = f"{PIPELINE_THREADS} threads × {PIPELINE_RUNS} greedy runs of {model} ({target}), own handles"
+    on_gpu = target == "cuda"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
+    with contextlib.ExitStack() as stack:
+        made = [
+            stack.enter_context(handles(runtime, lm.program, *lm.methods)) for _ in range(PIPELINE_THREADS)
+        ]
+        serial = run_greedy(runtime, model, made[0][0], made[0][1], first_input)
+        errors: list[str] = []
+        differing: list[int] = [0] * PIPELINE_THREADS
+
+        def worker(i: int) -> None:
+            streams = torch.cuda.stream(torch.cuda.Stream(device)) if on_gpu else contextlib.nullcontext()
+            try:
+                with streams:
+                    for _ in range(PIPELINE_RUNS):
+                        got = run_greedy(runtime, model, made[i][0], made[i][1], first_input)
+                        differing[i] += not torch.equal(got, serial)
+            except Exception as exc:  # reported below with the thread index
+                errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
+
+        pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(PIPELINE_THREADS)]
+        for t in pool:
+            t.start()
+        deadline = time.monotonic() + THREAD_TIMEOUT_S[target]
+        for t in pool:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [i for i, t in enumerate(pool) if t.is_alive()]
+        if stuck:
+            stack.pop_all()  # no destroy now: it could block behind the stuck threads
+            fail(
+                rule, call, f"deadlock: threads {stuck} still running after {THREAD_TIMEOUT_S[target]:.0f} s"
+            )
+    if errors:
+        fail(rule, call, "; ".join(errors[:5]))
+    if any(differing):
+        fail(
+            rule, call, f"token sequences differ from the serial run (runs differing per thread: {differing})"
         )
