@@ -178,9 +178,6 @@ EXEMPT: dict[str, Exemption] = {
     "options/not-retroactive": _gap("GPU only; not written yet"),
     "options/list-parsing": _gap("GPU only; not written yet"),
     "format/cpu-target": _gap("GPU only; not written yet"),
-    "lowering/unsupported-kernels": _gap(
-        "a lower() that ships a proxy-executor call for an op with no kernel"
-    ),
     "mm_out/program-route": _gap("not written yet"),
     "view-pass/every-view-twin": _gap("coverage for unmapped ops; a must only for a wrong rewrite: not yet"),
 }

@@ -191,6 +191,25 @@ class CrashesOnUnknownOps(Forwarding):
         return REFERENCE.lower(methods, device=device, options=options)
 
 
+class ShipsProxyExecutorCalls(Forwarding):
+    """Leaves a method's missing kernels to the proxy executor instead of refusing the method: ``lower``
+    returns a program for an op that has no kernel anywhere, and the failure waits for the first execute
+    (breaks lowering/unsupported-kernels)."""
+
+    def lower(
+        self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
+    ) -> bytes:
+        from reference_impl.lowering.fallback_kernels import provided_by_torch_runtime
+        from reference_impl.lowering.lower import lower_program
+
+        try:
+            return REFERENCE.lower(methods, device=device, options=options)
+        except UnsupportedKernelsError as exc:
+            everything = provided_by_torch_runtime(device.split(":")[0]) | set(exc.kernels)
+            pairs = {name: (entry[0], entry[1]) for name, entry in methods.items()}
+            return lower_program(pairs, device=device, provided_kernels=everything)
+
+
 UPSTREAM_FALLBACK_KERNELS = UpstreamFallbackKernels(
     "upstream-fallback-kernels",
     Breaks(
@@ -198,6 +217,10 @@ UPSTREAM_FALLBACK_KERNELS = UpstreamFallbackKernels(
         LOWERING,
         ("-k", "unsupported_kernels and cpu"),
     ),
+)
+SHIPS_PROXY_EXECUTOR_CALLS = ShipsProxyExecutorCalls(
+    "ships-proxy-executor-calls",
+    Breaks(("lowering/unsupported-kernels",), LOWERING, ("-k", "unsupported_kernels and cpu")),
 )
 COMPUTES_FLOAT32_IN_BFLOAT16 = ComputesFloat32InBfloat16(
     "computes-float32-in-bfloat16",
