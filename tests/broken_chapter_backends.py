@@ -88,6 +88,17 @@ class OwnStream(Forwarding):
             REFERENCE.mm_out(out, self_, mat2)
 
 
+class AssumesRowMajor(Forwarding):
+    """Hands cuBLAS ``mat2``'s storage as if it were row-major, whatever its strides: a transposed
+    (column-major) ``mat2`` multiplies the wrong elements, with no error (breaks mm_out/values and
+    mm_out/exact-integers for every layout but row-major)."""
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        if isinstance(mat2, torch.Tensor) and mat2.dim() == 2 and mat2.is_cuda and not mat2.is_contiguous():
+            mat2 = torch.as_strided(mat2, mat2.shape, (mat2.shape[1], 1), mat2.storage_offset())
+        REFERENCE.mm_out(out, self_, mat2)
+
+
 class ReturnsEarlyOnEmptyK(Forwarding):
     """Returns at once when K is 0 ("nothing to multiply"), leaving ``out`` as it was instead of zeros."""
 
@@ -108,6 +119,15 @@ MM_OUT_CONTRACT = (
 RELAYS_ATEN_ERRORS = RelaysAtenErrors(
     "relays-aten-errors",
     Breaks(tuple(f"mm_out/{r}" for r in MM_OUT_CONTRACT), MM_OUT, ("-k", "bad_input"), cuda=True),
+)
+ASSUMES_ROW_MAJOR = AssumesRowMajor(
+    "assumes-row-major",
+    Breaks(
+        ("mm_out/values", "mm_out/exact-integers"),
+        MM_OUT,
+        ("-k", "(values_match_float64_reference or small_integers_are_exact) and float32 and row-col"),
+        cuda=True,
+    ),
 )
 USES_TF32 = UsesTf32("uses-tf32", Breaks(("mm_out/no-tf32",), MM_OUT, ("-k", "does_not_use_tf32"), cuda=True))
 OWN_STREAM = OwnStream(
