@@ -19,6 +19,7 @@ import torch
 from conformance.rules import Level, level_of
 from conformance.view_pass_cases import CASES
 from harness.results import RunResult, load_results
+from tests.chapter_runner import ChapterRun
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for this chapter")
@@ -32,10 +33,11 @@ Verdict = tuple[int, RunResult, str]
 
 
 def start_chapter(tmp_path: Path, backend: str, *select: str, chapter: str = MM_OUT) -> Callable[[], Verdict]:
-    """Start ``chapter`` against ``backend`` in a subprocess; the returned function waits for its verdict."""
+    """Start ``chapter`` against ``backend`` in a child process (``tests/chapter_runner.py``: a fresh pytest
+    session, forked warm); the returned function waits for its verdict."""
     results, log = tmp_path / "results.json", tmp_path / "output.txt"
-    cmd = [
-        sys.executable, "-m", "pytest", chapter, *select,
+    args = [
+        chapter, *select,
         f"--backend={backend}", "-p", "harness.pytest_plugin", f"--results-json={results}",
         "-q", "-p", "no:cacheprovider",
         # The toolchain check (a compile in a fresh interpreter, ~3.5 s) is proven once, on its own, by
@@ -43,15 +45,10 @@ def start_chapter(tmp_path: Path, backend: str, *select: str, chapter: str = MM_
         "--no-preflight",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    run = ChapterRun(args, ROOT, env, log)
 
     def wait() -> Verdict:
-        try:
-            code = proc.wait(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        code = run.wait(timeout=600)
         return code, load_results(results), log.read_text()
 
     return wait
