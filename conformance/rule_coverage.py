@@ -143,7 +143,6 @@ EXEMPT: dict[str, Exemption] = {
         "(tests/test_case_outcomes.py proves it)"
     ),
     # --- gaps: a backend could break these; none is written yet
-    "runtime/lower": _gap("a runtime chapter's lowering failed; lowering/zoo-lowers has broken backends"),
     "mm_out/exact-identity": _gap("a misread layout cannot break I @ diag(d) (symmetric); not yet"),
     "mm_out/exact-ones": _gap("a misread layout cannot break ones @ ones; not yet"),
     "mm_out/threads": _gap("a shim sharing one cuBLAS workspace between threads; not written yet"),

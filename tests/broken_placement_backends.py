@@ -74,6 +74,15 @@ class IgnoresOutputPlacement(Forwarding):
         return REFERENCE.lower(methods, device=device, options=kept)
 
 
+class LowersWithoutOptions(Forwarding):
+    """Implements ``lower(methods, *, device)`` as an older protocol had it, with no ``options``, yet keeps
+    the reference's ``lower_options``: every lowering a runtime chapter asks for with options fails with a
+    ``TypeError`` (breaks runtime/lower, the runtime chapters' rule for a program they cannot get)."""
+
+    def lower(self, methods: Mapping[str, tuple], *, device: str):
+        return REFERENCE.lower(methods, device=device)
+
+
 class ExportTimeWinsSilently(Forwarding):
     """Validates the export-time flags but never looks at the runtime option while lowering: a method fixed
     to host outputs that the runtime option names lowers without a word, and one of the two settings is
@@ -168,6 +177,10 @@ ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods(
         cuda=True,
         proven_by=f"{PROOF}::test_host_inputs_accepted_for_a_device_input_method_fail",
     ),
+)
+LOWERS_WITHOUT_OPTIONS = LowersWithoutOptions(
+    "lowers-without-options",
+    Breaks(("runtime/lower",), PLACEMENT, ("-k", "cpu_target_changes_nothing and llm")),
 )
 EXPORT_TIME_WINS_SILENTLY = ExportTimeWinsSilently(
     "export-time-wins-silently", Breaks(("placement/conflict",), PLACEMENT, ("-k", "conflict"))
