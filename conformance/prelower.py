@@ -75,7 +75,7 @@ def _digest_tree(digest: Any, root: Path) -> None:
             digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
 
 
-def sources_stamp(spec: str, tasks: Iterable[tuple[str, str, str]]) -> str:
+def sources_stamp(spec: str, tasks: Iterable[tuple[str, ...]]) -> str:
     """What a pre-lowering's result depends on, as one hash: the backend spec and its package's files, the
     zoo's sources, the task list, torch's version and the C++ compiler. Equal stamps: an earlier run
     already lowered all of it."""
@@ -97,6 +97,33 @@ def stamp_path(stamp: str) -> Path:
     return Path(root) / "prelower" / f"{stamp}.done"
 
 
+def _machine(device: str) -> tuple[str, ...]:
+    """What a toolchain verdict also depends on beyond the sources: the GPU it loaded on."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return (props.name, f"{props.major}.{props.minor}", str(torch.version.cuda))
+    return ("cpu",)
+
+
+def _preflight(spec: str, device: str, *, force: bool) -> int:
+    """The backend's toolchain preflight for ``device``; exit 3 if it fails. A passed verdict is stamped
+    like a pre-lowering (backend files, torch, ``$CXX``) plus the GPU: the same check on the same inputs
+    is not repeated (14 s of a warm run), and anything it depends on changing runs it again."""
+    done = stamp_path(sources_stamp(spec, [("preflight", device, *_machine(device))]))
+    if done.exists() and not force:
+        print(f"preflight [{device}]: toolchain OK, as an earlier run found with the same backend, torch, "
+              f"$CXX and GPU ({done}; --force checks again)", flush=True)  # fmt: skip
+        return 0
+    ok, lines = run_preflight(load_backend(spec), device)
+    print("\n".join(lines) or f"prelower: backend {spec} has no toolchain preflight", flush=True)
+    if ok and lines:
+        done.parent.mkdir(parents=True, exist_ok=True)
+        done.write_text("\n".join(lines) + "\n")
+    return 0 if ok else 3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -115,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="lower even where an earlier run with the same sources left its stamp",
+        help="lower (or run the preflight) even where an earlier run with the same sources left its stamp",
     )
     parser.add_argument(
         "--preflight-only",
@@ -125,11 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = backend_spec(args.backend)
     if args.preflight_only:
-        # Alone, before the pre-lowering and the cases start: compiled under full load, the same check
-        # took 130 s instead of 10 and held back every worker.
-        ok, lines = run_preflight(load_backend(spec), (args.device or ["cuda"])[0])
-        print("\n".join(lines) or f"prelower: backend {spec} has no toolchain preflight", flush=True)
-        return 0 if ok else 3
+        return _preflight(spec, (args.device or ["cuda"])[0], force=args.force)
     devices = args.device or ["cuda"]
     # The big programs first: the pool's tail is then short ones, not one asr compile with 14 idle processes.
     models = sorted(args.model or list(ZOO), key=lambda m: -len(ZOO[m].methods))

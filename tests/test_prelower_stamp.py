@@ -46,3 +46,37 @@ def test_a_stamped_run_is_skipped_and_says_so(fake_backend: Path, capsys: pytest
     out = capsys.readouterr().out
     assert "prelower: skipped, 1 programs for cpu" in out
     assert str(done) in out
+
+
+def test_a_passed_preflight_is_stamped_and_not_repeated(
+    fake_backend: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (fake_backend / "__init__.py").write_text(
+        "class B:\n"
+        "    name, version, calls = 'stamp', '1', 0\n"
+        "    def preflight(self, device):\n"
+        "        B.calls += 1\n"
+        "        return True, 'toolchain OK'\n"
+        "BACKEND = B()\n"
+    )
+    spec = "stampbackend:BACKEND"
+    assert prelower.main(["--preflight-only", "--device", "cpu", "--backend", spec]) == 0
+    assert prelower.main(["--preflight-only", "--device", "cpu", "--backend", spec]) == 0
+    import stampbackend  # the module the two runs loaded
+
+    assert stampbackend.B.calls == 1
+    out = capsys.readouterr().out
+    assert "preflight [cpu]: toolchain OK" in out
+    assert "as an earlier run found" in out
+    assert prelower.main(["--preflight-only", "--device", "cpu", "--backend", spec, "--force"]) == 0
+    assert stampbackend.B.calls == 2
+
+
+def test_a_failed_preflight_is_not_stamped(fake_backend: Path) -> None:
+    (fake_backend / "__init__.py").write_text(
+        "class B:\n    name, version = 'stamp', '1'\n"
+        "    def preflight(self, device):\n        return False, 'compiler broken'\nBACKEND = B()\n"
+    )
+    args = ["--preflight-only", "--device", "cpu", "--backend", "stampbackend:BACKEND"]
+    assert prelower.main(args) == 3
+    assert prelower.main(args) == 3  # asked again: a failure is never remembered
