@@ -205,6 +205,31 @@ COUNTS_ARGUMENT_BYTES_PIPELINE = CountsArgumentBytes(
         ("-k", "pipeline_tokens_match_eager and llm-cpu-float32"),
     ),
 )
+# The same bug on a CUDA target: kept outputs and device inputs counted as if copied.
+COUNTS_ARGUMENT_BYTES_CUDA_KEPT = CountsArgumentBytes(
+    "counts-argument-bytes",
+    Breaks(
+        ("skip-copy/d2h-bytes",),
+        "conformance/test_runtime_options.py",
+        ("-k", "skip_copy_matrix and not cpu_target and float32-llm-both]"),
+        cuda=True,
+    ),
+)
+COUNTS_ARGUMENT_BYTES_CUDA_PLACED_OUT = CountsArgumentBytes(
+    "counts-argument-bytes",
+    Breaks(
+        ("placement/d2h-bytes",),
+        PLACEMENT,
+        ("-k", "placement_matrix and float32-llm-outputs-first"),
+        cuda=True,
+    ),
+)
+COUNTS_ARGUMENT_BYTES_CUDA_PLACED_IN = CountsArgumentBytes(
+    "counts-argument-bytes",
+    Breaks(
+        ("placement/h2d-bytes",), PLACEMENT, ("-k", "placement_matrix and float32-llm-inputs-all"), cuda=True
+    ),
+)
 STAGES_THROUGH_THE_HOST = StagesThroughTheHost(
     "stages-through-the-host",
     Breaks(
