@@ -10,6 +10,7 @@ with and without the mechanism and cancels in the difference.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -109,6 +110,29 @@ class PerRunTraffic:
                 "counter_wraps": dict(m.wraps),
                 "max_poll_gap_s": m.max_gap_s,
             },
+        )
+
+    def minus(self, other: PerRunTraffic) -> PerRunTraffic:
+        """This window's per-run figures less ``other``'s: traffic both windows saw (a loop replayed on its
+        own, say) taken out. Payloads subtract; drift noises add in quadrature; one calibration scales both,
+        so its relative noise stays as it is. Invalid or missing in either: missing, with the reason."""
+        if not (self.valid and other.valid):
+            return PerRunTraffic(self.runs, False, self.reason if not self.valid else other.reason)
+
+        def sub(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else a - b
+
+        def add(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else math.hypot(a, b)
+
+        return dataclasses.replace(
+            self,
+            h2d=sub(self.h2d, other.h2d),
+            d2h=sub(self.d2h, other.d2h),
+            h2d_drift_noise=add(self.h2d_drift_noise, other.h2d_drift_noise),
+            d2h_drift_noise=add(self.d2h_drift_noise, other.d2h_drift_noise),
+            h2d_noise=add(self.h2d_noise, other.h2d_noise),
+            d2h_noise=add(self.d2h_noise, other.d2h_noise),
         )
 
     @classmethod
