@@ -581,3 +581,39 @@ def test_whole_run_savings_are_net_of_the_loop() -> None:
     invalid = copy_t.minus(pcie_checks.PerRunTraffic.from_measurement(_traffic(1, 1, valid=False), runs))
     assert not invalid.valid
     assert invalid.h2d is None
+
+
+def test_per_method_agreement_counts_the_fixed_cost_of_each_copy_saved() -> None:
+    """A 2.5 kB saving is mostly fixed costs: held to payload + copies x per-copy PCIe bytes (measured in the
+    same run), NVML agrees where the payload-only ratio reads 1.13."""
+    runs = 2_000
+    copy_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(2_600 * runs, 2_890 * runs), runs)
+    placed_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(2_600 * runs, 0), runs)
+    spec = bench_pipelines.PIPELINES[0]
+    counted_copy = bench_pipelines.RunBytes(h2d=2_560, d2h=2_560, executes=1)
+    counted_placed = bench_pipelines.RunBytes(h2d=0, d2h=2_560, executes=1)
+    overheads = {"h2d_copy": {"h2d": 330.0, "d2h": 0.0}, "d2h_copy": {"h2d": 10.0, "d2h": 40.0}}
+    per_copy = bench_pipelines.PerCopy({"h2d_copy": 1, "d2h_copy": 0}, overheads)
+    assert per_copy.expected("h2d", 2_560) == pytest.approx(2_890)
+    record = round_trips(
+        bench_pipelines.saving_record(
+            spec,
+            counted_copy,
+            counted_placed,
+            copy_t,
+            placed_t,
+            "placed",
+            method="encoder",
+            per_copy=per_copy,
+        )
+    )
+    metrics = record["metrics"]
+    assert metrics["h2d_saved_agreement"]["value"] == pytest.approx(2_890 / 2_560)
+    assert metrics["h2d_saved_expected_nvml"]["value"] == pytest.approx(2_890)
+    assert metrics["h2d_saved_agreement_per_copy"]["value"] == pytest.approx(1.0)
+    assert record["conditions"]["per_copy"]["copies_saved"] == {"h2d_copy": 1, "d2h_copy": 0}
+    unmeasured = bench_pipelines.PerCopy({"h2d_copy": 1}, None, "meter unavailable")
+    assert unmeasured.expected("h2d", 2_560) is None
+    import torch
+
+    assert bench_pipelines.host_tensors([torch.zeros(1), torch.zeros(1, device="meta")]) == 1
