@@ -34,6 +34,11 @@ def nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def host_nbytes(tensors: Sequence[torch.Tensor]) -> int:
+    """Bytes of the host tensors among ``tensors``: what must cross PCIe to reach or leave the device."""
+    return nbytes([t for t in tensors if t.device.type == "cpu"])
+
+
 def cuda_device() -> torch.device:
     """The device a handle made by ``init`` runs on: the current CUDA device (``init`` takes no device)."""
     return torch.device("cuda", torch.cuda.current_device())
@@ -144,7 +149,7 @@ def check_where_data_went(
     if d2h != want_d2h:
         fail(f"{prefix}/d2h-bytes", call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
     h2d = run.stats.get("h2d_bytes")
-    want_h2d = nbytes([t for t in run.inputs if t.device.type == "cpu"])
+    want_h2d = host_nbytes(run.inputs)
     if h2d != want_h2d:
         why = (
             "inputs arrive on the device"

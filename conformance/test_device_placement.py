@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import pytest
@@ -55,7 +55,7 @@ from conformance.method_runs import (
     check_profiled_copies,
     check_where_data_went,
     cuda_device,
-    nbytes,
+    host_nbytes,
     run_methods,
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
@@ -352,11 +352,6 @@ def _per_execute(meter: TrafficMeter, execute: Callable[[], object], runs: int, 
     raise AssertionError("unreachable")
 
 
-def _host_bytes(tensors: Sequence[torch.Tensor]) -> int:
-    """Bytes of the host tensors among ``tensors``: what must cross PCIe to reach or leave the device."""
-    return nbytes([t for t in tensors if t.device.type == "cpu"])
-
-
 def _executes(backend: Backend, run: MethodRun) -> Callable[[], object]:
     return lambda: backend.execute(run.handle, run.inputs)  # type: ignore[attr-defined]
 
@@ -379,14 +374,14 @@ def _savings(
     start = time.perf_counter()
     _executes(backend, host)()
     torch.cuda.synchronize()
-    moves = _host_bytes(host.inputs) + _host_bytes(host.outputs)
+    moves = host_nbytes(host.inputs) + host_nbytes(host.outputs)
     runs, _ = choose_runs(moves, time.perf_counter() - start, PCIE_TARGET_BYTES, PCIE_TIME_CAP_S)
     on_host = _per_execute(meter, _executes(backend, host), runs, call)
     with _runtime_option(backend, keep):
         on_device = _per_execute(meter, _executes(backend, kept), runs, call)
     expected = {
-        "h2d": _host_bytes(host.inputs) - _host_bytes(kept.inputs),
-        "d2h": _host_bytes(host.outputs) - _host_bytes(kept.outputs),
+        "h2d": host_nbytes(host.inputs) - host_nbytes(kept.inputs),
+        "d2h": host_nbytes(host.outputs) - host_nbytes(kept.outputs),
     }
     savings = [Saving(d, expected[d], *difference(on_host, on_device, d)) for d in ("h2d", "d2h")]
     return savings, runs

@@ -285,6 +285,16 @@ def measure_model(
     return costs
 
 
+def cost_timings(costs: ModelCosts) -> dict[str, Metric]:
+    """The four timings of one model's lowering costs, as suites ``lowering`` and ``models`` record them."""
+    return {
+        "compile_cold": timing_metric(costs.cold_s, "no cold compile finished"),
+        "compile_warm": timing_metric(costs.warm_s, "no warm compile finished"),
+        "first_load": timing_metric(costs.first_load_s, "no first load finished"),
+        "warm_load": timing_metric(costs.warm_load_s, "no warm load finished"),
+    }
+
+
 def lowering_record(
     costs: ModelCosts, repeats: Repeats, conditions: Mapping[str, Any] | None = None
 ) -> BenchRecord:
@@ -306,13 +316,7 @@ def lowering_record(
         name=case_name(SUITE, params),
         params=params,
         primary="compile_cold",
-        metrics={
-            "compile_cold": timing_metric(costs.cold_s, "no cold compile finished"),
-            "compile_warm": timing_metric(costs.warm_s, "no warm compile finished"),
-            "program_size": size,
-            "first_load": timing_metric(costs.first_load_s, "no first load finished"),
-            "warm_load": timing_metric(costs.warm_load_s, "no warm load finished"),
-        },
+        metrics={**cost_timings(costs), "program_size": size},
         conditions={
             **(dict(conditions) if conditions else {}),
             "methods": list(costs.methods),

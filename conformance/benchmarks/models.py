@@ -30,9 +30,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from conformance.benchmarks import BenchPipeline, bench_pipelines, exact_metric, ratio_metric, timing_metric
+from conformance.benchmarks import BenchPipeline, bench_pipelines, exact_metric, ratio_metric
+from conformance.benchmarks.lowering import ModelCosts, cost_timings
 from conformance.benchmarks.pipelines import (
     NVML_TARGET_BYTES,
     NVML_TIME_CAP_S,
@@ -46,9 +47,6 @@ from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
 from harness.records import BenchRecord, Metric, case_name
 from harness.timing import Measurement, interleaved_order, paired_ratio, run_adaptive, summarize, warm_up
-
-if TYPE_CHECKING:
-    from conformance.benchmarks.lowering import ModelCosts
 
 SUITE = "models"
 DTYPE_NAME = "float32"
@@ -98,10 +96,7 @@ def lowering_record(spec: BenchPipeline, costs: ModelCosts, eager_ready_s: float
         params=params,
         primary="compile_cold",
         metrics={
-            "compile_cold": timing_metric(costs.cold_s, "no cold compile finished"),
-            "compile_warm": timing_metric(costs.warm_s, "no warm compile finished"),
-            "first_load": timing_metric(costs.first_load_s, "no first load finished"),
-            "warm_load": timing_metric(costs.warm_load_s, "no warm load finished"),
+            **cost_timings(costs),
             "eager_ready": eager,
             "compile_cold_vs_eager": _over(costs.cold_s, eager_ready_s, "compile_cold / eager_ready"),
             "first_load_vs_eager": _over(costs.first_load_s, eager_ready_s, "first_load / eager_ready"),
