@@ -547,6 +547,11 @@ def test_a_replayed_loop_sees_the_recorded_outputs_and_moves_nothing_itself() ->
     real = spec.run(recorder, ["prefill", "decode"], first_input, stats)
     assert backend.calls == len(recorder.outputs) == spec.steps  # prefill + decodes
     assert stats[0][1] == {"h2d_bytes": 7, "d2h_bytes": 9}
+    # Every tensor in and out of the CPU backend is on the host: one PCIe copy each for a CUDA program.
+    assert recorder.copies == {
+        "h2d_copy": 1 + 4 * (spec.steps - 1),  # the prompt; then token, position and both caches
+        "d2h_copy": sum(len(out) for out in recorder.outputs),
+    }
     replay = bench_pipelines._Replay(recorder.outputs)
     replay_stats: list[Any] = []
     for _ in range(2):  # a window replays the run again and again
