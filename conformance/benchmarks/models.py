@@ -9,7 +9,8 @@ Figures, per model:
 
 * **lowering** (benchmark record ``models[<model>-float32-lowering]``): ``compile_cold`` / ``compile_warm``
   and ``first_load`` / ``warm_load``, measured exactly as suite ``lowering`` measures them (its worker
-  processes: fresh process, empty caches) — and ``eager_ready``: what eager PyTorch pays in this process
+  processes: fresh process, empty caches; with ``--quick`` the models' workers run side by side,
+  ``concurrent_models`` in the conditions) — and ``eager_ready``: what eager PyTorch pays in this process
   before its first tokens (build the modules, move them to the GPU, run one pipeline). Ratios
   ``compile_cold_vs_eager`` and ``first_load_vs_eager`` (``x``, lower is better) divide by it.
 * **latency** (``models[<model>-float32-<mode>]``, modes ``eager``, ``copy``, ``skip_copy``): wall clock of
@@ -83,7 +84,9 @@ def _over(samples: Sequence[float], eager_s: float | None, what: str) -> Metric:
     return m.to_metric("lower")
 
 
-def lowering_record(spec: BenchPipeline, costs: ModelCosts, eager_ready_s: float | None) -> BenchRecord:
+def lowering_record(
+    spec: BenchPipeline, costs: ModelCosts, eager_ready_s: float | None, concurrent: int = 1
+) -> BenchRecord:
     params = params_for(spec.model, "lowering")
     eager = (
         exact_metric(eager_ready_s, "s", note="one sample")
@@ -105,6 +108,9 @@ def lowering_record(spec: BenchPipeline, costs: ModelCosts, eager_ready_s: float
             "methods": list(costs.methods),
             "program_bytes": list(costs.program_bytes),
             "how": "compile and load in fresh worker processes with empty caches, as suite 'lowering'",
+            # --quick measures the models side by side (each cold compile pays inductor's one-off
+            # toolchain setup, ~90 s on a fresh H100, so one after another does not fit a CI job).
+            "concurrent_models": concurrent,
             "eager_ready": (
                 "this process (torch and CUDA already up): build the eager modules on the GPU and run one "
                 "greedy pipeline, synchronised"
@@ -288,6 +294,7 @@ def _lowering_costs(ctx: BenchContext, model: str) -> ModelCosts | None:
 
 def run_models(ctx: BenchContext) -> None:
     import contextlib
+    from concurrent.futures import ThreadPoolExecutor
 
     import torch
 
@@ -334,10 +341,13 @@ def run_models(ctx: BenchContext) -> None:
                 for mode in MODES:
                     eager = traffic["eager"] if mode != "eager" else None
                     ctx.emit(pcie_record(p.spec, mode, traffic[mode], eager, why), "traffic")
-    for p in prepared:  # last: fresh worker processes, after this process's GPU work is done
-        costs = _lowering_costs(ctx, p.spec.model)
+    # Last: fresh worker processes, after this process's GPU work is done.
+    jobs = len(prepared) if ctx.quick else 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        measured = list(pool.map(lambda p: _lowering_costs(ctx, p.spec.model), prepared))
+    for p, costs in zip(prepared, measured, strict=True):
         if costs is not None:
-            rec = lowering_record(p.spec, costs, p.eager_ready_s)
+            rec = lowering_record(p.spec, costs, p.eager_ready_s, jobs)
             ctx.emit(rec, "benchmark")
             ctx.log(f"  {rec.name}: compile cold {rec.metrics['compile_cold'].value} s")
 
