@@ -232,9 +232,15 @@ def test_zero_sizes_follow_torch_mm(mm: MmOutBackend, dtype: str, m: int, k: int
 
 
 def _warm_up(mm: MmOutBackend, device: torch.device) -> None:
-    """One call first, so library loading and handle creation are not mistaken for a host sync."""
+    """Calls first, so library loading, handle creation and the lazy loading of the GEMM kernel (CUDA loads
+    a kernel at its first launch, which can wait for the device) are not mistaken for a host sync: one
+    small call, and one of exactly the ordering cases' shapes and dtype (``_busy_stream_inputs``)."""
     out, a, b = _valid(device)
     mm.mm_out(out, a, b)
+    gen = generator(f"warm-up-{device}", device)
+    a = torch.randint(-3, 4, (192, 160), generator=gen, device=device).float()
+    b = torch.randint(-3, 4, (160, 96), generator=gen, device=device).float()
+    mm.mm_out(poisoned_out(192, 96, torch.float32, device), a, b)
     torch.cuda.synchronize(device)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,7 @@ class _Pending:
         self.user_properties: list[tuple[str, object]] = []
         self.duration = 0.0
         self.worker: str | None = None
+        self.start: float | None = None  # epoch seconds of the earliest report's start (setup)
 
 
 class ResultRecorder:
@@ -150,6 +152,7 @@ class ResultRecorder:
         self._crashed: set[str] = set()
         self._recorded_tests = 0
         self._summary_line: str | None = None
+        self._session_start = time.time()
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -166,6 +169,7 @@ class ResultRecorder:
         # A stale final file from an earlier run would hide this run's journal if this run is killed.
         self.path.unlink(missing_ok=True)
         self.run.metadata = dict(self.metadata)
+        self._session_start = time.time()
         self.journal.start(self.run)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -192,6 +196,9 @@ class ResultRecorder:
         pending = self._pending.setdefault(report.nodeid, _Pending())
         pending.duration += float(getattr(report, "duration", 0.0) or 0.0)
         pending.worker = pending.worker or _worker_of(report)
+        start = getattr(report, "start", None)
+        if isinstance(start, float) and (pending.start is None or start < pending.start):
+            pending.start = start
         if report.user_properties:
             pending.user_properties = list(report.user_properties)
         if _is_crash_report(report, self._crashed):
@@ -266,6 +273,7 @@ class ResultRecorder:
                 repro=self._repro(nodeid),
                 duration_s=round(pending.duration, 6),
                 worker=pending.worker,
+                started_s=None if pending.start is None else round(pending.start - self._session_start, 3),
                 **details,
             )
         )

@@ -59,6 +59,9 @@ class CaseResult:
     #: For a declared known failure (outcome ``xfailed``, or ``failed`` with rule ``known-failures/stale``):
     #: the entry, ``{"case", "rule", "reason", "link", "source"}``.
     known_failure: dict[str, Any] | None = None
+    #: Seconds from the run's start (the recording process's session start) to the case's setup: with
+    #: ``worker`` and ``duration_s``, each worker's timeline (where a run's wall time went).
+    started_s: float | None = None
 
 
 @dataclass
@@ -372,6 +375,7 @@ _OPTIONAL_CASE_FIELDS: dict[str, tuple[type, ...]] = {
     "rule": (str, type(None)),
     "level": (str, type(None)),
     "known_failure": (dict, type(None)),
+    "started_s": (int, float, type(None)),
 }
 
 
@@ -453,6 +457,7 @@ def _case_from_dict(data: object, source: str, where: str) -> CaseResult:
         rule=obj.get("rule"),
         level=obj.get("level"),
         known_failure=obj.get("known_failure"),
+        started_s=None if obj.get("started_s") is None else float(obj["started_s"]),
     )
 
 

@@ -83,7 +83,9 @@ class OwnStream(Forwarding):
         if device is None:
             REFERENCE.mm_out(out, self_, mat2)
             return
-        stream = self._streams.setdefault(device.index, torch.cuda.Stream(device))
+        if device.index not in self._streams:
+            self._streams[device.index] = torch.cuda.Stream(device)
+        stream = self._streams[device.index]
         with torch.cuda.stream(stream):
             REFERENCE.mm_out(out, self_, mat2)
 

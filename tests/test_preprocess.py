@@ -7,6 +7,7 @@ it goes through the suite's default artifact cache (``$CONFORMANCE_CACHE_DIR`` o
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import types
@@ -266,6 +267,33 @@ def test_lower_program_packs_every_method_and_compiles_shared_graphs_once(
     assert lower_program({"forward": (module, inputs)}, device="cpu", cxx=CXX) == lower_program(
         {"forward": (module, inputs)}, device="cpu", cxx=CXX
     )  # reproducible bytes
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_an_unchanged_source_is_served_without_export_and_a_changed_one_is_exported(
+    linear_methods, linear_result, monkeypatch
+) -> None:
+    """The source memo (``source_key.py``): the same module and inputs again give the same blob without
+    running export; one changed weight goes through export again."""
+    import reference_impl.lowering.preprocess as preprocess_module
+
+    module, inputs = linear_methods["forward"]
+    preprocess(module, inputs, method_name="forward", device="cpu", cxx=CXX)  # the memo exists after this
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(preprocess_module, "to_edge_graph", no_export)
+    served = preprocess(module, inputs, method_name="forward", device="cpu", cxx=CXX)
+    assert served.blob == linear_result.blob
+    assert served.cache_key == linear_result.cache_key
+    assert served.view_pass_report == linear_result.view_pass_report
+    changed = copy.deepcopy(module)
+    with torch.no_grad():
+        next(changed.parameters()).view(-1)[0] += 1.0
+    with pytest.raises(AssertionError, match="exported again"):
+        preprocess(changed, inputs, method_name="forward", device="cpu", cxx=CXX)
 
 
 # --- argument checks (no compile)

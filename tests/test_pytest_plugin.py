@@ -122,6 +122,10 @@ def test_records_every_outcome_with_params_and_repro(inner: pytest.Pytester) -> 
     assert "teardown exploded" in cases["test_teardown_error"]["message"]
     assert cases["test_xfail"]["message"] == "known bug 12"
     assert all(case["duration_s"] >= 0 for case in cases.values())
+    # Each case's start, from the run's start: in file order, so a worker's timeline can be drawn.
+    starts = [cases[name]["started_s"] for name in ("test_param[fast-shape0]", "test_skip", "test_xpass")]
+    assert all(isinstance(s, float) and s >= 0 for s in starts)
+    assert starts == sorted(starts)
 
     outcome.stdout.fnmatch_lines([f"results: {results} (1 passed, 1 failed, 2 skipped, 0 crashed, *"])
     assert not Path(str(results) + ".journal.jsonl").exists()

@@ -18,6 +18,9 @@ size and digest; a corrupt or half-written entry (mismatch, truncation, missing 
 under the key's lock. Concurrent builders of one key serialise on the lock: the first builds, the others wait
 and then read its result, so one key is compiled once.
 
+The same store also holds **source memos** (``preprocess``): keyed by what export reads rather than what it
+produces, each names the artifact key of one traced source, so a warm lowering need not export to find it.
+
 This module imports nothing heavy at import time (torch is imported lazily by the keying helpers).
 """
 
@@ -61,6 +64,7 @@ __all__ = [
     "program_fingerprint",
     "resolve_cxx",
     "toolchain_fingerprint",
+    "value_digest",
 ]
 
 CACHE_ENV_VAR = "CONFORMANCE_CACHE_DIR"
@@ -313,15 +317,16 @@ def _tensor_bytes(value: torch.Tensor) -> bytes:
         return bytes(raw.clone().untyped_storage())
 
 
-def _value_digest(value: Any) -> Any:
+def value_digest(value: Any) -> Any:
+    """A JSON-ready digest of a (nested) value: tensors by dtype, shape, stride, device and bytes."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return _tensor_digest(value)
     if isinstance(value, (list, tuple)):
-        return [_value_digest(v) for v in value]
+        return [value_digest(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _value_digest(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): value_digest(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)
@@ -330,7 +335,7 @@ def _value_digest(value: Any) -> Any:
 def program_fingerprint(exported: torch.export.ExportedProgram) -> dict[str, Any]:
     """Everything of an exported program that decides what AOTInductor generates for it."""
     state = {name: _tensor_digest(t) for name, t in sorted(exported.state_dict.items())}
-    constants = {name: _value_digest(v) for name, v in sorted(exported.constants.items())}
+    constants = {name: value_digest(v) for name, v in sorted(exported.constants.items())}
     example = exported.example_inputs
     return {
         "graph": str(exported.graph_module.code),
@@ -338,7 +343,7 @@ def program_fingerprint(exported: torch.export.ExportedProgram) -> dict[str, Any
         "range_constraints": sorted(f"{k}: {v}" for k, v in exported.range_constraints.items()),
         "state_dict": state,
         "constants": constants,
-        "example_inputs": _value_digest(example) if example is not None else None,
+        "example_inputs": value_digest(example) if example is not None else None,
     }
 
 

@@ -71,6 +71,8 @@ class PreflightReport:
     load_seconds: float | None = None
     cache_hit: bool | None = None
     log_tail: str = ""
+    #: Inductor's largest timers of a compile that missed the cache (``_compile_profile``), seconds.
+    compile_profile: dict[str, float] | None = None
 
     def render(self) -> str:
         if self.ok:
@@ -87,6 +89,9 @@ class PreflightReport:
                 f"  compile {_fmt(self.compile_seconds)} (cache {'hit' if self.cache_hit else 'miss'}), "
                 f"first load {_fmt(self.load_seconds)}, total {self.seconds:.1f} s"
             )
+            if self.compile_profile:
+                timers = ", ".join(f"{name} {t:.1f} s" for name, t in self.compile_profile.items())
+                lines.append(f"  inductor's timers: {timers}")
         if self.advice:
             lines.append(f"  fix: {self.advice}")
         if not self.ok and self.log_tail:
@@ -258,6 +263,7 @@ def _verdict(
         "compile_seconds": done.get("compile", {}).get("seconds"),
         "load_seconds": done.get("load", {}).get("seconds"),
         "cache_hit": done.get("compile", {}).get("cache_hit"),
+        "compile_profile": done.get("compile", {}).get("profile") or None,
         "log_tail": log_tail,
     }
     if timed_out:
@@ -333,6 +339,17 @@ class _Progress:
             os.fsync(handle.fileno())
 
 
+def _compile_profile(top: int = 8) -> dict[str, float]:
+    """Inductor's own timers of this process (``dynamo_timed``), the largest ``top`` in seconds: where a
+    cold first compile goes (code generation, the C++ compiles, header precompilation)."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:  # pragma: no cover - a torch without the timers
+        return {}
+    totals = {name: sum(times) for name, times in compilation_time_metrics.items()}
+    return {name: round(t, 2) for name, t in sorted(totals.items(), key=lambda kv: -kv[1])[:top]}
+
+
 def _child(device: str, progress_path: str, workdir: str) -> int:
     progress = _Progress(progress_path)
     stage = "device"
@@ -361,6 +378,7 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
             build_seconds=result.compile_seconds,
             cache_hit=result.cache_hit,
             kernels=list(result.kernels),
+            profile=_compile_profile(),
         )
 
         stage = "load"
