@@ -271,6 +271,16 @@ def _source_key(
     )
 
 
+def _store_memo(store: ArtifactCache, source_key: str, memo: _SourceMemo, name: str) -> None:
+    """Store ``memo`` under ``source_key``; a memo that cannot be pickled is not stored (a shortcut lost,
+    nothing else: the lowering itself succeeded)."""
+    try:
+        data = pickle.dumps(memo)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return
+    store.put(source_key, data, describe={"kind": "source-memo", "method_name": name})
+
+
 def _traced_from_source_key(
     store: ArtifactCache, source_key: str
 ) -> tuple[str, ViewPassReport | None, dict[str, Any], dict[str, Any], bytes] | None:
@@ -419,8 +429,7 @@ def preprocess(
             store=store,
         )
         if source_key:
-            memo = _SourceMemo(artifact_key=key, report=report, io=io, delegation=delegation)
-            store.put(source_key, pickle.dumps(memo), describe={"kind": "source-memo", "method_name": name})
+            _store_memo(store, source_key, _SourceMemo(key, report, io, delegation), name)
 
     inventory: KernelInventory = scan_package(artifact)
     check_provided(inventory, provided, method_name=name, device=target.type)
