@@ -78,6 +78,16 @@ def test_inputs_attributes_and_dims_change_the_key(asr_decoder) -> None:
     )  # Dim's repr leaves out min: the key must not
 
 
+def test_inductor_variables_count_but_pool_size_and_cache_places_do_not(asr_decoder, monkeypatch) -> None:
+    module, inputs = asr_decoder
+    before = _key(module, inputs)
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the suite's phases differ in this
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    assert _key(module, inputs) == before
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    assert _key(module, inputs) != before
+
+
 def test_tied_weights_are_aliases_not_copies() -> None:
     tied, untied = (
         nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)),

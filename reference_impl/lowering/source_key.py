@@ -43,8 +43,10 @@ __all__ = ["Unfingerprintable", "package_identity", "source_fingerprint"]
 _SITE_DIRS = ("site-packages", "dist-packages")
 # Module state that is not the module's meaning: children and tensors are fingerprinted on their own.
 _SKIPPED_ATTRIBUTES = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
-# Variables that change what inductor generates (the cache locations do not).
+# Variables that may change what inductor generates. Not: where caches live, or how many processes
+# compile (the suite runs its pre-lowering and its case phases with different pool sizes).
 _ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCH_COMPILE", "TORCHDYNAMO_", "INDUCTOR_", "TRITON_")
+_ENV_IGNORED = frozenset({"TORCHINDUCTOR_COMPILE_THREADS"})
 
 
 class Unfingerprintable(Exception):
@@ -191,7 +193,11 @@ def _module_state(walker: _Walker, module: nn.Module) -> dict[str, Any]:
 
 
 def _global_switches() -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES) and not k.endswith("CACHE_DIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(_ENV_PREFIXES) and not k.endswith("CACHE_DIR") and k not in _ENV_IGNORED
+    }
     return {
         "default_dtype": str(torch.get_default_dtype()),
         "grad_enabled": torch.is_grad_enabled(),
