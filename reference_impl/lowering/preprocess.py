@@ -237,36 +237,43 @@ class _SourceMemo:
     delegation: dict[str, Any]
 
 
-def _source_key(
-    module: nn.Module,
-    example_inputs: Sequence[Any],
-    *,
-    name: str,
-    compile_specs: Sequence[CompileSpec],
-    target: torch.device,
-    view_pass: bool,
-    dynamic_shapes: Any,
-    inductor_configs: Mapping[str, Any] | None,
-    cxx: str | None,
-) -> str | None:
+@dataclass(frozen=True)
+class _Source:
+    """What one preprocess call traces and compiles: the source memo's key and a full trace both read it."""
+
+    module: nn.Module
+    example_inputs: Sequence[Any]
+    name: str
+    compile_specs: Sequence[CompileSpec]
+    target: torch.device
+    view_pass: bool
+    dynamic_shapes: Any
+    inductor_configs: Mapping[str, Any] | None
+    cxx: str | None
+
+
+def _source_key(source: _Source) -> str | None:
     """The cache key of this call's source memo (``source_key.py``), or None where the source has none."""
-    source = source_fingerprint(
-        module, example_inputs, dynamic_shapes=dynamic_shapes, extra_packages=("reference_impl",)
+    fingerprint = source_fingerprint(
+        source.module,
+        source.example_inputs,
+        dynamic_shapes=source.dynamic_shapes,
+        extra_packages=("reference_impl",),
     )
-    if source is None:
+    if fingerprint is None:
         return None
     return make_key(
         {
             "kind": "source-memo",
-            "source": source,
-            "method_name": name,
-            "compile_specs": [repr(spec) for spec in compile_specs],
-            "device": _device_identity(target),
+            "source": fingerprint,
+            "method_name": source.name,
+            "compile_specs": [repr(spec) for spec in source.compile_specs],
+            "device": _device_identity(source.target),
             "options": {
-                "view_pass": bool(view_pass),
-                "inductor_configs": dict(sorted((inductor_configs or {}).items())),
+                "view_pass": bool(source.view_pass),
+                "inductor_configs": dict(sorted((source.inductor_configs or {}).items())),
             },
-            "toolchain": toolchain_fingerprint(cxx),
+            "toolchain": toolchain_fingerprint(source.cxx),
         }
     )
 
@@ -281,9 +288,7 @@ def _store_memo(store: ArtifactCache, source_key: str, memo: _SourceMemo, name: 
     store.put(source_key, data, describe={"kind": "source-memo", "method_name": name})
 
 
-def _traced_from_source_key(
-    store: ArtifactCache, source_key: str
-) -> tuple[str, ViewPassReport | None, dict[str, Any], dict[str, Any], bytes] | None:
+def _traced_from_source_key(store: ArtifactCache, source_key: str) -> tuple[_SourceMemo, bytes] | None:
     """A stored source memo and the artifact it names, or None (no memo, or its artifact is gone)."""
     data = store.load(source_key)
     if data is None:
@@ -297,32 +302,24 @@ def _traced_from_source_key(
     artifact = store.load(memo.artifact_key)
     if artifact is None:
         return None
-    return memo.artifact_key, memo.report, memo.io, memo.delegation, artifact
+    return memo, artifact
 
 
 def _trace_and_compile(
-    module: nn.Module,
-    example_inputs: Sequence[Any],
-    *,
-    name: str,
-    compile_specs: Sequence[CompileSpec],
-    target: torch.device,
-    view_pass: bool,
-    dynamic_shapes: Any,
-    inductor_configs: Mapping[str, Any] | None,
-    cxx: str | None,
-    store: ArtifactCache | Literal[False],
-) -> tuple[str, ViewPassReport | None, dict[str, Any], dict[str, Any], bytes, bool, float]:
+    source: _Source, store: ArtifactCache | Literal[False]
+) -> tuple[_SourceMemo, bytes, bool, float]:
     """Export, view pass, partition and compile (through the artifact cache): steps 1-4 of the module doc."""
-    module, inputs = _to_device(module, tuple(example_inputs), target)
-    edge = to_edge_graph(module, inputs, dynamic_shapes=dynamic_shapes)
+    name, target, view_pass = source.name, source.target, source.view_pass
+    inductor_configs, cxx = source.inductor_configs, source.cxx
+    module, inputs = _to_device(source.module, tuple(source.example_inputs), target)
+    edge = to_edge_graph(module, inputs, dynamic_shapes=source.dynamic_shapes)
     report: ViewPassReport | None = None
     if view_pass:
         edge, report = run_view_copy_pass(edge)
     # Copies the pass kept (or all, without it) become view + clone, which inductor compiles itself.
     materialize_remaining_copies(edge.graph_module)
 
-    parts = partition(edge, method_name=name, compile_specs=compile_specs)
+    parts = partition(edge, method_name=name, compile_specs=source.compile_specs)
     if parts.untagged_nodes:
         nodes = {n.name: n for n in edge.graph_module.graph.nodes}
         listed = ", ".join(f"{n} ({nodes[n].target})" for n in parts.untagged_nodes)
@@ -356,7 +353,7 @@ def _trace_and_compile(
         "nodes": len(parts.tagged_nodes),
         "constants": list(parts.tagged_constants),
     }
-    return key, report, io, delegation, artifact, hit, seconds
+    return _SourceMemo(key, report, io, delegation), artifact, hit, seconds
 
 
 def preprocess(
@@ -398,38 +395,25 @@ def preprocess(
     )
 
     store = default_cache() if cache is None else cache
-    source_key = None
-    if store is not False:
-        source_key = _source_key(
-            module,
-            example_inputs,
-            name=name,
-            compile_specs=compile_specs,
-            target=target,
-            view_pass=view_pass,
-            dynamic_shapes=dynamic_shapes,
-            inductor_configs=inductor_configs,
-            cxx=cxx,
-        )
+    source = _Source(
+        module,
+        example_inputs,
+        name,
+        compile_specs,
+        target,
+        view_pass,
+        dynamic_shapes,
+        inductor_configs,
+        cxx,
+    )
+    source_key = _source_key(source) if store is not False else None
     traced = _traced_from_source_key(store, source_key) if source_key else None
     if traced is not None:
-        key, report, io, delegation, artifact = traced
-        hit, seconds = True, 0.0
+        (memo, artifact), hit, seconds = traced, True, 0.0
     else:
-        key, report, io, delegation, artifact, hit, seconds = _trace_and_compile(
-            module,
-            example_inputs,
-            name=name,
-            compile_specs=compile_specs,
-            target=target,
-            view_pass=view_pass,
-            dynamic_shapes=dynamic_shapes,
-            inductor_configs=inductor_configs,
-            cxx=cxx,
-            store=store,
-        )
+        memo, artifact, hit, seconds = _trace_and_compile(source, store)
         if source_key:
-            _store_memo(store, source_key, _SourceMemo(key, report, io, delegation), name)
+            _store_memo(store, source_key, memo, name)
 
     inventory: KernelInventory = scan_package(artifact)
     check_provided(inventory, provided, method_name=name, device=target.type)
@@ -447,22 +431,22 @@ def preprocess(
             "fallback_kernels": list(inventory.kernels),
             "runtime_shims": list(inventory.runtime_shims),
             "dynamic_ops": list(inventory.dynamic_ops),
-            "view_pass": view_report_dict(report),
+            "view_pass": view_report_dict(memo.report),
             # Input/output dtypes and shapes: the package records none, and the runtime checks inputs.
-            "io": io,
+            "io": memo.io,
             "placement": (placement or MethodPlacement()).to_json(),
             "mm_out_route": mm_out_route,
-            "delegation": delegation,
+            "delegation": memo.delegation,
         },
     )
     return PreprocessResult(
         blob=blob,
         method_name=name,
         kernels=inventory.kernels,
-        view_pass_report=report,
+        view_pass_report=memo.report,
         compile_seconds=seconds,
         cache_hit=hit,
         runtime_shims=inventory.runtime_shims,
-        cache_key=key,
+        cache_key=memo.artifact_key,
         device=target.type,
     )
