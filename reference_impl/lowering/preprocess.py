@@ -160,6 +160,8 @@ def compile_artifact(
     from torch._inductor import config as inductor_config
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from reference_impl.lowering.vec_isa import probed_once
+
     patch: dict[str, Any] = {"cpp.cxx": (None, cxx)} if cxx else {}
     device_scope = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with tempfile.TemporaryDirectory(prefix="aoti-preprocess-") as tmp:
@@ -170,6 +172,7 @@ def compile_artifact(
             torch.no_grad(),
             sdpa_kernel(SDPBackend.MATH),
             inductor_config.patch(patch),
+            probed_once(),
             device_scope,
             quiet_pytree_deprecation(),
         ):
