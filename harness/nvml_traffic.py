@@ -205,30 +205,64 @@ class Drift:
 ZERO_DRIFT = Drift(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
+#: Segments of the idle window whose rates give the drift's noise figure (see :func:`drift_from_samples`).
+DRIFT_SEGMENTS = 8
+
+
 def drift_from_samples(samples: Sequence[CounterSample], safe_gap_s: float = SAFE_GAP_S) -> Drift:
-    """Drift rates from an idle window; raises if the window is unusable (too short or a poll gap)."""
+    """Drift rates from an idle window; raises if the window is unusable (too short or a poll gap).
+
+    The noise figure is how much the idle rate measured over half the window varies. One difference of the
+    two halves estimates it, but a single difference can come out near zero by chance: on an H100 the same
+    meter gave ±3 B one run and ±1,400 B the next, and a saving judged against ±3 B failed a correct
+    backend. So the window is also cut into :data:`DRIFT_SEGMENTS` segments; the spread of their rates,
+    scaled to a half window (white noise: by sqrt(segment / half)) and to the expected size of a
+    two-halves difference (2/sqrt(pi) sigma), bounds the figure from below."""
     totals = integrate(samples, safe_gap_s=safe_gap_s)
     if not totals.valid or totals.duration_s <= 0:
         raise CalibrationError(f"idle drift window unusable: {totals.reason or 'zero duration'}")
-    middle = samples[0].t + totals.duration_s / 2
-    first = [s for s in samples if s.t <= middle]
-    second = [s for s in samples if s.t >= first[-1].t]
+    start = samples[0].t
+    halves = [_rate(part, safe_gap_s) for part in _segments(samples, start, totals.duration_s, 2)]
+    (tx1, rx1), (tx2, rx2) = (halves + [(0.0, 0.0)] * 2)[:2]
+    parts = _segments(samples, start, totals.duration_s, DRIFT_SEGMENTS)
+    segments = [_rate(part, safe_gap_s) for part in parts]
 
-    def rates(part: Sequence[CounterSample]) -> tuple[float, float]:
-        span = part[-1].t - part[0].t if len(part) >= 2 else 0.0
-        if span <= 0:
-            return (0.0, 0.0)
-        t = integrate(part, safe_gap_s=safe_gap_s)
-        return (t.tx_bytes / span, t.rx_bytes / span)
+    def spread(values: list[float]) -> float:
+        if len(values) < 3:
+            return 0.0
+        return statistics.stdev(values) * math.sqrt(2 / len(values)) * 2 / math.sqrt(math.pi)
 
-    (tx1, rx1), (tx2, rx2) = rates(first), rates(second)
     return Drift(
         tx_bytes_per_s=totals.tx_bytes / totals.duration_s,
         rx_bytes_per_s=totals.rx_bytes / totals.duration_s,
-        tx_noise_bytes_per_s=abs(tx1 - tx2),
-        rx_noise_bytes_per_s=abs(rx1 - rx2),
+        tx_noise_bytes_per_s=max(abs(tx1 - tx2), spread([tx for tx, _ in segments])),
+        rx_noise_bytes_per_s=max(abs(rx1 - rx2), spread([rx for _, rx in segments])),
         duration_s=totals.duration_s,
     )
+
+
+def _segments(
+    samples: Sequence[CounterSample], start: float, duration: float, count: int
+) -> list[Sequence[CounterSample]]:
+    """``count`` consecutive parts of equal time, each from the last sample of the one before (no gap);
+    parts with fewer than two samples are left out."""
+    parts: list[Sequence[CounterSample]] = []
+    first = 0
+    for k in range(1, count + 1):
+        edge = start + duration * k / count
+        last = max((i for i, s in enumerate(samples) if s.t <= edge + 1e-12), default=first)
+        if last > first:
+            parts.append(samples[first : last + 1])
+        first = last
+    return parts
+
+
+def _rate(part: Sequence[CounterSample], safe_gap_s: float) -> tuple[float, float]:
+    span = part[-1].t - part[0].t if len(part) >= 2 else 0.0
+    if span <= 0:
+        return (0.0, 0.0)
+    t = integrate(part, safe_gap_s=safe_gap_s)
+    return (t.tx_bytes / span, t.rx_bytes / span)
 
 
 def subtract_drift(totals: CounterTotals, drift: Drift) -> dict[str, float]:

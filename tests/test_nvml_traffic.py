@@ -4,6 +4,8 @@ the per-GPU file lock across processes."""
 
 from __future__ import annotations
 
+import math
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -138,6 +140,25 @@ def test_drift_noise_is_the_difference_of_the_two_halves() -> None:
     idle = [400 * i if i <= 500 else 400 * 500 + 600 * (i - 500) for i in range(1001)]
     drift = drift_from_samples(sampled(idle, idle))
     assert drift.tx_noise_bytes_per_s == pytest.approx(0.2e6, rel=0.01)
+
+
+def test_drift_noise_is_not_fooled_by_two_equal_halves() -> None:
+    """Both sides: the halves advance by the same bytes, yet the rate swings between 0.2 and 0.6 MB/s
+    within each; the segments' spread gives the noise, where the halves alone would give 0."""
+    rates = [200, 600, 600, 200] * 2  # bytes per ms, per eighth of the window
+    idle, total = [0], 0
+    for rate in rates:
+        for _ in range(125):
+            total += rate
+            idle.append(total)
+    drift = drift_from_samples(sampled(idle, idle))
+    assert drift.tx_bytes_per_s == pytest.approx(0.4e6, rel=1e-3)
+    sigma = statistics.stdev(r * 1e3 for r in rates)
+    assert drift.tx_noise_bytes_per_s == pytest.approx(
+        sigma * math.sqrt(2 / 8) * 2 / math.sqrt(math.pi), rel=0.02
+    )
+    steady = drift_from_samples(sampled(ramp(0, 400, 1000), ramp(0, 400, 1000)))
+    assert steady.tx_noise_bytes_per_s == pytest.approx(0.0, abs=1.0)
 
 
 def test_drift_window_with_a_gap_is_rejected() -> None:

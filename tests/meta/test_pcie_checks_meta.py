@@ -14,11 +14,14 @@ EXPECTED = 100_000
 NOISE = 1_000.0  # resolution = 10 x noise = 10,000 B: EXPECTED is resolvable
 
 
-@covers(pc.check_savings, pc.Saving, pc.MIN_SHARE, pc.RESOLUTION_FACTOR)
-def test_a_saving_exactly_at_the_minimum_share_passes_and_one_byte_less_fails() -> None:
-    inside = pc.Saving("h2d", EXPECTED, pc.MIN_SHARE * EXPECTED, NOISE)
+@covers(pc.check_savings, pc.Saving, pc.MIN_SHARE, pc.SIGNIFICANCE, pc.RESOLUTION_FACTOR)
+def test_a_saving_exactly_at_the_bound_passes_and_one_byte_less_fails() -> None:
+    """The bound is the minimum share less the significance margin (3 x the noise)."""
+    bound = pc.MIN_SHARE * EXPECTED - pc.SIGNIFICANCE * NOISE
+    inside = pc.Saving("h2d", EXPECTED, bound, NOISE)
+    assert inside.bound == bound
     assert pc.check_savings(RULE, CALL, [inside]) == []
-    past = pc.Saving("h2d", EXPECTED, pc.MIN_SHARE * EXPECTED - 1, NOISE)
+    past = pc.Saving("h2d", EXPECTED, bound - 1, NOISE)
     with pytest.raises(
         AssertionError, match=r"\[placement/pcie\] execute\(llm\.decode\).*h2d: expected 100,000 B"
     ):
