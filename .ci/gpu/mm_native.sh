@@ -91,7 +91,7 @@ else
     # racecheck over the chapter takes long; MM_NATIVE_CHAPTER_TOOLS limits which tools run it.
     if [[ " ${MM_NATIVE_CHAPTER_TOOLS:-memcheck racecheck} " == *" $tool "* ]]; then
       REFIMPL_MM_OUT_PATH=native timeout "${MM_NATIVE_SAN_LIMIT:-900}" "$SAN" --tool "$tool" --error-exitcode 9 \
-        --target-processes all $PY -m pytest conformance/test_mm_out.py -q -p no:cacheprovider -k "$SUBSET" \
+        --target-processes all $PY -m pytest conformance/test_mm_out.py -q -p no:cacheprovider --no-preflight -k "$SUBSET" \
         > "$OUT/sanitizer-$tool-chapter.log" 2>&1
       echo "compute-sanitizer $tool (chapter subset) rc=$? :: $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/sanitizer-$tool-chapter.log" | tail -2 | tr '\n' ' ')"
     fi
