@@ -52,10 +52,13 @@ from conformance.method_runs import (
     MODEL_METHODS,
     MethodRun,
     check_cpu_target,
-    check_profiled_copies,
+    check_device_inputs_not_copied,
+    check_output_copies,
+    check_pinned_copies,
     check_where_data_went,
     cuda_device,
     host_nbytes,
+    profiled_copies,
     run_methods,
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
@@ -208,7 +211,19 @@ def test_placement_matrix(placing: Backend, dtype: str, model: str, label: str, 
             call = f"execute({model}.{method}, {dtype}) lowered with {options}"
             keep = covered(options, SKIP_D2H, method)
             check_where_data_went("placement", call, lm, run, keep, method in device_in)
-            check_profiled_copies("placement", backend, call, run, keep, method in device_in)
+            check_profiled("placement", backend, call, run, keep, method in device_in)
+
+
+def check_profiled(
+    prefix: str, backend: Backend, call: str, run: MethodRun, keep: bool, device_in: bool
+) -> None:
+    """The execute again under the profiler: output copies as placed, no host→device copy of device
+    inputs, and every copy through pinned memory."""
+    copies = profiled_copies(backend, run)
+    check_output_copies(prefix, call, copies, keep)
+    if device_in:
+        check_device_inputs_not_copied(prefix, call, copies)
+    check_pinned_copies(call, copies)
 
 
 # ============================================================================================== pipelines
@@ -256,7 +271,7 @@ def test_zoo_model_device_resident(placing: Backend, dtype: str, model: str) -> 
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) lowered with {END_TO_END}"
             check_where_data_went("placement", call, lm, run, keep=True, device_in=True)
-            check_profiled_copies("placement", backend, call, run, keep=True, device_in=True)
+            check_profiled("placement", backend, call, run, keep=True, device_in=True)
 
 
 # ============================================================================================= bad inputs

@@ -34,11 +34,13 @@ from conformance.conftest import require_part
 from conformance.method_runs import (
     MODEL_METHODS,
     check_cpu_target,
-    check_profiled_copies,
+    check_output_copies,
+    check_pinned_copies,
     check_values,
     check_where_data_went,
     cuda_device,
     devices,
+    profiled_copies,
     relative_error,
     run_methods,
 )
@@ -446,7 +448,9 @@ def test_skip_copy_matrix(
         # Each execute again, under the profiler: what actually crosses PCIe device→host.
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) with {SKIP}={value!r}"
-            check_profiled_copies("skip-copy", rt, call, run, keep=method in skipped)
+            copies = profiled_copies(rt, run)
+            check_output_copies("skip-copy", call, copies, keep=method in skipped)
+            check_pinned_copies(call, copies)
 
 
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
