@@ -143,28 +143,17 @@ EXEMPT: dict[str, Exemption] = {
         "(tests/test_case_outcomes.py proves it)"
     ),
     # --- gaps: a backend could break these; none is written yet
-    "mm_out/exact-identity": _gap("a misread layout cannot break I @ diag(d) (symmetric); not yet"),
-    "mm_out/exact-ones": _gap("a misread layout cannot break ones @ ones; not yet"),
-    "mm_out/threads": _gap("a shim sharing one cuBLAS workspace between threads; not written yet"),
     "mm_out/device": _NEEDS_TWO_GPUS,
     "mm_out/same-device": _NEEDS_TWO_GPUS,
-    "mm_out/no-host-sync": _gap("a shim that synchronises the stream before returning; not written yet"),
-    "mm_out/arity": _gap("a shim taking *args and defaulting mat2; not written yet"),
     "bad-inputs/other-gpu": _NEEDS_TWO_GPUS,
-    "bad-inputs/wrong-device": _gap("a runtime copying CUDA inputs of a CPU program back; not written yet"),
-    "bad-inputs/outputs-wrong-device": _gap("needs a GPU; not written yet"),
     "view-pass/slicing-heavy": _gap("covered case by case by the view-pass rules; no KV-only bug yet"),
     "view-pass/*/policy": _gap(
         "only opaque-container/policy is proven (tests/test_view_pass_levels.py); others not yet"
     ),
     "view-pass/*/missed-rewrite": _gap("proven only for the rules with safe rewrites (REFUSES_EVERYTHING)"),
-    "streams/other-consumer": _gap("GPU only (#21727): a delegate returning before its stream finished"),
-    "streams/chained-delegates": _gap("GPU only (#22318): per-handle streams without ordering"),
     "multi-method/first-step-logits": _gap("half precision on a GPU; not written yet"),
     "multi-method/d2h-bytes": _gap("GPU only; not written yet"),
     "multi-method/h2d-bytes": _gap("GPU only; not written yet"),
-    "format/cpu-target": _gap("GPU only; not written yet"),
-    "mm_out/program-route": _gap("not written yet"),
     "view-pass/every-view-twin": _gap("coverage for unmapped ops; a must only for a wrong rewrite: not yet"),
 }
 

@@ -23,7 +23,7 @@ print(' or '.join(b.spec.split(':')[1] for b in broken_backends() if b.breaks.cu
   # The NVML case last and alone: the counters are device-wide, other processes' copies would be in them.
   nvml="STAGES_THROUGH_THE_HOST"
   timeout "$limit" python3 -m pytest tests/test_broken_chapter_backends.py tests/test_placement_broken_backends.py \
-    -k "($cuda_only or host_inputs or pageable) and not $nvml" -n 4 -q -rs -p no:cacheprovider \
+    -k "($cuda_only or host_inputs or pageable or reference_passes) and not $nvml" -n 6 -q -rs -p no:cacheprovider \
     > "$OUT/broken-gpu.log" 2>&1
   echo "broken backends (CUDA) rc=$? :: $(tail -1 "$OUT/broken-gpu.log")"
   timeout "$limit" python3 -m pytest tests/test_broken_chapter_backends.py -k "$nvml" -q -rs -p no:cacheprovider \
