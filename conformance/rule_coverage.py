@@ -78,7 +78,9 @@ class Breaks:
     (pytest arguments) against it must fail, every failure naming one of ``rules`` and every rule named at
     least once. ``cuda``: the failing cases need a CUDA device (elsewhere they skip). ``strict_should``:
     the rules are *should* (pass ``--strict-should`` so they fail the run). ``proven_by``: an existing
-    self-test (``tests/x.py::test``) that proves the claim in its own way instead of the generic runner."""
+    self-test (``tests/x.py::test``) that proves the claim in its own way instead of the generic runner.
+    ``alone``: the failing cases judge device-wide counters (NVML), so they run with the GPU to themselves,
+    never beside other chapter runs (``.ci/gpu/followup.sh``)."""
 
     rules: tuple[str, ...]
     chapter: str
@@ -86,6 +88,7 @@ class Breaks:
     cuda: bool = False
     strict_should: bool = False
     proven_by: str | None = None
+    alone: bool = False
 
 
 @dataclass(frozen=True)

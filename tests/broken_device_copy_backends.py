@@ -133,7 +133,10 @@ MEMOISES_HOST_OUTPUTS_PLACED = MemoisesHostOutputs(
 MEMOISES_HOST_OUTPUTS_OPTION = MemoisesHostOutputs(
     "memoises-host-outputs",
     Breaks(
-        ("skip-copy/d2h-copy",), RUNTIME_OPTIONS, ("-k", "skip_copy_matrix and float32-llm-unset]"), cuda=True
+        ("skip-copy/d2h-copy",),
+        RUNTIME_OPTIONS,
+        ("-k", "skip_copy_matrix and not cpu_target and float32-llm-unset]"),
+        cuda=True,
     ),
 )
 # Staging kept tensors through the host: the profiler sees the copies the counters hide.
@@ -152,7 +155,7 @@ STAGES_KEPT_OUTPUTS_OPTION = StagesThroughTheHost(
     Breaks(
         ("skip-copy/no-d2h-copy",),
         RUNTIME_OPTIONS,
-        ("-k", "skip_copy_matrix and float32-llm-both]"),
+        ("-k", "skip_copy_matrix and not cpu_target and float32-llm-both]"),
         cuda=True,
         strict_should=True,
     ),
@@ -191,7 +194,10 @@ COUNTS_ARGUMENT_BYTES_DEVICE_INPUT = CountsArgumentBytes(
 COUNTS_ELEMENTS = CountsElements(
     "counts-elements",
     Breaks(
-        ("skip-copy/h2d-bytes",), RUNTIME_OPTIONS, ("-k", "skip_copy_matrix and float32-llm-both]"), cuda=True
+        ("skip-copy/h2d-bytes",),
+        RUNTIME_OPTIONS,
+        ("-k", "skip_copy_matrix and not cpu_target and float32-llm-both]"),
+        cuda=True,
     ),
 )
 HONOURS_THE_FIRST_NAME_ONLY_KV = HonoursTheFirstNameOnly(

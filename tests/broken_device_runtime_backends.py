@@ -6,6 +6,7 @@ Each wraps the reference and slips the way a real runtime does; the self-tests s
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -64,23 +65,42 @@ class KeepsOutputsOnTheGpuForAnyTarget(Forwarding):
         return result
 
 
-class StreamPerHandle(Forwarding):
-    """Runs each handle on a stream of its own, ordered after the caller's stream (its inputs may come from
-    there) but returning without making the caller wait for it: kept outputs are handed back while their
-    kernels are still queued (upstream's #21727), and a second handle fed with them reads them unfinished
-    (#22318). Host outputs stay right: their copy waits for the handle's stream."""
+class ReturnsBeforeTheWorkIsDone(Forwarding):
+    """Hands back the output buffers at once and runs the method on a worker thread that fills them later
+    (a "non-blocking" execute): a consumer on another stream reads them unfinished (upstream's #21727), and
+    a second delegate fed with them computes on garbage (#22318). A handle's first execute runs inline,
+    to learn the output shapes, so a single serial call looks right."""
 
-    _streams: ClassVar[dict[int, torch.cuda.Stream]] = {}
+    _shapes: ClassVar[dict[int, list[tuple[torch.Size, torch.dtype]]]] = {}
+    _workers: ClassVar[dict[int, list[threading.Thread]]] = {}
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
     ) -> list[torch.Tensor]:
-        if handle.device.type != "cuda":
-            return REFERENCE.execute(handle, inputs, outputs)
-        stream = self._streams.setdefault(id(handle), torch.cuda.Stream(handle.device))
-        stream.wait_stream(torch.cuda.current_stream(handle.device))
-        with torch.cuda.stream(stream):
-            return REFERENCE.execute(handle, inputs, outputs)
+        shapes = self._shapes.get(id(handle))
+        if handle.device.type != "cuda" or outputs is not None or shapes is None:
+            result = REFERENCE.execute(handle, inputs, outputs)
+            if all(t.device.type == "cuda" for t in result):
+                self._shapes[id(handle)] = [(t.shape, t.dtype) for t in result]
+            return result
+        caller = torch.cuda.current_stream(handle.device)
+        arena = [torch.empty(shape, dtype=dtype, device=handle.device) for shape, dtype in shapes]
+
+        def fill() -> None:
+            with torch.cuda.stream(caller):
+                for dst, src in zip(arena, REFERENCE.execute(handle, list(inputs)), strict=True):
+                    dst.copy_(src)
+                caller.synchronize()
+
+        worker = threading.Thread(target=fill, daemon=True)
+        worker.start()
+        self._workers.setdefault(id(handle), []).append(worker)
+        return arena
+
+    def destroy(self, handle: object) -> None:
+        for worker in self._workers.pop(id(handle), []):
+            worker.join()
+        REFERENCE.destroy(handle)
 
 
 # ========================================================================================= declarations
@@ -107,8 +127,8 @@ KEEPS_OUTPUTS_ON_THE_GPU_FOR_ANY_TARGET = KeepsOutputsOnTheGpuForAnyTarget(
         cuda=True,
     ),
 )
-STREAM_PER_HANDLE_CONSUMER = StreamPerHandle(
-    "stream-per-handle",
+RETURNS_EARLY_CONSUMER = ReturnsBeforeTheWorkIsDone(
+    "returns-before-the-work-is-done",
     Breaks(
         ("streams/other-consumer",),
         STREAMS_THREADS,
@@ -116,8 +136,8 @@ STREAM_PER_HANDLE_CONSUMER = StreamPerHandle(
         cuda=True,
     ),
 )
-STREAM_PER_HANDLE_CHAIN = StreamPerHandle(
-    "stream-per-handle",
+RETURNS_EARLY_CHAIN = ReturnsBeforeTheWorkIsDone(
+    "returns-before-the-work-is-done",
     Breaks(
         ("streams/chained-delegates",),
         STREAMS_THREADS,

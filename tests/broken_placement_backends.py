@@ -238,5 +238,6 @@ STAGES_THROUGH_THE_HOST = StagesThroughTheHost(
         ("-k", "pcie and llm"),
         cuda=True,
         strict_should=True,
+        alone=True,
     ),
 )

@@ -58,28 +58,34 @@ def test_chapter_fails_the_broken_backend_on_the_rules_it_breaks(
     assert declared <= named, f"declared but never failed: {sorted(declared - named)}"
 
 
-def reference_selections() -> dict[str, tuple[str, ...]]:
-    """Chapter -> one pytest selection covering every broken backend's cases there (one run per chapter:
-    each run is a fresh interpreter importing torch, so fewer runs keep the self-tests fast)."""
-    keywords: dict[str, list[str]] = {}
+def reference_selections() -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """Id -> (chapter, selection): one pytest selection covering every broken backend's cases in a chapter
+    (one run per chapter: each run is a fresh interpreter importing torch, so fewer runs keep the
+    self-tests fast). Selections judged on device-wide counters (``alone``) get a run of their own,
+    id ``<chapter>-alone``, so the GPU run can give it the GPU to itself."""
+    keywords: dict[tuple[str, bool], list[str]] = {}
     for broken in RUN_HERE:
         if broken.breaks.cuda and not torch.cuda.is_available():
             continue
         select = list(broken.breaks.select)
         assert len(select) == 2, f"{broken.spec}: select must be ('-k', expr)"
         assert select[0] == "-k", f"{broken.spec}: select must be ('-k', expr)"
-        keywords.setdefault(broken.breaks.chapter, []).append(f"({select[1]})")
-    return {chapter: ("-k", " or ".join(sorted(set(ks)))) for chapter, ks in sorted(keywords.items())}
+        keywords.setdefault((broken.breaks.chapter, broken.breaks.alone), []).append(f"({select[1]})")
+    return {
+        chapter.split("/")[-1] + ("-alone" if alone else ""): (chapter, ("-k", " or ".join(sorted(set(ks)))))
+        for (chapter, alone), ks in sorted(keywords.items())
+    }
 
 
 SELECTIONS = reference_selections()
 
 
-@pytest.mark.parametrize("chapter", list(SELECTIONS), ids=[c.split("/")[-1] for c in SELECTIONS])
-def test_reference_passes_each_selection(tmp_path: Path, chapter: str) -> None:
+@pytest.mark.parametrize("key", list(SELECTIONS))
+def test_reference_passes_each_selection(tmp_path: Path, key: str) -> None:
     """The same cases against the reference: a broken backend fails them for what it broke, not because
     the cases fail anyone (*should* rules included)."""
-    select = (*SELECTIONS[chapter], "--strict-should")
+    chapter, selection = SELECTIONS[key]
+    select = (*selection, "--strict-should")
     code, run, output = run_chapter(tmp_path, "reference_impl:BACKEND", *select, chapter=chapter)
     assert code == 0, output
     assert broke(run) == {}
