@@ -14,10 +14,13 @@ EXPECTED = 100_000
 NOISE = 1_000.0  # resolution = 10 x noise = 10,000 B: EXPECTED is resolvable
 
 
-@covers(pc.check_savings, pc.Saving, pc.MIN_SHARE, pc.SIGNIFICANCE, pc.RESOLUTION_FACTOR)
+@covers(
+    pc.check_savings, pc.Saving, pc.MIN_SHARE, pc.SIGNIFICANCE, pc.COMMAND_ALLOWANCE, pc.RESOLUTION_FACTOR
+)
 def test_a_saving_exactly_at_the_bound_passes_and_one_byte_less_fails() -> None:
-    """The bound is the minimum share less the significance margin (3 x the noise)."""
-    bound = pc.MIN_SHARE * EXPECTED - pc.SIGNIFICANCE * NOISE
+    """The bound is the minimum share less the significance margin (3 x the noise) and the command-traffic
+    allowance."""
+    bound = pc.MIN_SHARE * EXPECTED - pc.SIGNIFICANCE * NOISE - pc.COMMAND_ALLOWANCE
     inside = pc.Saving("h2d", EXPECTED, bound, NOISE)
     assert inside.bound == bound
     assert pc.check_savings(RULE, CALL, [inside]) == []
@@ -33,6 +36,19 @@ def test_a_saving_no_copy_made_fails_and_names_the_share() -> None:
     round_trip = pc.Saving("d2h", EXPECTED, 0.0, NOISE)  # every byte still crossed
     with pytest.raises(AssertionError, match=r"only 0% of the bytes"):
         pc.check_savings(RULE, CALL, [round_trip])
+
+
+@covers(pc.Saving, pc.COMMAND_ALLOWANCE, pc.COMMAND_FACTOR)
+def test_a_saving_too_small_beside_command_traffic_is_never_judged() -> None:
+    """Both sides of the floor: a saving of COMMAND_FACTOR x the allowance is judged (and a round trip
+    fails); one byte less is returned unjudged however quiet the meter, with that resolution."""
+    floor = pc.COMMAND_FACTOR * pc.COMMAND_ALLOWANCE
+    at = pc.Saving("h2d", floor, 0.0, 1.0)
+    with pytest.raises(AssertionError, match="command traffic"):
+        pc.check_savings(RULE, CALL, [at])
+    below = pc.Saving("h2d", floor - 1, 0.0, 1.0)
+    assert pc.check_savings(RULE, CALL, [below]) == [below]
+    assert below.resolution == floor
 
 
 @covers(pc.check_savings, pc.Saving, pc.RESOLUTION_FACTOR)
