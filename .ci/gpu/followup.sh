@@ -19,11 +19,10 @@ fi
 if step broken; then
   # Names of the CUDA-only broken backends; those judged on NVML (device-wide counters) run last and alone,
   # with the reference's run of their selection: other processes' copies would be in the counters.
-  read -r cuda_only alone < <(python3 -c "
+  names() { python3 -c "
 from conformance.rule_coverage import broken_backends
-cuda = [b for b in broken_backends() if b.breaks.cuda]
-print(' or '.join(b.spec.split(':')[1] for b in cuda if not b.breaks.alone),
-      ' or '.join(b.spec.split(':')[1] for b in cuda if b.breaks.alone))")
+print(' or '.join(b.spec.split(':')[1] for b in broken_backends() if b.breaks.cuda and b.breaks.alone == $1))"; }
+  cuda_only=$(names False); alone=$(names True)
   timeout "$limit" python3 -m pytest tests/test_broken_chapter_backends.py tests/test_placement_broken_backends.py \
     -k "($cuda_only or host_inputs or pageable or reference_passes) and not alone" -n 6 -q -rs \
     -p no:cacheprovider > "$OUT/broken-gpu.log" 2>&1
