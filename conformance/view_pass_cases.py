@@ -325,9 +325,18 @@ def _written_by(kind: str) -> Body:
     return body
 
 
+def _written_with_dead_base(g: Graph, xs: list[Node]) -> Node:
+    s = _slice(g, _doubled(g, xs[0]))  # nothing reads the base after the copy
+    g.call_function(aten.add_.Tensor, (s, 100.0))
+    return g.call_function(aten.mul.Tensor, (s, 2.0))
+
+
 for _kind in ("in-place", "out="):
     _case(f"written-by-user/{_kind}", _written_by(_kind), (X, Y), hazard=["s"])
 _case("written-by-user/reading-user", _written_by("reads"), (X, Y), rewrite=["s"])
+# The write reaches the base through a view, but nothing reads the base afterwards: the numbers a caller
+# sees are the same, and the rule still refuses (a written user blocks the rewrite, whatever is live).
+_case("written-by-user/dead-base", _written_with_dead_base, policy=["s"])
 
 
 # --- view-user
@@ -374,6 +383,8 @@ def _source_written(how: str) -> Body:
             g.call_function(aten.add_.Tensor, (x, 100.0))
         elif how == "alias-add_":
             g.call_function(aten.add_.Tensor, (alias, 100.0))
+        elif how == "disjoint-add_":  # rows 2..3 only: the copy's rows 0..1 never change
+            g.call_function(aten.add_.Tensor, (g.call_function(aten.slice.Tensor, (x, 0, 2, 4)), 100.0))
         elif how == "copy_":
             g.call_function(aten.copy_.default, (x, g.call_function(aten.neg.default, (x,))))
         elif how == "index_put_":
@@ -393,6 +404,9 @@ for _how in ("add_", "alias-add_", "copy_", "index_put_", "slice_scatter+copy_",
     _case(f"source-mutated/{_how}", _source_written(_how), (X, Y), hazard=["s"])
 _case("source-mutated/only-before", _source_written("before"), (X, Y), rewrite=["s"])
 _case("source-mutated/read-before-write", _source_written("read-before"), (X, Y), free=["s"])
+# The write misses the copy's rows, so a view reads the same numbers; SPEC §1a still refuses whenever the
+# source is written later (no range analysis): rewriting it is a policy miss.
+_case("source-mutated/disjoint-write", _source_written("disjoint-add_"), (X, Y), policy=["s"])
 
 
 # Every *_copy op: (op, arguments after the base, shape of the input). The copy is named "c".
@@ -592,7 +606,16 @@ def _not_viewable_build() -> tuple[GraphModule, Inputs]:
         ) from exc
 
 
+def _viewable_of_transposed(g: Graph, xs: list[Node]) -> Node:
+    transposed = g.call_function(aten.permute.default, (_doubled(g, xs[0]), [1, 0]))
+    split = g.call_function(aten.view_copy.default, (transposed, [2, 3, 4]), name="split")
+    return g.call_function(aten.add.Tensor, (split, 1.0))
+
+
 _add("not-viewable/view-of-transposed", _not_viewable_build, hazard=["flat"])
+# A non-contiguous base does not make every view fail: splitting its first dimension keeps the strides
+# compatible, so the view exists and is safe (the rule refuses only a view the layout forbids).
+_case("not-viewable/viewable-of-transposed", _viewable_of_transposed, rewrite=["split"])
 
 
 # --- every-view-twin: each *_copy op with a view twin is rewritten when nothing can observe it

@@ -240,6 +240,7 @@ SKIPS_PER_NODE_CHECKS = SkipsPerNodeChecks(
             "view-pass/not-viewable",
             "view-pass/call-method-user/policy",
             "view-pass/view-user/policy",
+            "view-pass/written-by-user/policy",
         ),
         LOWERING,
         ("-k", "view_pass and (call-method-user or written-by-user or view-user or not-viewable)"),

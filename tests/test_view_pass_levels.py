@@ -128,6 +128,7 @@ def test_pass_ignoring_source_mutation_fails_the_rules_it_ignores() -> None:
     assert having(IGNORES_SOURCE_MUTATION.name, "should") == {
         "verdicts[opaque-container/getitem-chain]": "view-pass/opaque-container/policy",
         "verdicts[opaque-container/user-without-schema]": "view-pass/opaque-container/policy",
+        "verdicts[source-mutated/disjoint-write]": "view-pass/source-mutated/policy",
     }
     assert not having(IGNORES_SOURCE_MUTATION.name, "coverage")
 
@@ -167,7 +168,8 @@ def test_upstream_like_pass_fails_its_defects_and_nothing_else() -> None:
     assert must[KV] == "view-pass/truthful-strides"
     assert {must[f"meta[{c}]"] for c in UPSTREAM_STALE_META} == {"view-pass/truthful-strides"}
     assert having(UPSTREAM_LIKE.name, "should") == {
-        "verdicts[opaque-container/user-without-schema]": "view-pass/opaque-container/policy"
+        "verdicts[opaque-container/user-without-schema]": "view-pass/opaque-container/policy",
+        "verdicts[source-mutated/disjoint-write]": "view-pass/source-mutated/policy",
     }
     unmapped = [
         c.id
@@ -176,6 +178,6 @@ def test_upstream_like_pass_fails_its_defects_and_nothing_else() -> None:
     ]
     assert having(UPSTREAM_LIKE.name, "coverage") == {
         f"verdicts[{c}]": "view-pass/every-view-twin" for c in unmapped
-    }
+    } | {"verdicts[not-viewable/viewable-of-transposed]": "view-pass/not-viewable"}
     for case_id in ("source-mutated/buffer-written-back", "source-mutated/read-before-write"):
         assert outcomes(UPSTREAM_LIKE.name)[f"verdicts[{case_id}]"] == ("passed", "")

@@ -1,0 +1,186 @@
+"""Broken view passes that second-guess the reference's refusals the way a "smarter" pass does: each takes
+the reference's verdicts, then overrides one rule with a cleverer-looking test of its own. Where that test
+is right for the graph at hand the result still behaves the same, so only a *should* rule fires (a
+``<rule>/policy`` miss: SPEC §1a refuses these conservatively, or a ``<rule>/missed-rewrite``: a proxy test
+refuses a safe view). All run on the CPU; ``tests/test_broken_chapter_backends.py`` runs each through the
+lowering chapter with its one case selected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from conformance.rule_coverage import Breaks
+from reference_impl import BACKEND as REFERENCE
+from reference_impl.lowering import COPY_TO_VIEW, VIEW_TO_COPY
+from tests.broken_backends import NaiveViewPassOutcome, _aliases, _fake, _nodes_of, _repropagate
+from tests.broken_chapter_backends import LOWERING, Forwarding
+
+aten = torch.ops.aten
+
+
+class _SecondGuesses(Forwarding):
+    """The reference's pass; then every node :meth:`overrule` picks has its verdict flipped."""
+
+    def overrule(self, module: GraphModule, node: Node, reason: str | None) -> bool:
+        """Flip ``node``'s verdict? ``reason``: why the reference refused it (None: it was rewritten)."""
+        raise NotImplementedError
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        reference = REFERENCE.view_copy_pass(graph_module)
+        module = reference.graph_module
+        outcome = NaiveViewPassOutcome(module, list(reference.rewritten), dict(reference.refused))
+        changed = False
+        for node in list(module.graph.nodes):
+            if node.name in outcome.refused and self.overrule(module, node, outcome.refused[node.name]):
+                view = COPY_TO_VIEW[node.target]
+                node.target, node.meta["val"] = view, view(*_fake(node.args), **_fake(node.kwargs))
+                outcome.rewritten.append(node.name)
+                del outcome.refused[node.name]
+                changed = True
+            elif node.name in outcome.rewritten and self.overrule(module, node, None):
+                copy_op = VIEW_TO_COPY[node.target]
+                node.target, node.meta["val"] = copy_op, copy_op(*_fake(node.args), **_fake(node.kwargs))
+                outcome.rewritten.remove(node.name)
+                outcome.refused[node.name] = "not-viewable"
+                changed = True
+        if changed:
+            module.graph.lint()
+            module.recompile()
+            _repropagate(module)
+        return outcome
+
+
+def _returned(module: GraphModule) -> set[Node]:
+    output = next(n for n in module.graph.nodes if n.op == "output")
+    return set(_nodes_of(output.args))
+
+
+def _written(user: Node) -> list[Node] | None:
+    """The graph values ``user``'s schema marks as written (None: no schema says)."""
+    schema = getattr(user.target, "_schema", None)
+    if user.op != "call_function" or schema is None:
+        return None
+    by_name = {a.name: a for a in schema.arguments}
+    bound: list[tuple[Any, Any]] = [
+        *zip(schema.arguments, user.args, strict=False),
+        *((by_name.get(k), v) for k, v in user.kwargs.items()),
+    ]
+    return [
+        n
+        for argument, value in bound
+        if argument is not None and argument.alias_info is not None and argument.alias_info.is_write
+        for n in _nodes_of(value)
+    ]
+
+
+def _rows(node: Node, shape: torch.Size) -> tuple[int, int, int, int] | None:
+    """(dim, start, end, step) of a slice node, dim and bounds normalised to ``shape`` (None: not a plain
+    positional slice)."""
+    given = list(node.args[1:])
+    if node.target not in (aten.slice.Tensor, aten.slice_copy.Tensor) or node.kwargs or len(given) > 4:
+        return None
+    dim, start, end, step = given + [0, None, None, 1][len(given) :]
+    dim %= len(shape)
+    size = shape[dim]
+    bounds = [(size if v is None else v + size if v < 0 else v) for v in (start or 0, end)]
+    start, end = (max(0, min(v, size)) for v in bounds)
+    return dim, start, end, step
+
+
+class RangeChecksSourceWrites(_SecondGuesses):
+    """Replaces "the source is written later: refuse" with a range check: a ``slice_copy`` whose base is
+    written later only through slices of other rows (same dimension, disjoint ranges) becomes a view, since
+    the write cannot reach the copied rows. Right for the graph (the numbers match), but SPEC §1a refuses
+    *whenever* the source is mutated later: no alias analysis of ranges to get wrong (breaks
+    ``view-pass/source-mutated/policy``)."""
+
+    def overrule(self, module: GraphModule, node: Node, reason: str | None) -> bool:
+        if reason != "source-mutated" or node.target != aten.slice_copy.Tensor or node in _returned(module):
+            return False
+        base = node.args[0]
+        if not isinstance(base, Node) or not isinstance(base.meta.get("val"), torch.Tensor):
+            return False
+        shape = base.meta["val"].shape
+        mine = _rows(node, shape)
+        if mine is None or mine[3] != 1:
+            return False
+        order = {n: i for i, n in enumerate(module.graph.nodes)}
+        aliases = _aliases(base)
+        for later in (n for n in module.graph.nodes if order[n] > order[node]):
+            written = _written(later)
+            if written is None:
+                if any(v in aliases for v in later.all_input_nodes):
+                    return False  # no schema: it may write anything it gets
+                continue
+            for target in (w for w in written if w in aliases):
+                theirs = _rows(target, shape) if target.args[:1] == (base,) else None
+                if theirs is None or theirs[0] != mine[0] or theirs[3] != 1:
+                    return False  # the base itself, or rows it cannot bound
+                if not (mine[2] <= theirs[1] or theirs[2] <= mine[1]):
+                    return False  # the write reaches the copied rows
+        return True
+
+
+class WritesThroughDeadBases(_SecondGuesses):
+    """Lets a user write through the view when nothing reads the base afterwards: a copy refused only for
+    its in-place (or ``out=``) user becomes a view when its base is a fresh value used by that copy alone
+    (liveness, as a re-inplacing pass reasons). The numbers match, but SPEC §1a refuses any user that writes
+    the argument, whatever is live (breaks ``view-pass/written-by-user/policy``)."""
+
+    def overrule(self, module: GraphModule, node: Node, reason: str | None) -> bool:
+        if reason != "written-by-user":
+            return False
+        base = node.args[0]
+        return (
+            isinstance(base, Node)
+            and base.op == "call_function"
+            and not getattr(base.target, "is_view", False)
+            and set(base.users) == {node}
+            and base not in _returned(module)
+        )
+
+
+class RefusesStridedViews(_SecondGuesses):
+    """Decides viewability with ``is_contiguous()`` instead of trying the view: a ``view_copy`` whose base
+    is not contiguous stays a copy, refused as not viewable. Never wrong, but a view that only splits the
+    transposed base's first dimension exists and is safe (breaks ``view-pass/not-viewable/missed-rewrite``:
+    the rule refuses only a view the layout forbids)."""
+
+    def overrule(self, module: GraphModule, node: Node, reason: str | None) -> bool:
+        if reason is not None or node.target != aten.view.default or not isinstance(node.args[0], Node):
+            return False
+        base = node.args[0].meta.get("val")
+        return isinstance(base, torch.Tensor) and not base.is_contiguous()
+
+
+RANGE_CHECKS_SOURCE_WRITES = RangeChecksSourceWrites(
+    "range-checks-source-writes",
+    Breaks(
+        ("view-pass/source-mutated/policy",),
+        LOWERING,
+        ("-k", "view_pass_verdicts and source-mutated/disjoint-write"),
+        strict_should=True,
+    ),
+)
+WRITES_THROUGH_DEAD_BASES = WritesThroughDeadBases(
+    "writes-through-dead-bases",
+    Breaks(
+        ("view-pass/written-by-user/policy",),
+        LOWERING,
+        ("-k", "view_pass_verdicts and written-by-user/dead-base"),
+        strict_should=True,
+    ),
+)
+REFUSES_STRIDED_VIEWS = RefusesStridedViews(
+    "refuses-strided-views",
+    Breaks(
+        ("view-pass/not-viewable/missed-rewrite",),
+        LOWERING,
+        ("-k", "view_pass_verdicts and viewable-of-transposed"),
+        strict_should=True,
+    ),
+)
