@@ -119,7 +119,7 @@ def memcpy_names(fn: Callable[[], object]) -> tuple[list[str], int]:
         fn()
         # A kernel of our own: CUPTI works if the profiler saw anything, even where ``fn`` launched nothing
         # (a backend serving cached host outputs must not turn the check into a skip).
-        torch.ones(1, device="cuda").add_(1)
+        torch.ones(1, device=cuda_device()).add_(1)
         torch.cuda.synchronize()
     names: list[str] = []
     for event in prof.events():

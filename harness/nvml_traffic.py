@@ -29,6 +29,7 @@ How the meter copes:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import gc
@@ -246,11 +247,11 @@ def _segments(
 ) -> list[Sequence[CounterSample]]:
     """``count`` consecutive parts of equal time, each from the last sample of the one before (no gap);
     parts with fewer than two samples are left out."""
+    times = [s.t for s in samples]
     parts: list[Sequence[CounterSample]] = []
     first = 0
     for k in range(1, count + 1):
-        edge = start + duration * k / count
-        last = max((i for i, s in enumerate(samples) if s.t <= edge + 1e-12), default=first)
+        last = max(first, bisect.bisect_right(times, start + duration * k / count + 1e-12) - 1)
         if last > first:
             parts.append(samples[first : last + 1])
         first = last

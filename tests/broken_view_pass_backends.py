@@ -3,11 +3,13 @@ the reference's verdicts, then overrides one rule with a cleverer-looking test o
 is right for the graph at hand the result still behaves the same, so only a *should* rule fires (a
 ``<rule>/policy`` miss: SPEC §1a refuses these conservatively, or a ``<rule>/missed-rewrite``: a proxy test
 refuses a safe view). All run on the CPU; ``tests/test_broken_chapter_backends.py`` runs each through the
-lowering chapter with its one case selected.
+lowering chapter with its one case selected. The last two keep the reference's verdicts and slip in how
+they write a view call instead: a *must* (``every-view-twin``, ``slicing-heavy``).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -157,6 +159,44 @@ class RefusesStridedViews(_SecondGuesses):
         return isinstance(base, torch.Tensor) and not base.is_contiguous()
 
 
+class _RebuildsViews(Forwarding):
+    """The reference's verdicts; each view it built then goes through :meth:`rebuild` (a slip in how the
+    view call is written, not in what is rewritten: the result reads other numbers, a *must*)."""
+
+    def rebuild(self, node: Node) -> None:
+        raise NotImplementedError
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        outcome = REFERENCE.view_copy_pass(copy.deepcopy(graph_module))
+        module = outcome.graph_module
+        nodes = {n.name: n for n in module.graph.nodes}
+        for name in outcome.rewritten:
+            self.rebuild(nodes[name])
+        module.recompile()
+        return NaiveViewPassOutcome(module, list(outcome.rewritten), dict(outcome.refused))
+
+
+class DropsTheSliceStep(_RebuildsViews):
+    """Builds each view from the op's leading positional arguments and forgets ``slice``'s optional
+    ``step``: ``slice_copy(x, 1, 1, 5, 2)`` becomes ``slice(x, 1, 1, 5)``, every element instead of every
+    other (breaks ``view-pass/every-view-twin``: the view twin must read what the copy read)."""
+
+    def rebuild(self, node: Node) -> None:
+        if node.target == aten.slice.Tensor and len(node.args) > 4:
+            node.args = node.args[:4]
+
+
+class WritesToTheEndAsMinusOne(_RebuildsViews):
+    """Writes a slice's "to the end" bound (``end = 2**63 - 1``, what export records for ``x[..., 2:]``) as
+    ``-1``, the way a hand-written serializer spells "the last one": the view stops one element short.
+    Invisible in the single-copy case (a bounded slice), wrong in the KV-cache graph, which splits the
+    rotary halves with open-ended slices (breaks ``view-pass/slicing-heavy``)."""
+
+    def rebuild(self, node: Node) -> None:
+        if node.target == aten.slice.Tensor and len(node.args) > 3 and node.args[3] == 2**63 - 1:
+            node.args = (*node.args[:3], -1, *node.args[4:])
+
+
 RANGE_CHECKS_SOURCE_WRITES = RangeChecksSourceWrites(
     "range-checks-source-writes",
     Breaks(
@@ -183,4 +223,16 @@ REFUSES_STRIDED_VIEWS = RefusesStridedViews(
         ("-k", "view_pass_verdicts and viewable-of-transposed"),
         strict_should=True,
     ),
+)
+DROPS_THE_SLICE_STEP = DropsTheSliceStep(
+    "drops-the-slice-step",
+    Breaks(
+        ("view-pass/every-view-twin",),
+        LOWERING,
+        ("-k", "view_pass_keeps_observable_behaviour and every-view-twin/slice_copy"),
+    ),
+)
+WRITES_TO_THE_END_AS_MINUS_ONE = WritesToTheEndAsMinusOne(
+    "writes-to-the-end-as-minus-one",
+    Breaks(("view-pass/slicing-heavy",), LOWERING, ("-k", "view_pass_slicing_heavy_kv_cache")),
 )

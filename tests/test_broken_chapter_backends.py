@@ -58,7 +58,7 @@ def test_chapter_fails_the_broken_backend_on_the_rules_it_breaks(
     assert declared <= named, f"declared but never failed: {sorted(declared - named)}"
 
 
-def reference_selections() -> dict[str, tuple[str, str, tuple[str, ...]]]:
+def reference_selections() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Id -> (chapter, selection): one pytest selection covering every broken backend's cases in a chapter
     (one run per chapter: each run is a fresh interpreter importing torch, so fewer runs keep the
     self-tests fast). Selections judged on device-wide counters (``alone``) get a run of their own,
