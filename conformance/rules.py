@@ -47,7 +47,8 @@ SHOULD_RULES: tuple[str, ...] = (
     "placement/pcie",
     "skip-copy/pcie",
     # Prefill/decode keep their KV caches on the GPU: the optimisation the skip-copy option exists for.
-    # The tokens (multi-method/tokens) and the byte counters' truth (multi-method/h2d-bytes) stay must.
+    # The tokens (multi-method/tokens) and the byte counters' truth (multi-method/h2d-bytes, d2h-bytes)
+    # stay must.
     "multi-method/kv-cache-on-device",
     # --- end runtime and device placement ---
     # --- lowering ---
