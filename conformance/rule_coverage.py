@@ -80,7 +80,8 @@ class Breaks:
     the rules are *should* (pass ``--strict-should`` so they fail the run). ``proven_by``: an existing
     self-test (``tests/x.py::test``) that proves the claim in its own way instead of the generic runner.
     ``alone``: the failing cases judge device-wide counters (NVML), so they run with the GPU to themselves,
-    never beside other chapter runs (``.ci/gpu/followup.sh``)."""
+    never beside other chapter runs (``.ci/gpu/followup.sh``). ``gpus``: how many CUDA devices the
+    failing cases need (2 for the cross-device rules; with fewer they skip)."""
 
     rules: tuple[str, ...]
     chapter: str
@@ -89,6 +90,7 @@ class Breaks:
     strict_should: bool = False
     proven_by: str | None = None
     alone: bool = False
+    gpus: int = 1
 
 
 @dataclass(frozen=True)
@@ -115,43 +117,25 @@ def broken_backends(root: Path = ROOT) -> list[BrokenBackend]:
 
 @dataclass(frozen=True)
 class Exemption:
-    """Why a rule has no broken backend. ``kind``: ``not-checkable`` (no backend can break it: the suite's
-    own self-checks, the meter) or ``gap`` (a backend could; none is written yet — a to-do, shown as such)."""
+    """Why a rule has no broken backend: no backend can break it (the suite's own self-checks, the meter).
+    There is no "to-do" kind: a rule a backend could break has a broken backend, or the self-tests fail."""
 
-    kind: str
     reason: str
+    kind: str = "not-checkable"
 
-
-def _gap(reason: str) -> Exemption:
-    return Exemption("gap", reason)
-
-
-def _not_checkable(reason: str) -> Exemption:
-    return Exemption("not-checkable", reason)
-
-
-_NEEDS_TWO_GPUS = _gap("needs a 2-GPU machine to prove; no broken backend written yet")
 
 #: Rule id (fnmatch pattern) -> why no broken backend proves it. The one place exemptions live; an entry
 #: that matches no rule, or a rule that a broken backend now proves, fails the self-test (it went stale).
 EXEMPT: dict[str, Exemption] = {
-    # --- not checkable: no backend is involved
-    "suite/self-check": _not_checkable("the suite's proof of its own catalogue; no backend is called"),
-    "traffic/*": _not_checkable(
+    "suite/self-check": Exemption("the suite's proof of its own catalogue; no backend is called"),
+    "traffic/*": Exemption(
         "the traffic-meter chapter checks the NVML meter against known pinned transfers; no backend is "
         "called (its own self-tests: tests/test_nvml_traffic.py)"
     ),
-    "known-failures/stale": _not_checkable(
+    "known-failures/stale": Exemption(
         "about the known-failures list, not the backend: a declared failure that passes "
         "(tests/test_case_outcomes.py proves it)"
     ),
-    # --- gaps: a backend could break these; none is written yet
-    "mm_out/device": _NEEDS_TWO_GPUS,
-    "mm_out/same-device": _NEEDS_TWO_GPUS,
-    "bad-inputs/other-gpu": _NEEDS_TWO_GPUS,
-    "multi-method/first-step-logits": _gap("half precision on a GPU; not written yet"),
-    "multi-method/d2h-bytes": _gap("GPU only; not written yet"),
-    "multi-method/h2d-bytes": _gap("GPU only; not written yet"),
 }
 
 

@@ -1,7 +1,8 @@
 """Broken backends for the runtime rules only a GPU can show: devices of inputs and outputs that do not
-match the program, a CPU program on a CUDA machine, and stream ordering (upstream's #21727 and #22318).
-Each wraps the reference and slips the way a real runtime does; the self-tests skip them without CUDA,
-``.ci/gpu/followup.sh`` runs them on the GPU machine.
+match the program (another GPU's among them), a CPU program on a CUDA machine, and stream ordering
+(upstream's #21727 and #22318). Each wraps the reference and slips the way a real runtime does; the
+self-tests skip them without CUDA (or with one GPU, the cross-GPU one), ``.ci/gpu/followup.sh`` runs them
+on the GPU machine.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class ReturnsBeforeTheWorkIsDone(Forwarding):
 MOVES_INPUTS_TO_THE_PROGRAM = MovesInputsToTheProgram(
     "moves-inputs-to-the-program",
     Breaks(("bad-inputs/wrong-device",), BAD_INPUTS, ("-k", "cuda_tensor_to_cpu_program"), cuda=True),
+)
+# The same slip across GPUs: an input on cuda:1 is pulled over to the program's cuda:0 by a peer copy.
+MOVES_INPUTS_ACROSS_GPUS = MovesInputsToTheProgram(
+    "moves-inputs-to-the-program",
+    Breaks(("bad-inputs/other-gpu",), BAD_INPUTS, ("-k", "tensor_on_another_gpu"), cuda=True, gpus=2),
 )
 COPIES_INTO_ANY_OUTPUTS = CopiesIntoAnyOutputs(
     "copies-into-any-outputs",

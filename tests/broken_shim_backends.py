@@ -1,7 +1,9 @@
 """Broken backends for the ``mm_out`` rules a wrong layout cannot show: accumulation into ``out``, a scratch
-buffer shared between threads, a host sync, a call that tolerates a missing argument, and compiled
-programs that never reach the backend's shim. Each wraps the reference; the chapter is CUDA-only, so
-``.ci/gpu/followup.sh`` runs them on the GPU machine (the CPU self-tests skip them with the reason).
+buffer shared between threads, a host sync, a call that tolerates a missing argument, compiled programs
+that never reach the backend's shim, and the two-GPU slips (the current device left moved, operands
+copied across devices). Each wraps the reference; the chapter is CUDA-only, so ``.ci/gpu/followup.sh``
+runs them on the GPU machine (the CPU self-tests skip them with the reason; the two-GPU ones where fewer
+than two GPUs are present).
 """
 
 from __future__ import annotations
@@ -93,6 +95,25 @@ class ClaimsTheRouteItSkipped(Forwarding):
         return self._sites.get(id(handle))
 
 
+class LeavesTheCurrentDeviceMoved(Forwarding):
+    """Makes the tensors' device current to compute (``cudaSetDevice``) and never sets the caller's back:
+    the product is right, but the caller's next allocation or launch lands on the other GPU (breaks
+    ``mm_out/device``)."""
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        torch.cuda.set_device(out.device)
+        REFERENCE.mm_out(out, self_, mat2)
+
+
+class CopiesOperandsToOutsDevice(Forwarding):
+    """Copies any operand that is not on ``out``'s device over to it, "to be helpful": a call mixing GPUs
+    succeeds at the cost of a peer copy the caller never asked for, where the contract says invalid
+    argument (breaks ``mm_out/same-device``)."""
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        REFERENCE.mm_out(out, self_.to(out.device), mat2.to(out.device))
+
+
 # ========================================================================================= declarations
 
 ACCUMULATES_INTO_OUT_ONES = AccumulatesIntoOut(
@@ -122,4 +143,12 @@ CLAIMS_THE_ROUTE_IT_SKIPPED = ClaimsTheRouteItSkipped(
         ("-k", "compiled_program_calls_backend_mm_out and float32"),
         cuda=True,
     ),
+)
+LEAVES_THE_CURRENT_DEVICE_MOVED = LeavesTheCurrentDeviceMoved(
+    "leaves-the-current-device-moved",
+    Breaks(("mm_out/device",), MM_OUT, ("-k", "device1_call_runs_on_device1"), cuda=True, gpus=2),
+)
+COPIES_OPERANDS_TO_OUTS_DEVICE = CopiesOperandsToOutsDevice(
+    "copies-operands-to-outs-device",
+    Breaks(("mm_out/same-device",), MM_OUT, ("-k", "tensors_on_different_devices"), cuda=True, gpus=2),
 )

@@ -33,9 +33,20 @@ def _args(broken: BrokenBackend) -> tuple[str, ...]:
     return (*broken.breaks.select, *(("--strict-should",) if broken.breaks.strict_should else ()))
 
 
+def _runnable_here(broken: BrokenBackend) -> bool:
+    """Whether this machine runs the failing cases: CUDA where they need it, and enough GPUs."""
+    if not broken.breaks.cuda:
+        return True
+    return torch.cuda.is_available() and torch.cuda.device_count() >= broken.breaks.gpus
+
+
 def _skip_without_cuda(broken: BrokenBackend) -> None:
-    if broken.breaks.cuda and not torch.cuda.is_available():
-        pytest.skip(f"{broken.spec} breaks {list(broken.breaks.rules)} only where CUDA runs the cases")
+    if not _runnable_here(broken):
+        gpus = f"{broken.breaks.gpus} CUDA devices" if broken.breaks.gpus > 1 else "CUDA"
+        pytest.skip(
+            f"{broken.spec} breaks {list(broken.breaks.rules)} only where {gpus} run the cases "
+            f"({torch.cuda.device_count()} present)"
+        )
 
 
 def broke(run: RunResult) -> dict[str, str]:
@@ -62,18 +73,20 @@ def reference_selections() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Id -> (chapter, selection): one pytest selection covering every broken backend's cases in a chapter
     (one run per chapter: each run is a fresh interpreter importing torch, so fewer runs keep the
     self-tests fast). Selections judged on device-wide counters (``alone``) get a run of their own,
-    id ``<chapter>-alone``, so the GPU run can give it the GPU to itself."""
-    keywords: dict[tuple[str, bool], list[str]] = {}
+    id ``<chapter>-alone``, so the GPU run can give it the GPU to itself; those needing two GPUs get
+    ``<chapter>-multi-gpu``, so a one-GPU run never selects cases it can only skip."""
+    keywords: dict[tuple[str, str], list[str]] = {}
     for broken in RUN_HERE:
-        if broken.breaks.cuda and not torch.cuda.is_available():
+        if not _runnable_here(broken):
             continue
         select = list(broken.breaks.select)
         assert len(select) == 2, f"{broken.spec}: select must be ('-k', expr)"
         assert select[0] == "-k", f"{broken.spec}: select must be ('-k', expr)"
-        keywords.setdefault((broken.breaks.chapter, broken.breaks.alone), []).append(f"({select[1]})")
+        suffix = "-alone" if broken.breaks.alone else "-multi-gpu" if broken.breaks.gpus > 1 else ""
+        keywords.setdefault((broken.breaks.chapter, suffix), []).append(f"({select[1]})")
     return {
-        chapter.split("/")[-1] + ("-alone" if alone else ""): (chapter, ("-k", " or ".join(sorted(set(ks)))))
-        for (chapter, alone), ks in sorted(keywords.items())
+        chapter.split("/")[-1] + suffix: (chapter, ("-k", " or ".join(sorted(set(ks)))))
+        for (chapter, suffix), ks in sorted(keywords.items())
     }
 
 
