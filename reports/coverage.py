@@ -2,9 +2,10 @@
 
 The dashboard shows it as a page of its own (``coverage.html``): every rule id with its level, whether a
 broken backend proves that a chapter fails on it (``proven``; ``proven-gpu`` where only a GPU run can),
-why none does (``gap``: a to-do; ``not-checkable``: no backend can break it) or that nothing covers it
-(``missing``), how many cases check it and which broken backends prove it. The table reaches the
-dashboard as data, a JSON file, never by importing the suite: ``reports`` does not import ``conformance``.
+why none does (``not-checkable``: no backend can break it; ``gap``, a to-do, only in files written before
+gaps failed the self-tests) or that nothing covers it (``missing``), how many cases check it and which
+broken backends prove it. The table reaches the dashboard as data, a JSON file, never by importing the
+suite: ``reports`` does not import ``conformance``.
 
 The file is a list of rows, one per rule id, as ``conformance.rule_coverage.row_dict`` writes them::
 
