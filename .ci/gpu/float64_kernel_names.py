@@ -34,9 +34,7 @@ def products(dtype: torch.dtype, call) -> None:
 
 
 f64 = kernels(lambda: products(torch.float64, lambda out, a, b: torch.mm(a, b, out=out)))
-shim = kernels(
-    lambda: [products(d, BACKEND.mm_out) for d in (torch.float32, torch.float16, torch.bfloat16)]
-)
+shim = kernels(lambda: [products(d, BACKEND.mm_out) for d in (torch.float32, torch.float16, torch.bfloat16)])
 print("float64 GEMM kernels:", *sorted(f64), sep="\n  ", file=sys.stderr)
 print("shim kernels:", *sorted(shim), sep="\n  ", file=sys.stderr)
 tokens = [t for t in TOKENS if any(t in k for k in f64) and not any(t in k for k in shim)]
