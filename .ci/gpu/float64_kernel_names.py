@@ -2,39 +2,47 @@
 mm_out chapter's references) and none of the kernels the shim launches, or nothing if no such filter exists.
 
 The kernels come from torch.profiler: float64 torch.mm, and the backend's mm_out in every chapter dtype, over
-the chapter's shapes and both operand layouts. Only short tokens are used (the filter may match mangled or
-demangled names, and the tokens read the same in both). Details go to stderr.
+the chapter's own shapes and operand layouts (imported from it). Only short tokens are used (the filter may
+match mangled or demangled names, and the tokens read the same in both). Details go to stderr.
 """
 
 import sys
+from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from conformance.test_mm_out import LARGE_SHAPE, LAYOUT_PAIRS, SHAPES, generator, make_operand
+from conformance.tolerances import DTYPES_BY_NAME
 from reference_impl import BACKEND
 
 TOKENS = ("f64", "dgemm", "d884", "d1688", "dmma", "double")
-SHAPES = [(1, 2048, 256), (64, 96, 48), (257, 129, 65), (512, 512, 512), (4096, 4096, 4096)]
+CUDA = torch.device("cuda")
 
 
-def kernels(run) -> set[str]:
+def kernels(run: Callable[[], None]) -> set[str]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run()
         torch.cuda.synchronize()
     return {e.key for e in prof.key_averages() if e.device_type.name == "CUDA"}
 
 
-def products(dtype: torch.dtype, call) -> None:
-    for m, k, n in SHAPES:
-        for transposed in (False, True):
-            a = torch.randn(m, k, device="cuda").to(dtype)
-            b = torch.randn(n, k, device="cuda").to(dtype)
-            b = b.t() if transposed else b.reshape(k, n)
-            call(torch.empty(m, n, device="cuda", dtype=dtype), a, b)
+def products(dtype: torch.dtype, call: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]) -> None:
+    gen = generator("float64-kernel-names", CUDA)
+    for m, k, n in [*SHAPES.values(), LARGE_SHAPE]:
+        for layout_self, layout_mat2 in LAYOUT_PAIRS:
+            a = make_operand(m, k, layout_self, dtype, gen, CUDA)
+            b = make_operand(k, n, layout_mat2, dtype, gen, CUDA)
+            call(torch.empty(m, n, device=CUDA, dtype=dtype), a, b)
+
+
+def shim_products() -> None:
+    for dtype in DTYPES_BY_NAME.values():
+        products(dtype, BACKEND.mm_out)
 
 
 f64 = kernels(lambda: products(torch.float64, lambda out, a, b: torch.mm(a, b, out=out)))
-shim = kernels(lambda: [products(d, BACKEND.mm_out) for d in (torch.float32, torch.float16, torch.bfloat16)])
+shim = kernels(shim_products)
 print("float64 GEMM kernels:", *sorted(f64), sep="\n  ", file=sys.stderr)
 print("shim kernels:", *sorted(shim), sep="\n  ", file=sys.stderr)
 tokens = [t for t in TOKENS if any(t in k for k in f64) and not any(t in k for k in shim)]

@@ -95,26 +95,25 @@ if [ -n "$KERNELS" ] && [ -n "$SAN" ]; then
     echo "compute-sanitizer rejects --kernel-name $KERNELS (sanitizer-filter-probe.log): every kernel is checked"
   fi
 fi
-# The chapter's float64 references run cuBLAS's float64 GEMMs, which the include filter also matches, and a
-# 4096^3 one did not finish under racecheck in 150 s. The shim has no float64 path, so those kernels are
-# never the shim's: "auto" names them (tokens found in the float64 GEMMs' kernel names and in none of the
-# shim's, read from torch.profiler) and leaves them uninstrumented; MM_NATIVE_SAN_EXCLUDE="" keeps them in.
-EXCLUDE_FILTER=()
-if step sanitizer && [ -n "$SAN" ] && [ "${MM_NATIVE_SAN_EXCLUDE-auto}" = auto ]; then
-  EXCLUDE="$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" REFIMPL_MM_OUT_PATH=native $PY .ci/gpu/float64_kernel_names.py 2> "$OUT/sanitizer-exclude-probe.log")"
-  if [ -n "$EXCLUDE" ] && "$SAN" --tool racecheck "${KERNEL_FILTER[@]}" --kernel-name-exclude "$EXCLUDE" $PY -c \
-       "import torch; torch.ones(1, device='cuda')" >> "$OUT/sanitizer-exclude-probe.log" 2>&1; then
-    EXCLUDE_FILTER=(--kernel-name-exclude "$EXCLUDE")
-  fi
-  echo "float64 reference kernels left uninstrumented: ${EXCLUDE_FILTER[*]:-none (sanitizer-exclude-probe.log)}"
-elif [ -n "${MM_NATIVE_SAN_EXCLUDE:-}" ]; then
-  EXCLUDE_FILTER=(--kernel-name-exclude "$MM_NATIVE_SAN_EXCLUDE")
-fi
 if ! step sanitizer; then
   :
 elif [ -z "$SAN" ]; then
   echo "compute-sanitizer: SKIPPED (not found on PATH, /usr/local/cuda/bin or the nvidia wheels)"
 else
+  # The chapter's float64 references run cuBLAS's float64 GEMMs, which the include filter also matches, and
+  # a 4096^3 one did not finish under racecheck in 150 s. The shim has no float64 path, so those kernels are
+  # never the shim's: "auto" names them (tokens found in the float64 GEMMs' kernel names and in none of the
+  # shim's, read from torch.profiler) and racecheck leaves them uninstrumented (memcheck, being cheap, keeps
+  # them); MM_NATIVE_SAN_EXCLUDE="" keeps them in racecheck too, any other value is the filter itself.
+  EXCLUDE="${MM_NATIVE_SAN_EXCLUDE-auto}"
+  if [ "$EXCLUDE" = auto ]; then
+    EXCLUDE="$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" REFIMPL_MM_OUT_PATH=native $PY .ci/gpu/float64_kernel_names.py 2> "$OUT/sanitizer-exclude-probe.log")"
+    if [ -n "$EXCLUDE" ] && ! "$SAN" --tool racecheck "${KERNEL_FILTER[@]}" --kernel-name-exclude "$EXCLUDE" $PY -c \
+         "import torch; torch.ones(1, device='cuda')" >> "$OUT/sanitizer-exclude-probe.log" 2>&1; then
+      EXCLUDE=""
+    fi
+    echo "float64 reference kernels left out of racecheck: ${EXCLUDE:-none (sanitizer-exclude-probe.log)}"
+  fi
   # The route cases lower the LLM for CUDA: compile it first, outside the sanitizer (the reference caches by
   # content), so the cases under it load the programs and run them.
   if [ "${MM_NATIVE_PRELOWER:-1}" = 1 ]; then
@@ -126,9 +125,11 @@ else
     # MM_NATIVE_SUBSET_MEMCHECK / MM_NATIVE_SUBSET_RACECHECK give a tool its own selection.
     subset_var="MM_NATIVE_SUBSET_${tool^^}"
     subset="${!subset_var-$SUBSET}"
+    exclude_filter=()
+    [ "$tool" = racecheck ] && [ -n "$EXCLUDE" ] && exclude_filter=(--kernel-name-exclude "$EXCLUDE")
     if [[ " ${MM_NATIVE_CHAPTER_TOOLS:-memcheck racecheck} " == *" $tool "* ]]; then
       REFIMPL_MM_OUT_PATH=native timeout "${MM_NATIVE_SAN_LIMIT:-900}" "$SAN" --tool "$tool" --error-exitcode 9 \
-        "${KERNEL_FILTER[@]}" "${EXCLUDE_FILTER[@]}" --target-processes all $PY -m pytest conformance/test_mm_out.py \
+        "${KERNEL_FILTER[@]}" "${exclude_filter[@]}" --target-processes all $PY -m pytest conformance/test_mm_out.py \
         -p no:cacheprovider --no-preflight -k "$subset" -v --durations=10 > "$OUT/sanitizer-$tool-chapter.log" 2>&1
       echo "compute-sanitizer $tool (chapter: ${subset:-all}) rc=$? :: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "$OUT/sanitizer-$tool-chapter.log" | tail -2 | tr '\n' ' ')"
     fi
