@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from conformance import known_failures
+from conformance import generation, known_failures
 from conformance import outcomes as case_outcomes
 from conformance.programs import SKIP_COPY_OPTION
 from conformance.protocol import Backend, missing_attributes
@@ -44,6 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "'independent' for the cases that have no dtype parameter",
     )
     case_outcomes.add_options(group)  # --strict-should, --known-failures
+    generation.add_options(group)  # --generated-examples (Hypothesis's own: --hypothesis-seed)
 
 
 @functools.cache
@@ -65,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist gives workers `workerinput`; the environment variable may be inherited from an outer run.
     worker = config.workerinput["workerid"] if hasattr(config, "workerinput") else None
     gpu_ids = _gpu_ids()
+    generation.configure(config)
     if worker and gpu_ids:
         # Must precede CUDA's initialisation in this worker, which reads the variable once.
         if torch.cuda.is_initialized():

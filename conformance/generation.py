@@ -1,0 +1,67 @@
+"""How the generated cases run: Hypothesis settings that make a CI run deterministic and bounded.
+
+The differential chapter and the generated-input cases draw their inputs with Hypothesis (the library
+``data-apis/array-api-tests`` is built on). A CI run must give the same verdict every time, so by default:
+
+* the examples are derived from each test's own code (``derandomize``), not from a clock or a database:
+  the same commit draws the same examples on every machine;
+* no example database is read or written (nothing outside the run decides what runs);
+* each test has a fixed example count and step count (:func:`budget`), so its cost is bounded;
+* no per-example deadline (an AOTInductor call on a cold cache takes seconds; the budget bounds the time).
+
+``--hypothesis-seed N`` (Hypothesis's own pytest option) varies the examples: this module then turns
+``derandomize`` off so that the seed takes effect. ``--generated-examples K`` scales every budget (e.g. ``4``
+for a nightly soak). A failing example is shrunk and printed as the steps that reproduce it; the case's
+repro line (with the same seed option) finds it again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+PROFILE = "conformance"
+SEEDED_PROFILE = "conformance-seeded"
+_SCALE_KEY = pytest.StashKey[float]()
+_scale = 1.0
+
+_COMMON = {
+    "database": None,
+    "deadline": None,
+    "print_blob": True,
+    # Explicit examples, generation and shrinking; no "explain" phase (it reruns every example again).
+    "phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+    "suppress_health_check": (
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.filter_too_much,
+    ),
+}
+settings.register_profile(PROFILE, derandomize=True, **_COMMON)
+settings.register_profile(SEEDED_PROFILE, derandomize=False, **_COMMON)
+
+
+def add_options(group: pytest.OptionGroup) -> None:
+    group.addoption(
+        "--generated-examples",
+        metavar="SCALE",
+        type=float,
+        default=1.0,
+        help="scale the example and step budget of every generated case (default 1: the CI budget)",
+    )
+
+
+def configure(config: pytest.Config) -> None:
+    """Load the profile before any chapter is imported (``@settings`` reads it at decoration time)."""
+    global _scale
+    seeded = config.getoption("--hypothesis-seed", None) is not None
+    settings.load_profile(SEEDED_PROFILE if seeded else PROFILE)
+    _scale = max(0.01, float(config.getoption("--generated-examples", 1.0) or 1.0))
+
+
+def budget(examples: int, steps: int | None = None) -> settings:
+    """``@settings`` for one generated case: ``examples`` examples (and ``steps`` steps per stateful run),
+    scaled by ``--generated-examples``."""
+    extra = {} if steps is None else {"stateful_step_count": max(1, round(steps * _scale))}
+    return settings(max_examples=max(1, round(examples * _scale)), **extra)
