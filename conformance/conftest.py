@@ -12,6 +12,7 @@ import torch
 
 from conformance import generation, known_failures
 from conformance import outcomes as case_outcomes
+from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
 from conformance.programs import SKIP_COPY_OPTION
 from conformance.protocol import Backend, missing_attributes
 from conformance.toolchain import run_preflight
@@ -45,6 +46,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     case_outcomes.add_options(group)  # --strict-should, --known-failures
     generation.add_options(group)  # --generated-examples (Hypothesis's own: --hypothesis-seed)
+    group.addoption(
+        "--oracle",
+        default=None,
+        help=f"the differential chapter's oracle backend as module:attr (default: {DEFAULT_ORACLE})",
+    )
 
 
 @functools.cache
@@ -79,6 +85,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[BACKEND_KEY] = backend
     config.stash[SPEC_KEY] = spec
+    oracle_spec = config.getoption("--oracle") or DEFAULT_ORACLE
+    try:
+        config.stash[ORACLE_KEY] = load_backend(oracle_spec)
+    except BackendLoadError as exc:
+        raise pytest.UsageError(f"--oracle: {exc}") from exc
+    config.stash[ORACLE_SPEC_KEY] = oracle_spec
     # Rule levels, coverage gaps and declared known failures decide each case's outcome (outcomes.py).
     files = list(config.getoption("--known-failures") or [])
     try:
@@ -95,6 +107,12 @@ def pytest_configure(config: pytest.Config) -> None:
         repro_args = [] if spec == DEFAULT_BACKEND else ["--backend", spec]
         # A known failure (xfailed, or stale) reproduces as recorded only with its file.
         repro_args += [arg for path in files for arg in ("--known-failures", path)]
+        # Generated cases draw the same examples only with the same oracle, seed and budget.
+        repro_args += [] if oracle_spec == DEFAULT_ORACLE else ["--oracle", oracle_spec]
+        seed = config.getoption("--hypothesis-seed", None)
+        repro_args += [] if seed is None else [f"--hypothesis-seed={seed}"]
+        scale = config.getoption("--generated-examples", 1.0)
+        repro_args += [] if scale in (None, 1.0) else [f"--generated-examples={scale}"]
         add_run_metadata(config, "repro_args", repro_args)
         workers = getattr(config.option, "numprocesses", None)
         if gpu_ids and isinstance(workers, int) and not worker:

@@ -16,3 +16,121 @@ Rules read ``differential/<rule>``; the differences the spec allows are listed o
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+
+from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
+from conformance.conftest import require_part
+from conformance.generation import budget
+from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
+from conformance.programs import require_lowering_device
+from conformance.protocol import Backend, missing_attributes
+from conformance.protocol_machine import machine_for
+from conformance.strategies import MmOutPlan, mm_out_plans
+
+TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(scope="session")
+def oracle(request: pytest.FixtureRequest) -> Backend:
+    """The oracle backend (``--oracle``, default the reference with options of its own)."""
+    return request.config.stash[ORACLE_KEY]  # type: ignore[return-value]
+
+
+def _shrunk(exc: BaseException, spec: str) -> str:
+    """The failure's message, then the shrunk steps Hypothesis found, as code that replays them."""
+    notes = [n for n in getattr(exc, "__notes__", []) if n.strip()]
+    steps = "\n".join(notes)
+    oracle = f" (oracle {spec})" if spec else ""
+    return f"{exc}\nshrunk repro{oracle}:\n{steps}" if steps else str(exc)
+
+
+def run_machine(machine: type, examples: int, steps: int, spec: str) -> None:
+    """Run a state machine to its budget; a failure is re-raised with its shrunk steps in the message."""
+    try:
+        run_state_machine_as_test(machine, settings=budget(examples, steps))
+    except CheckFailure as exc:
+        raise CheckFailure(_shrunk(exc, spec)) from None
+    except Flaky as exc:  # a failure that does not replay: a race, reported with what was seen
+        raise CheckFailure(
+            f"[differential/threads] {machine.__name__}: a failure that did not replay (a race?): {exc}"
+        ) from None
+
+
+# ============================================================================================== runtime
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", TARGETS)
+def test_protocol_calls_agree_with_the_oracle(
+    runtime: Backend, oracle: Backend, device: str, request: pytest.FixtureRequest
+) -> None:
+    """Sequences of lower / init / set_option / execute / execute_stats / destroy calls, generated, on the
+    backend and the oracle side by side: the same calls are errors (of the same kind, naming the same
+    argument), values match float64 eager, inputs are never written, provided outputs hold the result on
+    success and are untouched on error, outputs land where the oracle puts them, counters and option
+    read-backs agree, threads get their own results. Rules ``differential/*``."""
+    for part in ("lowering", "runtime"):
+        if missing_attributes(oracle, part):
+            pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")
+    require_lowering_device(runtime, device)
+    require_lowering_device(oracle, device)
+    require_part(runtime, "runtime")
+    machine = machine_for(runtime, oracle, device)
+    run_machine(machine, examples=30, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
+
+
+# =============================================================================================== mm_out
+
+
+@pytest.mark.parametrize("device", TARGETS)
+def test_mm_out_agrees_with_the_oracle(backend: Backend, oracle: Backend, device: str) -> None:
+    """``mm_out`` on generated sizes (0, 1, primes, powers of two and one past), dtypes and operand layouts
+    (transposed, step-sliced, offset, expanded), ``out`` right or broken one way: the same calls are errors
+    as for the oracle (on a machine without CUDA every call is one: the operands are host tensors); values
+    match float64 within the dtype's tolerance; ``out`` is untouched on error and operands never."""
+    require_part(backend, "mm_out")
+    if missing_attributes(oracle, "mm_out"):
+        pytest.skip(f"the oracle {oracle.name!r} lacks protocol part 'mm_out'")
+    if device == "cpu" and torch.cuda.is_available():
+        pytest.skip("host operands are checked on machines without CUDA; here the cuda case runs")
+
+    @given(plan=mm_out_plans())
+    @budget(examples=60)
+    def check(plan: MmOutPlan) -> None:
+        out, a, b = plan.build(device)
+        out_o, a_o, b_o = plan.build(device)
+        before = [bits(t).clone() for t in (out, a, b)]
+        text = f"mm_out({plan!r})"
+        got = call(backend.mm_out, out, a, b)  # type: ignore[attr-defined]
+        want = call(oracle.mm_out, out_o, a_o, b_o)  # type: ignore[attr-defined]
+        if device == "cuda":
+            torch.cuda.synchronize()
+        judge("mm_out", text, got, want)
+        for name, old, new in (("self", before[1], a), ("mat2", before[2], b)):
+            if not torch.equal(old, bits(new)):
+                fail(
+                    "differential/inputs-untouched", text, f"{name} changed; mm_out never writes its operands"
+                )
+        if not got.ok:
+            if not torch.equal(before[0], bits(out)):
+                fail("differential/outputs-untouched", text, "out changed, yet the call was rejected")
+            return
+        if want.ok:
+            assert_matmul_close("differential/values", text, out.cpu(), a.cpu(), b.cpu())
+
+    run_generated(check)
+
+
+def run_generated(test: Callable[[], None]) -> None:
+    """Run a ``@given`` test; a failure is re-raised with the shrunk example in its message."""
+    try:
+        test()
+    except CheckFailure as exc:
+        raise CheckFailure(_shrunk(exc, "")) from None

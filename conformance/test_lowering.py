@@ -37,6 +37,7 @@ from torch.fx import GraphModule, Node
 from conformance.checks import CheckFailure, assert_model_output_close, coverage_gap, fail
 from conformance.conftest import require_part
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
+from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
 from conformance.programs import handles, lowered, record, require_lowering_device
 from conformance.protocol import Backend, missing_attributes
 from conformance.rules import Level, level_of
@@ -478,26 +479,6 @@ def test_zoo_model_lowers_runs_and_matches_eager(
 # SPEC §1a: preprocess fails with the kernels the backend does not provide, from a fresh set per call;
 # upstream kept one module-level set, so one failing method poisoned every later lowering in the process.
 
-OPAQUE_OP = "conformance_suite::opaque_scale"
-
-
-@torch.library.custom_op(OPAQUE_OP, mutates_args=())
-def opaque_scale(x: torch.Tensor) -> torch.Tensor:
-    """An op with no kernel on any device (only a shape function): no backend can provide its kernel, so
-    no backend can lower a method calling it into a program that runs."""
-    raise NotImplementedError(f"{OPAQUE_OP} has no kernel: the suite uses it to make lower() fail")
-
-
-@opaque_scale.register_fake
-def _opaque_scale_shape(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-class CallsOpaqueOp(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return opaque_scale(x + 1.0) * 2.0
-
-
 #: What an error for an unlowerable method names: the op, or that a kernel is missing or unsupported.
 UNSUPPORTED_WORDS = ("opaque_scale", "kernel", "unsupported", "not supported")
 
@@ -505,9 +486,7 @@ UNSUPPORTED_WORDS = ("opaque_scale", "kernel", "unsupported", "not supported")
 def lower_unsupported(backend: Backend, device: str) -> None:
     """``lower`` of a method calling :data:`OPAQUE_OP` fails as the protocol says, naming what is missing."""
     call = f"lower({{'forward': calls {OPAQUE_OP}}}, device={device!r})"
-    # A fixed example input: a backend that caches compiles by content (the reference keys on the example
-    # inputs too) then serves a warm run's compile from its cache; random ones cost 25 s per warm run.
-    methods = {"forward": (CallsOpaqueOp(), (torch.ones(4, 8, device=device),))}
+    methods = {"forward": (CallsOpaqueOp(), opaque_inputs(device))}
     try:
         program = backend.lower(methods, device=device)  # type: ignore[attr-defined]
     except ValueError as exc:

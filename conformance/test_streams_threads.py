@@ -37,9 +37,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -81,6 +82,19 @@ def zoo_method(runtime: Backend, model: str, device: str) -> Method:
     lm = lowered(runtime, model, DTYPE, device)
     module, example = lm.eager["forward"]
     return Method(lm.program, "forward", module, example)
+
+
+@contextlib.contextmanager
+def switching_often() -> Iterator[None]:
+    """Let the interpreter switch threads every microsecond instead of every 5 ms while the threads run: a
+    race between a backend's Python-level steps (stage into a shared buffer, then run) then shows in every
+    run instead of once in a while (the measured detection rates are in the README)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
 
 
 @functools.cache
@@ -343,14 +357,18 @@ def test_threads_match_serial_while_options_flip(
 
         errors: list[str] = []
         mismatches = [0] * threads
+        overwritten = [0] * threads
         on_device = [0] * threads
         stop = threading.Event()
         flips = [0]
+        start = threading.Barrier(threads)
 
         def worker(i: int) -> None:
             job = jobs[i]
             streams = torch.cuda.stream(torch.cuda.Stream(device)) if on_gpu else contextlib.nullcontext()
+            held: list[torch.Tensor] = []  # the previous execute's outputs, as returned
             try:
+                start.wait()
                 with streams:
                     for _ in range(iterations):
                         outs = runtime.execute(job.handle, job.inputs)  # type: ignore[attr-defined]
@@ -360,6 +378,12 @@ def test_threads_match_serial_while_options_flip(
                             torch.equal(g, s) for g, s in zip(got, job.serial, strict=False)
                         ):
                             mismatches[i] += 1
+                        # Outputs belong to the caller: no later execute, of any thread, may write them.
+                        if held and not all(
+                            torch.equal(h.cpu(), s) for h, s in zip(held, job.serial, strict=False)
+                        ):
+                            overwritten[i] += 1
+                        held = list(outs)
             except Exception as exc:  # reported below with the thread index
                 errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
 
@@ -374,14 +398,15 @@ def test_threads_match_serial_while_options_flip(
 
         pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
         flipping = threading.Thread(target=flipper, daemon=True)
-        flipping.start()
-        for t in pool:
-            t.start()
-        deadline = time.monotonic() + THREAD_TIMEOUT_S[target]
-        for t in pool:
-            t.join(max(0.0, deadline - time.monotonic()))
-        stop.set()
-        flipping.join(10.0)
+        with switching_often():
+            flipping.start()
+            for t in pool:
+                t.start()
+            deadline = time.monotonic() + THREAD_TIMEOUT_S[target]
+            for t in pool:
+                t.join(max(0.0, deadline - time.monotonic()))
+            stop.set()
+            flipping.join(10.0)
         stuck = [i for i, t in enumerate(pool) if t.is_alive()]
         if stuck or flipping.is_alive():
             stack.pop_all()  # no destroy or set_option now: they could block behind the stuck threads
@@ -389,12 +414,13 @@ def test_threads_match_serial_while_options_flip(
             fail(rule, call, f"deadlock: {who} still running after {THREAD_TIMEOUT_S[target]:.0f} s")
     if errors:
         fail(rule, call, "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""))
-    if any(mismatches):
+    if any(mismatches) or any(overwritten):
         fail(
             rule,
             call,
-            f"results differ from the serial result (mismatches per thread: {mismatches}; "
-            f"outputs on the GPU per thread: {on_device}; option flips: {flips[0]})",
+            f"results differ from the serial result (mismatches per thread: {mismatches}; earlier outputs "
+            f"changed by a later execute, per thread: {overwritten}; outputs on the GPU per thread: "
+            f"{on_device}; option flips: {flips[0]})",
         )
 
 
@@ -436,11 +462,12 @@ def test_pipeline_models_from_threads_match_serial(runtime: Backend, model: str,
                 errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
 
         pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(PIPELINE_THREADS)]
-        for t in pool:
-            t.start()
-        deadline = time.monotonic() + THREAD_TIMEOUT_S[target]
-        for t in pool:
-            t.join(max(0.0, deadline - time.monotonic()))
+        with switching_often():
+            for t in pool:
+                t.start()
+            deadline = time.monotonic() + THREAD_TIMEOUT_S[target]
+            for t in pool:
+                t.join(max(0.0, deadline - time.monotonic()))
         stuck = [i for i, t in enumerate(pool) if t.is_alive()]
         if stuck:
             stack.pop_all()  # no destroy now: it could block behind the stuck threads

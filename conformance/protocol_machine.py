@@ -1,0 +1,743 @@
+"""A Hypothesis state machine that drives the runtime protocol with generated calls, side by side on the
+backend under test and on the oracle (``conformance/oracle.py``).
+
+Each step is one protocol call — ``lower`` (with placement options, renamed methods), ``init`` (with method
+names a caller gets wrong, corrupted programs), ``set_option`` / ``get_option``, ``execute`` (inputs of
+every layout and size, valid or broken one way, with and without ``outputs=``), ``execute_stats``,
+``destroy``, and executes from several threads at once — made on both backends with the same arguments.
+The oracle decides whether the call is an error; the backend's values are judged against float64 eager; the
+spec decides what else the call may change (the caller's inputs never; provided outputs only on success).
+
+Steps draw *plans* (:class:`LowerPlan`, :class:`InputsPlan`, …): small frozen dataclasses whose ``repr`` is
+the code that makes them, so a shrunk failure prints as a runnable sequence of calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, precondition, rule
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from conformance.checks import assert_model_output_close, bits, fail
+from conformance.models import get_model
+from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
+from conformance.oracle import Outcome, call, describe_args, judge
+from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
+from conformance.strategies import (
+    LAYOUTS,
+    NAME_VARIANTS,
+    NameVariant,
+    TensorRecipe,
+    dtype_name,
+    lower_name_sets,
+    option_keys,
+    option_values,
+    placement_values,
+)
+
+__all__ = [
+    "MENU",
+    "CorruptPlan",
+    "HandlePair",
+    "InputsPlan",
+    "LowerPlan",
+    "OutputsPlan",
+    "ProgramPair",
+    "build_inputs",
+    "machine_for",
+    "method_spec",
+]
+
+SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
+#: The zoo models the machine lowers (float32: every one is pre-lowered for both targets), plus a method
+#: that no backend can lower (an op with no kernel) for failing lowers in the middle of a sequence.
+MENU: tuple[str, ...] = ("add_mul", "asr", "llm")
+OPAQUE = "opaque"
+DTYPE = torch.float32
+#: Every method name the menu's models use: what option values are written from.
+MENU_METHODS: tuple[str, ...] = ("forward", "encoder", "decoder", "prefill", "decode")
+
+
+# ================================================================================================== plans
+
+
+@dataclass(frozen=True)
+class LowerPlan:
+    """``lower`` of zoo model ``model`` (float32), its methods renamed to ``names`` (None: the model's own),
+    with ``options`` (sorted ``(key, value)`` pairs)."""
+
+    model: str
+    names: tuple[str, ...] | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def zoo_methods(self) -> tuple[str, ...]:
+        return ("forward",) if self.model == OPAQUE else get_model(self.model).methods
+
+    def method_names(self) -> tuple[str, ...]:
+        return self.names if self.names is not None else self.zoo_methods()
+
+
+@dataclass(frozen=True)
+class CorruptPlan:
+    """How ``init`` gets its program: ``intact``, or ``truncated`` / ``flipped`` (one byte at fraction
+    ``at``), ``trailing`` (junk appended), ``empty``, ``not-bytes`` (a str)."""
+
+    kind: str = "intact"
+    at: float = 0.5
+
+    def apply(self, program: bytes) -> object:
+        if self.kind == "intact":
+            return program
+        if self.kind == "truncated":
+            return program[: int(len(program) * self.at)]
+        if self.kind == "flipped":
+            index = min(len(program) - 1, int(len(program) * self.at))
+            return program[:index] + bytes([program[index] ^ 0x5A]) + program[index + 1 :]
+        if self.kind == "trailing":
+            return program + b"\x00trailing bytes"
+        if self.kind == "empty":
+            return b""
+        return "not a program"
+
+
+#: Ways an ``inputs`` argument is broken (``none``: it is not).
+BAD_INPUTS: tuple[str, ...] = (
+    "fewer", "more", "none-element", "int-element", "bare-tensor", "none-inputs", "wrong-dtype",
+    "wrong-rank", "wrong-size", "empty-size", "size-below", "size-above",
+)  # fmt: skip
+#: Sizes for a method's dynamic dimensions (``Dim(min, max)``): inside the range, and just past it.
+SIZES: tuple[str, ...] = ("example", "min", "max", "mid")
+
+
+@dataclass(frozen=True)
+class InputsPlan:
+    """The ``inputs`` of one execute, for whatever method it goes to: values from ``seed``; input ``i`` in
+    ``layouts[i % len(layouts)]``; dynamic sizes at ``size``; broken as ``bad`` (at input ``bad_index``);
+    ``on_device``: already on the handle's CUDA device (a CUDA target), else host tensors."""
+
+    seed: int = 0
+    layouts: tuple[str, ...] = ("contiguous",)
+    size: str = "example"
+    bad: str = "none"
+    bad_index: int = 0
+    on_device: bool = False
+
+
+#: Ways an ``outputs=`` argument is given: not at all, right, or broken one way.
+OUTPUT_KINDS: tuple[str, ...] = (
+    "none", "provided", "one-more", "one-fewer", "wrong-dtype", "wrong-shape", "non-tensor", "bare-tensor",
+    "other-device",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OutputsPlan:
+    kind: str = "none"
+
+
+# ========================================================================================= method specs
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    low: int
+    high: int
+    dynamic: tuple[tuple[int, int, int], ...] = ()  # (axis, min, max)
+
+
+@dataclass
+class MethodSpec:
+    """One zoo method: its eager module (float32, CPU), example inputs and what its inputs may be."""
+
+    module: torch.nn.Module
+    example: tuple[torch.Tensor, ...]
+    inputs: tuple[InputSpec, ...]
+    float64: torch.nn.Module = field(repr=False, default=None)  # type: ignore[assignment]
+
+
+_SPECS: dict[tuple[str, str], MethodSpec] = {}
+
+
+def method_spec(model: str, method: str) -> MethodSpec:
+    """The spec of ``model``'s ``method`` (built once per process)."""
+    key = (model, method)
+    if key not in _SPECS:
+        entry = get_model(model)
+        module, example = entry.build(DTYPE, torch.device("cpu"))[method]
+        dynamic = _dynamic_axes(module, entry.dynamic_shapes_for(method))
+        specs = []
+        for index, tensor in enumerate(example):
+            low, high = 0, 8
+            if not tensor.is_floating_point():
+                low, high = int(tensor.min()), int(tensor.max()) + 1
+            axes = tuple((axis, lo, hi) for (i, axis, lo, hi) in dynamic if i == index)
+            specs.append(InputSpec(tuple(tensor.shape), tensor.dtype, low, high, axes))
+        float64 = copy.deepcopy(module).to(dtype=torch.float64)
+        _SPECS[key] = MethodSpec(module, tuple(example), tuple(specs), float64)
+    return _SPECS[key]
+
+
+def _dynamic_axes(module: torch.nn.Module, shapes: Any) -> list[tuple[int, int, int, int]]:
+    """``(input index, axis, min, max)`` of every ``Dim`` in a method's ``dynamic_shapes``."""
+    if not shapes:
+        return []
+    names = list(inspect.signature(module.forward).parameters)
+    found = []
+    for name, axes in shapes.items() if isinstance(shapes, dict) else enumerate(shapes):
+        index = names.index(name) if isinstance(name, str) else int(name)
+        for axis, dim in (axes or {}).items():
+            found.append((index, int(axis), int(dim.min), int(dim.max)))
+    return found
+
+
+def eager_float64(spec: MethodSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    args = [t.detach().cpu().double() if t.is_floating_point() else t.detach().cpu() for t in inputs]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        out = spec.float64(*args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _size_for(spec: InputSpec, choice: str) -> tuple[int, ...]:
+    shape = list(spec.shape)
+    for axis, low, high in spec.dynamic:
+        # Below a bound of 2: 0, not 1 (export cannot declare a bound of 1; a size-1 step is the reference's
+        # waiver, and a backend that holds the declared bound is not wrong).
+        below = 0 if low == 2 else low - 1
+        shape[axis] = {
+            "min": low,
+            "max": high,
+            "mid": (low + high) // 2,
+            "below": below,
+            "above": high + 1,
+        }.get(choice, shape[axis])
+    return tuple(shape)
+
+
+def build_inputs(spec: MethodSpec, plan: InputsPlan, device: torch.device) -> object:
+    """The ``inputs`` argument ``plan`` describes, for a method of ``spec``, on ``device``."""
+    size = {"size-below": "below", "size-above": "above"}.get(plan.bad, plan.size)
+    if not any(s.dynamic for s in spec.inputs) and plan.bad in ("size-below", "size-above"):
+        size = "example"
+    recipes = []
+    for index, s in enumerate(spec.inputs):
+        layout = plan.layouts[index % len(plan.layouts)]
+        recipes.append(
+            TensorRecipe(_size_for(s, size), dtype_name(s.dtype), layout, plan.seed + index, s.low, s.high)
+        )
+    tensors: list[Any] = [r.build(device) for r in recipes]
+    at = plan.bad_index % max(1, len(tensors))
+    bad = plan.bad
+    if bad == "fewer":
+        return tensors[:-1]
+    if bad == "more":
+        return [*tensors, tensors[0].clone()]
+    if bad == "none-element":
+        tensors[at] = None
+    elif bad == "int-element":
+        tensors[at] = 3
+    elif bad == "bare-tensor":
+        return tensors[0]
+    elif bad == "none-inputs":
+        return None
+    elif bad == "wrong-dtype":
+        t = tensors[at]
+        tensors[at] = t.to(torch.float64 if t.dtype != torch.float64 else torch.float32)
+        if not t.is_floating_point():
+            tensors[at] = t.to(torch.int32)
+    elif bad == "wrong-rank":
+        tensors[at] = tensors[at].unsqueeze(0)
+    elif bad == "wrong-size":
+        t = tensors[at]
+        tensors[at] = torch.cat([t, t], dim=-1) if t.dim() else t.reshape(1).repeat(2)
+    elif bad == "empty-size":
+        t = tensors[at]
+        tensors[at] = t.narrow(-1, 0, 0) if t.dim() else t
+    return tensors
+
+
+# ============================================================================================ the machine
+
+
+@dataclass
+class ProgramPair:
+    plan: LowerPlan
+    backend: bytes
+    oracle: bytes
+
+
+@dataclass
+class HandlePair:
+    program: ProgramPair
+    method: str
+    zoo_method: str
+    backend: object
+    oracle: object
+    destroyed: bool = False
+
+
+def _flat_tensors(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _snapshot(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [bits(t).clone() for t in tensors]
+
+
+def _unchanged(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> bool:
+    return all(torch.equal(b, bits(a)) for b, a in zip(before, after, strict=True))
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    """Subclassed by :func:`machine_for` with the backend, the oracle and the target device."""
+
+    backend: ClassVar[Any]
+    oracle: ClassVar[Any]
+    device: ClassVar[str]
+    has_options: ClassVar[bool]
+    placement_keys: ClassVar[tuple[str, ...]]
+    #: ``lower`` results by (side, plan), across examples: a warm lower still costs an export.
+    lowered: ClassVar[dict[tuple[str, str], Outcome]]
+
+    programs = Bundle("programs")
+    handles = Bundle("handles")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: list[HandlePair] = []
+        #: Results the caller still holds (a few of the latest): no later call may change them.
+        self.held: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
+        self.lower_failed = False  # the backend refused a lower in this example: ask it again from now on
+        self.saved_options: tuple[object, object] | None = None
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    @property
+    def target(self) -> torch.device:
+        if self.device == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _lower(self, side: str, who: Any, plan: LowerPlan) -> Outcome:
+        key = (side, repr(plan))  # option values may be unhashable (dicts, lists)
+        cached = self.lowered.get(key)
+        if cached is not None and not (side == "backend" and self.lower_failed):
+            return cached
+        outcome = call(who.lower, self._methods(plan), device=self.device, **self._options_kw(plan))
+        if outcome.ok or cached is None:
+            self.lowered[key] = outcome
+        return outcome
+
+    def _methods(self, plan: LowerPlan) -> dict[str, tuple]:
+        if plan.model == OPAQUE:
+            return {plan.method_names()[0]: (CallsOpaqueOp(), opaque_inputs(self.device))}
+        entry = get_model(plan.model)
+        eager = entry.build(DTYPE, torch.device(self.device))
+        return {
+            name: (*eager[zoo], entry.dynamic_shapes_for(zoo))
+            for name, zoo in zip(plan.method_names(), entry.methods, strict=True)
+        }
+
+    @staticmethod
+    def _options_kw(plan: LowerPlan) -> dict[str, Any]:
+        return {"options": dict(plan.options)} if plan.options else {}
+
+    # -- lower ---------------------------------------------------------------------------------------
+
+    @initialize()
+    def remember_options(self) -> None:
+        if self.has_options:
+            self.saved_options = (
+                call(self.backend.get_option, SKIP_COPY_OPTION).value,
+                call(self.oracle.get_option, SKIP_COPY_OPTION).value,
+            )
+
+    @rule(target=programs, plan=st.deferred(lambda: lower_plans()))
+    def lower(self, plan: LowerPlan) -> object:
+        applicable = [k for k, _ in plan.options if k not in self.placement_keys]
+        if applicable:  # options the backend does not list: never sent (the protocol says so)
+            return multiple()
+        text = f"lower({plan!r}, device={self.device!r})"
+        want = self._lower("oracle", self.oracle, plan)
+        got = self._lower("backend", self.backend, plan)
+        if not got.ok and want.ok and plan.options:
+            bare = self._lower("backend", self.backend, LowerPlan(plan.model, plan.names))
+            if not bare.ok:  # cannot lower this model at all: a coverage matter, not this chapter's
+                return multiple()
+        if not got.ok and want.ok and not plan.options:
+            return multiple()  # the backend cannot lower this model (coverage); nothing to compare
+        if not got.ok:
+            self.lower_failed = True
+        judge("lower", text, got, want)
+        if not (got.ok and want.ok):
+            return multiple()
+        if not isinstance(got.value, (bytes, bytearray)) or not got.value:
+            fail("differential/program", text, f"must return program bytes, got {type(got.value).__name__}")
+        return ProgramPair(plan, bytes(got.value), bytes(want.value))
+
+    # -- init / destroy ------------------------------------------------------------------------------
+
+    @rule(
+        target=handles,
+        program=programs,
+        which=st.integers(0, 1),
+        name=st.sampled_from(NAME_VARIANTS[:1] * 6 + NAME_VARIANTS[1:]),
+        corrupt=st.one_of(
+            st.just(CorruptPlan()),
+            st.just(CorruptPlan()),
+            st.builds(
+                CorruptPlan,
+                st.sampled_from(("truncated", "flipped", "trailing", "empty", "not-bytes")),
+                st.sampled_from((0.0, 0.1, 0.5, 0.9, 0.999)),
+            ),
+        ),
+    )
+    def init(self, program: ProgramPair, which: int, name: str, corrupt: CorruptPlan) -> object:
+        names = program.plan.method_names()
+        real = names[which % len(names)]
+        method = NameVariant(real, name).apply()
+        text = f"init(<program of {program.plan!r}> {corrupt!r}, {method!r})"
+        got = call(self.backend.init, corrupt.apply(program.backend), method)
+        want = call(self.oracle.init, corrupt.apply(program.oracle), method)
+        if got.ok != want.ok:  # a handle only one side made: released before the verdict
+            made, who = (got, self.backend) if got.ok else (want, self.oracle)
+            call(who.destroy, made.value)
+        judge("init", text, got, want)
+        if not (got.ok and want.ok):
+            return multiple()
+        zoo = program.plan.zoo_methods()[names.index(real)]
+        pair = HandlePair(program, real, zoo, got.value, want.value)
+        self.live.append(pair)
+        return pair
+
+    @rule(handle=handles)
+    def destroy(self, handle: HandlePair) -> None:
+        text = f"destroy(<handle of {handle.method!r}>{' (destroyed)' if handle.destroyed else ''})"
+        got = call(self.backend.destroy, handle.backend)
+        want = call(self.oracle.destroy, handle.oracle)
+        handle.destroyed = True
+        judge("destroy", text, got, want)
+
+    @rule(handle=handles)
+    def stats_of_destroyed(self, handle: HandlePair) -> None:
+        if not handle.destroyed:
+            return
+        text = f"execute_stats(<destroyed handle of {handle.method!r}>)"
+        judge(
+            "execute_stats",
+            text,
+            call(self.backend.execute_stats, handle.backend),
+            call(self.oracle.execute_stats, handle.oracle),
+        )
+
+    # -- options -------------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.has_options)
+    @rule(key=option_keys((SKIP_COPY_OPTION,)), value=option_values(MENU_METHODS))
+    def set_option(self, key: object, value: object) -> None:
+        text = f"set_option({key!r}, {value!r})"
+        got = call(self.backend.set_option, key, value)
+        want = call(self.oracle.set_option, key, value)
+        judge("set_option", text, got, want)
+        self._compare_read_back(f"get_option({SKIP_COPY_OPTION!r}) after {text}", SKIP_COPY_OPTION)
+
+    @precondition(lambda self: self.has_options)
+    @rule(key=option_keys((SKIP_COPY_OPTION,)))
+    def get_option(self, key: object) -> None:
+        self._compare_read_back(f"get_option({key!r})", key)
+
+    def _compare_read_back(self, text: str, key: object) -> None:
+        got = call(self.backend.get_option, key)
+        want = call(self.oracle.get_option, key)
+        judge("get_option", text, got, want)
+        if got.ok and want.ok and (type(got.value) is not type(want.value) or got.value != want.value):
+            fail(
+                "differential/option-read-back",
+                text,
+                f"returned {got.value!r}; after the same calls the oracle returns {want.value!r}",
+            )
+
+    # -- execute -------------------------------------------------------------------------------------
+
+    @rule(
+        handle=handles,
+        inputs=st.deferred(lambda: inputs_plans()),
+        outputs=st.deferred(lambda: outputs_plans()),
+    )
+    def execute(self, handle: HandlePair, inputs: InputsPlan, outputs: OutputsPlan) -> None:
+        spec = method_spec(handle.program.plan.model, handle.zoo_method)
+        device = self.target if (inputs.on_device and self.device == "cuda") else torch.device("cpu")
+        args_b = build_inputs(spec, inputs, device)
+        args_o = build_inputs(spec, inputs, device)
+        state = " (destroyed)" if handle.destroyed else ""
+        text = f"execute(<handle of {handle.method!r}>{state}, {inputs!r}, {outputs!r})"
+        # Where outputs go this call, and what they are: the oracle's answer without outputs=.
+        first = call(self.oracle.execute, handle.oracle, build_inputs(spec, inputs, device))
+        given_b = self._outputs(outputs, first, spec)
+        given_o = self._outputs(outputs, first, spec)
+        before_in = _snapshot(_flat_tensors(args_b))
+        before_out = _snapshot(_flat_tensors(given_b))
+        kw_b = {} if given_b is None else {"outputs": given_b}
+        kw_o = {} if given_o is None else {"outputs": given_o}
+        got = call(self.backend.execute, handle.backend, args_b, **kw_b)
+        want = call(self.oracle.execute, handle.oracle, args_o, **kw_o)
+        _sync()
+        full = f"{text} with inputs {describe_args(_flat_tensors(args_b))}"
+        judge("execute", full, got, want)
+        if not _unchanged(before_in, _flat_tensors(args_b)):
+            fail(
+                "differential/inputs-untouched",
+                full,
+                "the caller's inputs changed; execute never writes them",
+            )
+        if not got.ok:
+            if not _unchanged(before_out, _flat_tensors(given_b)):
+                fail(
+                    "differential/outputs-untouched",
+                    full,
+                    "a rejected execute wrote the caller's outputs; on any error outputs stay untouched",
+                )
+            return
+        self._check_held(full)
+        if not want.ok:
+            return
+        self._check_results(full, spec, args_b, got.value, want.value, given_b)
+        if given_b is None:
+            returned = _flat_tensors(got.value)
+            self.held = [*self.held[-3:], (full, returned, _snapshot(returned))]
+        host_strided = any(t.device.type == "cpu" and not t.is_contiguous() for t in _flat_tensors(args_b))
+        if not host_strided:
+            stats_b = call(self.backend.execute_stats, handle.backend)
+            stats_o = call(self.oracle.execute_stats, handle.oracle)
+            judge("execute_stats", f"execute_stats after {full}", stats_b, stats_o)
+            if stats_b.ok and stats_o.ok and dict(stats_b.value) != dict(stats_o.value):
+                fail(
+                    "differential/counters",
+                    f"execute_stats after {full}",
+                    f"{dict(stats_b.value)}; for the same execute the oracle counts {dict(stats_o.value)}",
+                )
+
+    def _check_held(self, text: str) -> None:
+        for earlier, tensors, before in self.held:
+            if not _unchanged(before, tensors):
+                fail(
+                    "differential/outputs-owned",
+                    text,
+                    f"changed the outputs an earlier call returned ({earlier}); returned tensors belong to "
+                    "the caller and no later call may write them",
+                )
+
+    def _outputs(self, plan: OutputsPlan, first: Outcome, spec: MethodSpec) -> object:
+        if plan.kind == "none":
+            return None
+        outs = [t for t in first.value] if first.ok else [torch.empty(0)]
+        where = [t.device for t in outs]
+        made: list[Any] = [
+            torch.full(t.shape, 1.5, dtype=t.dtype, device=d)
+            if t.dtype.is_floating_point
+            else torch.full(t.shape, 7, dtype=t.dtype, device=d)
+            for t, d in zip(outs, where, strict=True)
+        ]
+        kind = plan.kind
+        if kind == "one-more":
+            made.append(made[0].clone())
+        elif kind == "one-fewer":
+            made = made[:-1]
+        elif kind == "wrong-dtype":
+            made[0] = made[0].to(torch.float64 if made[0].dtype != torch.float64 else torch.float32)
+        elif kind == "wrong-shape":
+            made[0] = torch.cat([made[0], made[0]]) if made[0].dim() else made[0].reshape(1)
+        elif kind == "non-tensor":
+            made[0] = 1.5
+        elif kind == "bare-tensor":
+            return made[0]
+        elif kind == "other-device" and torch.cuda.is_available():
+            other = "cpu" if made[0].is_cuda else self.target
+            made[0] = made[0].to(other)
+        return made
+
+    def _check_results(
+        self,
+        text: str,
+        spec: MethodSpec,
+        inputs: object,
+        got: object,
+        want: object,
+        given: object,
+    ) -> None:
+        results = list(got) if isinstance(got, (list, tuple)) else None  # type: ignore[call-overload]
+        if results is None or not all(isinstance(t, torch.Tensor) for t in results):
+            fail("differential/values", text, f"must return a list of tensors, got {type(got).__name__}")
+        expected = eager_float64(spec, _flat_tensors(inputs))
+        if len(results) != len(expected):
+            fail(
+                "differential/values", text, f"returned {len(results)} outputs; eager returns {len(expected)}"
+            )
+        for index, (out, ref) in enumerate(zip(results, expected, strict=True)):
+            assert_model_output_close("differential/values", f"{text}: output {index}", out, _as(ref, out))
+        devices = [t.device.type for t in results]
+        oracle_devices = [t.device.type for t in want]  # type: ignore[attr-defined]
+        if devices != oracle_devices:
+            fail(
+                "differential/output-device",
+                text,
+                f"outputs on {devices}; the oracle puts them on {oracle_devices} (placement and options)",
+            )
+        if given is not None:
+            for index, (dst, ref) in enumerate(zip(_flat_tensors(given), expected, strict=False)):
+                assert_model_output_close(
+                    "differential/outputs-filled",
+                    f"{text}: provided outputs[{index}] after the call",
+                    dst,
+                    _as(ref, dst),
+                )
+
+    # -- threads -------------------------------------------------------------------------------------
+
+    @rule(handle=handles, seeds=st.lists(st.integers(0, 2**16), min_size=2, max_size=4, unique=True))
+    def execute_in_threads(self, handle: HandlePair, seeds: list[int]) -> None:
+        """Several threads execute one handle at once, each on inputs of its own: each gets its own result."""
+        if handle.destroyed:
+            return
+        spec = method_spec(handle.program.plan.model, handle.zoo_method)
+        plans = [InputsPlan(seed=s) for s in seeds]
+        device = torch.device("cpu")
+        if not all(call(self.oracle.execute, handle.oracle, build_inputs(spec, p, device)).ok for p in plans):
+            return  # the oracle refuses these (e.g. a method that takes device inputs): nothing to compare
+        results: dict[int, Outcome] = {}
+        inputs = {i: build_inputs(spec, p, device) for i, p in enumerate(plans)}
+        barrier = threading.Barrier(len(plans))
+
+        def worker(i: int) -> None:
+            barrier.wait()
+            results[i] = call(self.backend.execute, handle.backend, inputs[i])
+            _sync()
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show every run
+        try:
+            threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(plans))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+        for i, plan in enumerate(plans):
+            text = f"execute(<handle of {handle.method!r}>, {plan!r}) in thread {i} of {len(plans)}"
+            outcome = results[i]
+            if not outcome.ok:
+                fail("differential/threads", text, f"a valid execute racing others {outcome.describe()}")
+            expected = eager_float64(spec, _flat_tensors(inputs[i]))
+            for index, (out, ref) in enumerate(zip(outcome.value, expected, strict=False)):
+                assert_model_output_close(
+                    "differential/threads", f"{text}: output {index}", out, _as(ref, out)
+                )
+
+    # -- end of an example ---------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        for pair in self.live:
+            if not pair.destroyed:
+                call(self.backend.destroy, pair.backend)
+                call(self.oracle.destroy, pair.oracle)
+        if self.saved_options is not None:
+            call(self.backend.set_option, SKIP_COPY_OPTION, self.saved_options[0])
+            call(self.oracle.set_option, SKIP_COPY_OPTION, self.saved_options[1])
+
+
+def _as(ref: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The float64 reference, as ``assert_model_output_close`` takes it for an output like ``out``."""
+    return ref if ref.is_floating_point() else ref.to(out.dtype) if not out.is_floating_point() else ref
+
+
+# ========================================================================================= strategies
+
+
+def lower_plans() -> st.SearchStrategy[LowerPlan]:
+    """A model of the menu (sometimes the one no backend can lower), its methods sometimes renamed, and
+    placement options written every way a caller writes them."""
+
+    @st.composite
+    def plans(draw: st.DrawFn) -> LowerPlan:
+        model = draw(st.sampled_from((*MENU, *MENU, OPAQUE)))
+        zoo = LowerPlan(model).zoo_methods()
+        names = draw(st.one_of(st.none(), st.none(), lower_name_sets(len(zoo))))
+        shown = names if names is not None else zoo
+        options: dict[str, Any] = {}
+        for key in (SKIP_H2D, SKIP_D2H):
+            if draw(st.integers(0, 2)) == 0:
+                options[key] = draw(placement_values(shown))
+        return LowerPlan(model, names, tuple(sorted(options.items())))
+
+    return plans()
+
+
+def inputs_plans() -> st.SearchStrategy[InputsPlan]:
+    valid = st.builds(
+        InputsPlan,
+        seed=st.integers(0, 2**16),
+        layouts=st.lists(st.sampled_from(LAYOUTS), min_size=1, max_size=3).map(tuple),
+        size=st.sampled_from(SIZES),
+        on_device=st.booleans(),
+    )
+    broken = st.builds(
+        InputsPlan,
+        seed=st.integers(0, 2**16),
+        layouts=st.just(("contiguous",)),
+        size=st.sampled_from(SIZES),
+        bad=st.sampled_from(BAD_INPUTS),
+        bad_index=st.integers(0, 3),
+        on_device=st.booleans(),
+    )
+    return st.one_of(valid, valid, broken)
+
+
+def outputs_plans() -> st.SearchStrategy[OutputsPlan]:
+    return st.one_of(
+        st.just(OutputsPlan()),
+        st.just(OutputsPlan("provided")),
+        st.builds(OutputsPlan, st.sampled_from(OUTPUT_KINDS)),
+    )
+
+
+def machine_for(backend: Any, oracle: Any, device: str) -> type[ProtocolMachine]:
+    """The machine class for one backend, oracle and target ("cpu" or "cuda")."""
+    keys = tuple(
+        k for k in (SKIP_H2D, SKIP_D2H) if k in lower_options(backend) and k in lower_options(oracle)
+    )
+    has_options = not missing_attributes(backend, "runtime_options") and not missing_attributes(
+        oracle, "runtime_options"
+    )
+    name = f"ProtocolMachine_{device}"
+    return type(
+        name,
+        (ProtocolMachine,),
+        {
+            "backend": backend,
+            "oracle": oracle,
+            "device": device,
+            "has_options": has_options,
+            "placement_keys": keys,
+            "lowered": {},
+        },
+    )

@@ -1,0 +1,80 @@
+"""How many broken backends the differential chapter catches on its own (issue: the bugs nobody named).
+
+    python -m tests.differential_power [--jobs N] [--out FILE] [-k SUBSTRING]
+
+Runs ``conformance/test_differential.py`` — and no other chapter — against every broken backend in
+``tests/broken*.py`` that breaks a *must* rule and needs no GPU, one pytest process each, and prints which
+the chapter fails (with the first rule it names) and which it misses. The reference must pass the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from conformance.rule_coverage import broken_backends
+from conformance.rules import Level, level_of
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTER = "conformance/test_differential.py"
+
+
+def run_one(spec: str, selection: list[str]) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        start = time.perf_counter()
+        cmd = [sys.executable, "-m", "pytest", CHAPTER, *selection, f"--backend={spec}", "-q",
+               "-p", "no:cacheprovider", "-p", "harness.pytest_plugin", f"--results-json={out}",
+               "--no-preflight", "-x"]  # fmt: skip
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        cases = json.loads(out.read_text())["cases"] if out.exists() else []
+    failed = [c for c in cases if c["outcome"] in ("failed", "error", "crashed")]
+    return {
+        "backend": spec,
+        "caught": bool(failed),
+        "rule": failed[0].get("rule") if failed else None,
+        "message": (failed[0]["message"][:2000] if failed else ""),
+        "exit": proc.returncode,
+        "wall_s": round(wall, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("-k", dest="only", default="")
+    parser.add_argument("--select", default="cpu", help="pytest -k for the chapter (default: the CPU cases)")
+    args = parser.parse_args(argv)
+    targets = [
+        b for b in broken_backends(ROOT)
+        if not b.breaks.cuda and not b.breaks.strict_should and args.only in b.spec
+        and all(level_of(r) is Level.MUST for r in b.breaks.rules)
+    ]  # fmt: skip
+    selection = ["-k", args.select]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(lambda b: run_one(b.spec, selection), targets))
+        reference = run_one("reference_impl:BACKEND", selection)
+    caught = sum(1 for r in rows if r["caught"])
+    for r in rows:
+        mark = "CAUGHT" if r["caught"] else "missed"
+        print(f"{mark:7} {r['backend']:70} {r['rule'] or ''}  ({r['wall_s']} s)")
+    print(f"reference: {'FAILED ' + str(reference['rule']) if reference['caught'] else 'passed'}")
+    print(f"caught {caught} of {len(rows)} ({caught / max(1, len(rows)):.0%}) CPU must-rule broken backends")
+    if args.out:
+        args.out.write_text(json.dumps({"rows": rows, "reference": reference, "caught": caught,
+                                        "total": len(rows)}, indent=1))  # fmt: skip
+    return 0 if not reference["caught"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
