@@ -34,7 +34,14 @@ def one_run(spec: str, chapter: str, select: tuple[str, ...]) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [sys.executable, "-m", "pytest", chapter, *select, f"--backend={spec}", "-q"]
-        cmd += ["-p", "no:cacheprovider", "-p", "harness.pytest_plugin", f"--results-json={out}", "--no-preflight"]
+        cmd += [
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "harness.pytest_plugin",
+            f"--results-json={out}",
+            "--no-preflight",
+        ]
         subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         cases = json.loads(out.read_text())["cases"] if out.exists() else []
     return any(c["outcome"] in ("failed", "error", "crashed") for c in cases)
