@@ -57,6 +57,8 @@ CHAPTERS: dict[str, str] = {
     "test_multi_method": "multi_method",
     "test_streams_threads": "streams_threads",
     "test_bad_inputs": "bad_inputs",
+    "test_differential": "differential",
+    "test_metamorphic": "metamorphic",
     "test_traffic_meter": "traffic_meter",
 }
 
@@ -303,16 +305,33 @@ def _tree(path: Path) -> ast.Module:
 
 
 def _function_def(func: Callable[..., Any]) -> ast.FunctionDef | None:
-    """The AST of a function defined at module level in ``conformance/`` (None for anything else)."""
+    """The AST of a function defined at module level in ``conformance/``, or of a method of a class defined
+    there (a state machine's rules), None for anything else."""
     func = inspect.unwrap(func)
     module_name = getattr(func, "__module__", "") or ""
     if not module_name.startswith("conformance.") or not inspect.isfunction(func):
         return None
     path = Path(inspect.getfile(func))
-    for node in _tree(path).body:
-        if isinstance(node, ast.FunctionDef) and node.name == func.__name__:
+    owner, _, name = func.__qualname__.rpartition(".")
+    body: list[ast.stmt] = _tree(path).body
+    if owner:
+        classes = [n for n in body if isinstance(n, ast.ClassDef) and n.name == owner]
+        body = classes[0].body if classes else []
+    for node in body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
             return node
     return None
+
+
+def _methods(value: Any) -> list[Callable[..., Any]]:
+    """The methods of a Hypothesis state machine defined in ``conformance/`` (its rules are what the case
+    runs), else none."""
+    if not isinstance(value, type) or not (value.__module__ or "").startswith("conformance."):
+        return []
+    if not any(base.__name__ == "RuleBasedStateMachine" for base in value.__mro__):
+        return []
+    methods = [inspect.unwrap(v) for v in vars(value).values() if inspect.isfunction(inspect.unwrap(v))]
+    return [m for m in methods if not m.__code__.co_filename.startswith("<")]  # not dataclass-generated
 
 
 def _resolve(expr: ast.expr, env: Mapping[str, Any], module: ModuleType) -> Any:
@@ -472,6 +491,8 @@ def _walk(func: Callable, env: dict[str, Any], found: set[str], seen: set[tuple]
             value = getattr(module, sub.id, None)  # module constants hold rule ids too (AFTER_DESTROY)
             if isinstance(value, (Mapping, list, tuple)):
                 found.update(s for s in _strings_in(value) if is_rule_id(s))
+            for method in _methods(value):  # a class the case builds on: its methods run too
+                _walk(method, {}, found, seen, fixtures)
         if isinstance(sub, ast.Call):
             callee = _resolve(sub.func, env, module)
             if callable(callee) and _function_def(callee) is not None:

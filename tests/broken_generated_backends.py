@@ -19,7 +19,10 @@ import torch
 from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D
-from tests.broken_chapter_backends import Forwarding
+from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP_COPY_OPTION
+from tests.broken_chapter_backends import Forwarding, TruncatesLongValues, WritesOutputsBeforeChecking
+from tests.broken_input_backends import LoadErrorsAsRuntimeError
+from tests.broken_placement_backends import CountsArgumentBytes
 
 DIFFERENTIAL = "conformance/test_differential.py"
 METAMORPHIC = "conformance/test_metamorphic.py"
@@ -175,6 +178,34 @@ def _yield_thread() -> None:
     threading.Event().wait(0.0005)
 
 
+class WritesResultsIntoInputs(Forwarding):
+    """Saves an allocation by writing the first output back into the first input when their shapes and
+    dtypes match ("the caller is done with it"): the caller's input tensor changes under it."""
+
+    def execute(self, handle: Any, inputs: Any, outputs: Any = None) -> list[torch.Tensor]:
+        results = REFERENCE.execute(handle, inputs, outputs)
+        first = inputs[0] if isinstance(inputs, (list, tuple)) and inputs else None
+        same = isinstance(first, torch.Tensor) and results and first.shape == results[0].shape
+        if same and first.dtype == results[0].dtype and first.device == results[0].device:
+            first.copy_(results[0])
+        return results
+
+
+class KeepsOutputsOnDeviceWhenListed(Forwarding):
+    """Splits the skip-copy option on commas without trimming: ``"encoder, decoder"`` keeps only the
+    encoder's outputs on the GPU (the decoder's, named with a space, are copied to the host)."""
+
+    def execute(self, handle: Any, inputs: Any, outputs: Any = None) -> list[torch.Tensor]:
+        from reference_impl.runtime.options import STORE
+
+        if handle.device.type != "cuda" or handle.placement.outputs_on_device is not None:
+            return REFERENCE.execute(handle, inputs, outputs)
+        listed = STORE.get_option(SKIP_COPY_OPTION).split(",")
+        if handle.method_name in STORE.skip_copy_methods() and handle.method_name not in listed:
+            return [t.cpu() for t in REFERENCE.execute(handle, inputs)]  # named with spaces: missed
+        return REFERENCE.execute(handle, inputs, outputs)
+
+
 # ============================================================================================== init
 
 
@@ -208,6 +239,16 @@ class ConflictCheckedOnlyAtLower(Forwarding):
         handle = init(program, method, options=OptionStore())
         handle.options = STORE
         return handle
+
+
+class StoresTheOptionTrimmed(Forwarding):
+    """Stores the skip-copy option with surrounding whitespace and empty items removed ("normalised"):
+    ``get_option`` returns another string than the one set (the round trip is broken)."""
+
+    def set_option(self, key: Any, value: Any) -> None:
+        if isinstance(value, str):
+            value = ",".join(p.strip() for p in value.split(",") if p.strip())
+        REFERENCE.set_option(key, value)
 
 
 # ============================================================================================= lower
@@ -260,6 +301,25 @@ class LeaksItsLockOnFailure(Forwarding):
         program = REFERENCE.lower(methods, device=device, **({"options": options} if options else {}))
         self._busy[0] = False
         return program
+
+
+class ReturnsAProgramPath(Forwarding):
+    """Writes the program to a temporary file and returns its path ("programs are large"), where the
+    protocol returns the program's bytes; its ``init`` takes either."""
+
+    def lower(self, methods: Any, *, device: str, options: Mapping[str, object] | None = None) -> Any:
+        import tempfile
+
+        data = REFERENCE.lower(methods, device=device, **({"options": options} if options else {}))
+        with tempfile.NamedTemporaryFile(suffix=".program", delete=False) as out:
+            out.write(data)
+        return out.name
+
+    def init(self, program: Any, method: Any) -> Any:
+        if isinstance(program, str) and program.endswith(".program"):
+            with open(program, "rb") as f:
+                program = f.read()
+        return REFERENCE.init(program, method)
 
 
 class CachesByStateDict(Forwarding):
@@ -359,4 +419,35 @@ CACHES_BY_STATE_DICT = CachesByStateDict(
 CACHES_BY_CLASS_AND_SHAPES = CachesByClassAndShapes(
     "caches-by-class-and-shapes",
     Breaks(("metamorphic/variant",), METAMORPHIC, ("-k", "variant and cpu-weight")),
+)
+LEAKS_ITS_LOCK_ON_FAILURE_METAMORPHIC = LeaksItsLockOnFailure(
+    "leaks-its-lock-on-failure",
+    Breaks(("metamorphic/after-failure",), METAMORPHIC, ("-k", "failed_lower and cpu")),
+)
+WRITES_RESULTS_INTO_INPUTS = WritesResultsIntoInputs(
+    "writes-results-into-inputs", Breaks(("differential/inputs-untouched",), DIFFERENTIAL, PROTOCOL_CPU)
+)
+RETURNS_A_PROGRAM_PATH = ReturnsAProgramPath(
+    "returns-a-program-path", Breaks(("differential/program",), DIFFERENTIAL, PROTOCOL_CPU)
+)
+KEEPS_OUTPUTS_ON_DEVICE_WHEN_LISTED = KeepsOutputsOnDeviceWhenListed(
+    "keeps-outputs-on-device-when-listed",
+    Breaks(("differential/output-device",), DIFFERENTIAL, ("-k", "protocol_calls and cuda"), cuda=True),
+)
+
+# Slips a rule-specific chapter names, found again by the differential chapter on its own.
+LOAD_ERRORS_AS_RUNTIME_ERROR_DIFFERENTIAL = LoadErrorsAsRuntimeError(
+    "load-errors-as-runtime-error", Breaks(("differential/error-class",), DIFFERENTIAL, PROTOCOL_CPU)
+)
+COUNTS_ARGUMENT_BYTES_DIFFERENTIAL = CountsArgumentBytes(
+    "counts-argument-bytes", Breaks(("differential/counters",), DIFFERENTIAL, PROTOCOL_CPU)
+)
+TRUNCATES_LONG_VALUES_DIFFERENTIAL = TruncatesLongValues(
+    "truncates-long-values", Breaks(("differential/missing-error",), DIFFERENTIAL, PROTOCOL_CPU)
+)
+WRITES_OUTPUTS_BEFORE_CHECKING_DIFFERENTIAL = WritesOutputsBeforeChecking(
+    "writes-outputs-before-checking", Breaks(("differential/outputs-untouched",), DIFFERENTIAL, PROTOCOL_CPU)
+)
+STORES_THE_OPTION_TRIMMED = StoresTheOptionTrimmed(
+    "stores-the-option-trimmed", Breaks(("differential/option-read-back",), DIFFERENTIAL, PROTOCOL_CPU)
 )
