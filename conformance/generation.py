@@ -12,7 +12,8 @@ The differential chapter and the generated-input cases draw their inputs with Hy
 ``--hypothesis-seed N`` (Hypothesis's own pytest option) varies the examples: this module then turns
 ``derandomize`` off so that the seed takes effect. ``--generated-examples K`` scales every budget (e.g. ``4``
 for a nightly soak). A failing example is shrunk and printed as the steps that reproduce it; the case's
-repro line (with the same seed option) finds it again.
+repro line (with the same seed option) finds it again. ``--generated-no-shrink`` reports the first failing
+example as found, unshrunk: for the self-tests, which only need to know *that* a broken backend fails.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ _COMMON = {
 }
 settings.register_profile(PROFILE, derandomize=True, **_COMMON)
 settings.register_profile(SEEDED_PROFILE, derandomize=False, **_COMMON)
+_NO_SHRINK = {**_COMMON, "phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)}
+settings.register_profile(f"{PROFILE}-no-shrink", derandomize=True, **_NO_SHRINK)
+settings.register_profile(f"{SEEDED_PROFILE}-no-shrink", derandomize=False, **_NO_SHRINK)
 
 
 def add_options(group: pytest.OptionGroup) -> None:
@@ -50,13 +54,22 @@ def add_options(group: pytest.OptionGroup) -> None:
         default=1.0,
         help="scale the example and step budget of every generated case (default 1: the CI budget)",
     )
+    group.addoption(
+        "--generated-no-shrink",
+        action="store_true",
+        default=False,
+        help="report a generated case's first failing example unshrunk (faster; the self-tests use it)",
+    )
 
 
 def configure(config: pytest.Config) -> None:
     """Load the profile before any chapter is imported (``@settings`` reads it at decoration time)."""
     global _scale
     seeded = config.getoption("--hypothesis-seed", None) is not None
-    settings.load_profile(SEEDED_PROFILE if seeded else PROFILE)
+    profile = SEEDED_PROFILE if seeded else PROFILE
+    settings.load_profile(
+        f"{profile}-no-shrink" if config.getoption("--generated-no-shrink", False) else profile
+    )
     _scale = max(0.01, float(config.getoption("--generated-examples", 1.0) or 1.0))
 
 

@@ -326,7 +326,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.live: list[HandlePair] = []
         #: Results the caller still holds (a few of the latest): no later call may change them.
         self.held: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
-        self.lower_failed = False  # the backend refused a lower in this example: ask it again from now on
+        self.lower_failed = False  # the backend refused a lower: the next one asks it again
         self.saved_options: tuple[object, object] | None = None
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -340,8 +340,11 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _lower(self, side: str, who: Any, plan: LowerPlan) -> Outcome:
         key = (side, repr(plan))  # option values may be unhashable (dicts, lists)
         cached = self.lowered.get(key)
-        if cached is not None and not (side == "backend" and self.lower_failed):
+        probe = side == "backend" and self.lower_failed
+        if cached is not None and not probe:
             return cached
+        if probe:  # the first lower after a refused one asks the backend again: is the failure sticky?
+            self.lower_failed = False
         outcome = call(who.lower, self._methods(plan), device=self.device, **self._options_kw(plan))
         if outcome.ok or cached is None:
             self.lowered[key] = outcome
@@ -415,6 +418,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         names = program.plan.method_names()
         real = names[which % len(names)]
         method = NameVariant(real, name).apply()
+        if isinstance(method, str) and method in names:  # a variant that names another method ("Step")
+            real = method
         text = f"init(<program of {program.plan!r}> {corrupt!r}, {method!r})"
         got = call(self.backend.init, corrupt.apply(program.backend), method)
         want = call(self.oracle.init, corrupt.apply(program.oracle), method)

@@ -3,8 +3,9 @@
     python -m tests.differential_power [--jobs N] [--out FILE] [-k SUBSTRING]
 
 Runs ``conformance/test_differential.py`` — and no other chapter — against every broken backend in
-``tests/broken*.py`` that breaks a *must* rule and needs no GPU, one pytest process each, and prints which
-the chapter fails (with the first rule it names) and which it misses. The reference must pass the same run.
+``tests/broken*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
+``tests/broken_generated_backends.py`` (``finds``), one pytest process each, and prints which the chapter
+fails (with the first rule it names) and which it misses. The reference must pass the same run.
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ def run_one(spec: str, selection: list[str]) -> dict[str, object]:
     }
 
 
+def planted_specs() -> list[str]:
+    """``--backend`` specs of the slips declared with ``finds`` (measured, not self-tested)."""
+    from tests import broken_generated_backends as module
+
+    return [
+        f"{module.__name__}:{name}"
+        for name, value in vars(module).items()
+        if getattr(getattr(value, "finds", None), "chapter", None) == CHAPTER
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -56,13 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", default="cpu", help="pytest -k for the chapter (default: the CPU cases)")
     args = parser.parse_args(argv)
     targets = [
-        b for b in broken_backends(ROOT)
+        b.spec for b in broken_backends(ROOT)
         if not b.breaks.cuda and not b.breaks.strict_should and args.only in b.spec
         and all(level_of(r) is Level.MUST for r in b.breaks.rules)
     ]  # fmt: skip
-    selection = ["-k", args.select]
+    targets += [spec for spec in planted_specs() if args.only in spec]
+    selection = ["-k", args.select, "--generated-no-shrink"]
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda b: run_one(b.spec, selection), targets))
+        rows = list(pool.map(lambda spec: run_one(spec, selection), targets))
         reference = run_one("reference_impl:BACKEND", selection)
     caught = sum(1 for r in rows if r["caught"])
     for r in rows:
