@@ -34,6 +34,15 @@ from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
 from harness.backend_loader import backend_spec, load_backend
 
+#: Programs beside the zoo that a chapter lowers: the metamorphic chapter's model and its variants.
+VARIANT_PREFIX = "variant:"
+
+
+def _extra_models() -> list[str]:
+    from conformance.models.variants import VARIANTS
+
+    return [f"{VARIANT_PREFIX}{kind}" for kind in ("base", *VARIANTS)]
+
 
 def _lower_one(spec: str, model: str, dtype: str, device: str) -> tuple[str, str, float, int, str]:
     """In a worker process: lower one program; (model, dtype, seconds, bytes, error or "")."""
@@ -41,10 +50,16 @@ def _lower_one(spec: str, model: str, dtype: str, device: str) -> tuple[str, str
 
     start = time.perf_counter()
     try:
-        program = lowered(load_backend(spec), model, DTYPES_BY_NAME[dtype], device)
+        if model.startswith(VARIANT_PREFIX):
+            from conformance.models.variants import build_variant
+
+            methods = build_variant(model.removeprefix(VARIANT_PREFIX), device)
+            size = len(load_backend(spec).lower(methods, device=device))
+        else:
+            size = len(lowered(load_backend(spec), model, DTYPES_BY_NAME[dtype], device).program)
     except Exception as exc:  # reported in the table; the chapter will report it properly
         return model, dtype, time.perf_counter() - start, 0, f"{type(exc).__name__}: {exc}"[:200]
-    return model, dtype, time.perf_counter() - start, len(program.program), ""
+    return model, dtype, time.perf_counter() - start, size, ""
 
 
 #: Files whose text is hashed into the stamp; any other file of the backend's package counts by size and
@@ -158,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     models = sorted(args.model or list(ZOO), key=lambda m: -len(ZOO[m].methods))
     dtypes = args.dtype or list(DTYPES_BY_NAME)
     tasks = [(m, d, dev) for m in models for dev in devices for d in dtypes]
+    if not args.model:  # the metamorphic chapter's programs (float32 only), after the zoo's big ones
+        tasks += [(m, "float32", dev) for m in _extra_models() for dev in devices]
     targets = "+".join(devices)
     done = stamp_path(sources_stamp(spec, tasks))
     if done.exists() and not args.force:
