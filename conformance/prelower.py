@@ -38,10 +38,13 @@ from harness.backend_loader import backend_spec, load_backend
 VARIANT_PREFIX = "variant:"
 
 
-def _extra_models() -> list[str]:
+def _extra_models(device: str) -> list[str]:
+    """The metamorphic chapter's programs for ``device`` (its ``VARIANT_CASES``: every variant on the CPU,
+    the weight variant on CUDA)."""
     from conformance.models.variants import VARIANTS
 
-    return [f"{VARIANT_PREFIX}{kind}" for kind in ("base", *VARIANTS)]
+    kinds = VARIANTS if device == "cpu" else ("weight",)
+    return [f"{VARIANT_PREFIX}{kind}" for kind in ("base", *kinds)]
 
 
 def _lower_one(spec: str, model: str, dtype: str, device: str) -> tuple[str, str, float, int, str]:
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = args.dtype or list(DTYPES_BY_NAME)
     tasks = [(m, d, dev) for m in models for dev in devices for d in dtypes]
     if not args.model:  # the metamorphic chapter's programs (float32 only), after the zoo's big ones
-        tasks += [(m, "float32", dev) for m in _extra_models() for dev in devices]
+        tasks += [(m, "float32", dev) for dev in devices for m in _extra_models(dev)]
     targets = "+".join(devices)
     done = stamp_path(sources_stamp(spec, tasks))
     if done.exists() and not args.force:
