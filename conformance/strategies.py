@@ -20,6 +20,7 @@ What the strategies aim at is what a backend gets wrong just beside the examples
 
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 from collections.abc import Sequence
@@ -219,6 +220,7 @@ NAME_VARIANTS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+@functools.cache  # built once per argument: building a strategy costs more than drawing
 def method_name_variants(names: Sequence[str]) -> st.SearchStrategy[NameVariant]:
     """A name of ``names`` as given (half the time) or as a caller might get it wrong."""
     exact = st.builds(NameVariant, st.sampled_from(tuple(names)), st.just("exact"))
@@ -244,6 +246,7 @@ def lower_name_sets(count: int) -> st.SearchStrategy[tuple[str, ...]]:
 # ========================================================================================== options
 
 
+@functools.cache  # built once per argument: building a strategy costs more than drawing
 def option_keys(known: Sequence[str]) -> st.SearchStrategy[object]:
     """Option keys: the known ones (mostly), misspelt or case-variant ones, over-long ones, non-strings."""
     real = st.sampled_from(tuple(known))
@@ -263,12 +266,14 @@ def _joined(names: Sequence[str]) -> st.SearchStrategy[str]:
     return st.builds(lambda parts, sep: sep.join(parts), items, separators)
 
 
+@functools.cache  # built once per argument: building a strategy costs more than drawing
 def option_values(method_names: Sequence[str]) -> st.SearchStrategy[object]:
     """Values for ``skip_copy_output_to_cpu_for_method``: method lists written every way a person writes
     them, names a caller gets wrong, limits, forbidden characters, and values that are not strings."""
     names = tuple(method_names) or ("forward",)
     variant = method_name_variants(names).map(lambda v: v.apply()).filter(lambda v: isinstance(v, str))
-    lists = st.one_of(_joined(names), st.builds(lambda a, b: f" {a} ,{b} ", variant, st.sampled_from(names)))
+    spaced = st.builds(lambda a, b: f"{a} , {b} ", variant, st.sampled_from(names))
+    lists = st.one_of(_joined(names), spaced)
     limits = st.sampled_from(("", " ", ",", "a" * 255, "a" * 256, ",".join(names) + "," + "b" * 300))
     bad_chars = st.builds(
         lambda n, c: n + c, st.sampled_from(names), st.sampled_from(("\0", "\x01", "\x1f", "\x7f", "\x00x"))
@@ -277,6 +282,7 @@ def option_values(method_names: Sequence[str]) -> st.SearchStrategy[object]:
     return st.one_of(lists, lists, variant, limits, bad_chars, not_strings)
 
 
+@functools.cache  # built once per argument: building a strategy costs more than drawing
 def placement_values(method_names: Sequence[str]) -> st.SearchStrategy[object]:
     """Values for ``skip_h2d_for_method_inputs`` / ``skip_d2h_for_method_outputs``: bools, falsy and truthy
     non-bools, and mappings whose names are right, unknown, misspelt, case-variant or spaced, each carrying
