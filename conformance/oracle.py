@@ -158,7 +158,9 @@ def _names(message: str, argument: str) -> bool:
     return any(re.search(rf"(?<!\w){re.escape(word)}", lowered) for word in _ALIASES.get(argument, ()))
 
 
-def judge(function: str, call_text: str, got: Outcome, want: Outcome) -> None:
+def judge(
+    function: str, call_text: str, got: Outcome, want: Outcome, also_broken: Sequence[str] = ()
+) -> None:
     """The backend's outcome of one call against the oracle's, on what the spec determines.
 
     * the oracle returned and the backend raised: a valid call was refused (``differential/spurious-error``);
@@ -166,7 +168,9 @@ def judge(function: str, call_text: str, got: Outcome, want: Outcome) -> None:
       (``differential/missing-error``);
     * both raised, of different kinds (a ValueError subclass is a ValueError): ``differential/error-class``;
     * both raised, and the backend's message does not name the argument the oracle's names:
-      ``differential/error-argument``.
+      ``differential/error-argument``. Where the call broke several arguments (``also_broken``: the others
+      the oracle rejects on their own), naming any of them is right: which is checked first is the
+      backend's business.
     """
     if want.ok and got.ok:
         return
@@ -192,7 +196,8 @@ def judge(function: str, call_text: str, got: Outcome, want: Outcome) -> None:
             f"({type(want.error).__name__}: {_first_line(want.error)})",  # type: ignore[arg-type]
         )
     argument = blamed_argument(function, str(want.error))
-    if argument is not None and not _names(str(got.error), argument):
+    accepted = [a for a in (argument, *also_broken) if a is not None]
+    if argument is not None and not any(_names(str(got.error), a) for a in accepted):
         fail(
             "differential/error-argument",
             call_text,

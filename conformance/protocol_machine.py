@@ -363,6 +363,13 @@ class ProtocolMachine(RuleBasedStateMachine):
             for name, zoo in zip(plan.method_names(), entry.methods, strict=True)
         }
 
+    def _broken_alone(self, plan: LowerPlan) -> tuple[str, ...]:
+        """The option keys of ``plan`` the oracle rejects on their own (a backend may report any of them)."""
+        if len(plan.options) < 2:
+            return ()
+        alone = [LowerPlan(plan.model, plan.names, (pair,)) for pair in plan.options]
+        return tuple(p.options[0][0] for p in alone if not self._lower("oracle", self.oracle, p).ok)
+
     @staticmethod
     def _options_kw(plan: LowerPlan) -> dict[str, Any]:
         return {"options": dict(plan.options)} if plan.options else {}
@@ -398,7 +405,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         got = self._lower("backend", self.backend, plan)
         if not got.ok:
             self.lower_failed = True
-        judge("lower", text, got, want)
+        judge("lower", text, got, want, self._broken_alone(plan) if not (got.ok or want.ok) else ())
         event(f"lower: backend {got.kind}, oracle {want.kind}")
         if not (got.ok and want.ok):
             return
@@ -427,7 +434,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         program = self.programs[index % len(self.programs)]
         names = program.plan.method_names()
         real = names[which % len(names)]
-        method = NameVariant(real, name).apply()
+        # One broken argument per call: a corrupt program goes with the right name.
+        method = NameVariant(real, name if corrupt.kind == "intact" else "exact").apply()
         if isinstance(method, str) and method in names:  # a variant that names another method ("Step")
             real = method
         text = f"init(<program of {program.plan!r}> {corrupt!r}, {method!r})"
@@ -466,8 +474,17 @@ class ProtocolMachine(RuleBasedStateMachine):
     # -- options -------------------------------------------------------------------------------------
 
     @precondition(lambda self: self.has_options)
-    @rule(key=option_keys((SKIP_COPY_OPTION,)), value=option_values(MENU_METHODS))
-    def set_option(self, key: object, value: object) -> None:
+    @rule(
+        key_value=st.one_of(
+            st.tuples(st.just(SKIP_COPY_OPTION), option_values(MENU_METHODS)),
+            st.tuples(option_keys((SKIP_COPY_OPTION,)), st.sampled_from(("", "forward", "encoder, decoder"))),
+        )
+    )
+    def set_option(self, key_value: tuple[object, object]) -> None:
+        """``set_option`` with an odd value for the known key, or an odd key with a good value (one broken
+        argument per call), then the read-back, then every live handle executes once (options take effect
+        on the next execute)."""
+        key, value = key_value
         text = f"set_option({key!r}, {value!r})"
         got = call(self.backend.set_option, key, value)
         want = call(self.oracle.set_option, key, value)
@@ -521,6 +538,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         text = f"execute(<handle of {handle.method!r}>{state}, {inputs!r}, {outputs!r})"
         # Where outputs go this call, and what they are: the oracle's answer without outputs=.
         first = call(self.oracle.execute, handle.oracle, build_inputs(spec, inputs, device))
+        if not first.ok:  # broken inputs: no outputs=, so that the call breaks one argument only
+            outputs = OutputsPlan()
         given_b = self._outputs(outputs, first, spec)
         given_o = self._outputs(outputs, first, spec)
         before_in = _snapshot(_flat_tensors(args_b))
