@@ -123,7 +123,11 @@ def mutate(data: dict[str, Any], dotted: str, value: object) -> dict[str, Any]:
     ("field", "value", "expected"),
     [
         ("schema", "junit-xml", "not a conformance result file"),
-        ("schema_version", SCHEMA_VERSION + 1, "unsupported schema_version 3; this tool reads version(s) 1,"),
+        (
+            "schema_version",
+            SCHEMA_VERSION + 1,
+            f"unsupported schema_version {SCHEMA_VERSION + 1}; this tool reads version(s) 1,",
+        ),
         ("schema_version", "1", "unsupported schema_version '1'"),
         ("schema_version", True, "unsupported schema_version True"),
         ("run_id", _DELETE, "missing field(s): run_id"),

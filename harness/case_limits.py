@@ -1,0 +1,108 @@
+"""Each case's time limit: a default, per-chapter and per-marker overrides, and one case's own marker.
+
+Rules come from the ini option ``case_timeouts`` (pyproject's ``[tool.pytest.ini_options]``, one rule a
+line) and from ``--case-timeout`` (repeatable; a rule given there replaces the ini's rule of the same key):
+
+* ``SECONDS`` or ``default=SECONDS`` — every case without a more specific rule;
+* ``chapter:NAME=SECONDS`` — the cases of chapter NAME (``conformance/test_NAME.py``);
+* ``marker:NAME=SECONDS`` — the cases marked NAME (e.g. ``slow``);
+* on one test: ``@pytest.mark.case_timeout(SECONDS)``.
+
+A case's limit is its own marker's, else the largest of the marker rules that match it, else its
+chapter's, else the default (``DEFAULT_S`` when none is set). ``0`` means no limit. The limit covers the
+whole case: setup (module fixtures that compile a program included), call and teardown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: Without any rule: ten minutes, about 4x the slowest case of a cold H100 run (158 s, a case waiting on
+#: the compiles of the zoo).
+DEFAULT_S = 600.0
+INI = "case_timeouts"
+OPTION = "--case-timeout"
+MARKER = "case_timeout"
+_KINDS = ("chapter", "marker")
+
+
+class CaseLimitError(ValueError):
+    """A rule that cannot be read; the message names the rule and the expected form."""
+
+
+@dataclass(frozen=True)
+class CaseLimits:
+    default_s: float = DEFAULT_S
+    chapters: Mapping[str, float] = field(default_factory=dict)
+    markers: Mapping[str, float] = field(default_factory=dict)
+
+    def limit(
+        self, chapter: str, markers: Iterable[str], own: float | None = None
+    ) -> tuple[float | None, str]:
+        """Seconds for a case (None: no limit) from its chapter, its marker names and its own marker, and
+        which rule set them (for the message of a timeout)."""
+        if own is not None:
+            seconds, source = own, f"its own @pytest.mark.{MARKER}"
+        else:
+            matching = sorted((self.markers[name], name) for name in set(markers) if name in self.markers)
+            if matching:
+                seconds, source = matching[-1][0], f"rule marker:{matching[-1][1]}"
+            elif chapter in self.chapters:
+                seconds, source = self.chapters[chapter], f"rule chapter:{chapter}"
+            else:
+                seconds, source = self.default_s, "the default"
+        return (seconds if seconds > 0 else None), source
+
+    def describe(self) -> str:
+        parts = [f"default {self.default_s:g} s"]
+        parts += [f"chapter {name} {s:g} s" for name, s in sorted(self.chapters.items())]
+        parts += [f"marker {name} {s:g} s" for name, s in sorted(self.markers.items())]
+        return ", ".join(parts)
+
+
+def parse_rules(ini_lines: Iterable[str], cli_rules: Iterable[str]) -> CaseLimits:
+    """The limits from the ini's lines, then the command line's rules over them."""
+    rules: dict[tuple[str, str], float] = {}
+    for where, lines in (("ini option case_timeouts", ini_lines), (OPTION, cli_rules)):
+        for line in lines:
+            text = line.strip()
+            if text and not text.startswith("#"):
+                rules[_parse_rule(text, where)] = _seconds_of(text, where)
+    default = rules.pop(("default", ""), DEFAULT_S)
+    chapters = {name: s for (kind, name), s in rules.items() if kind == "chapter"}
+    markers = {name: s for (kind, name), s in rules.items() if kind == "marker"}
+    return CaseLimits(default, chapters, markers)
+
+
+def _parse_rule(text: str, where: str) -> tuple[str, str]:
+    key, sep, _ = text.rpartition("=")
+    if not sep or key == "default":
+        return ("default", "")
+    kind, colon, name = key.partition(":")
+    if not colon or kind not in _KINDS or not name:
+        raise CaseLimitError(
+            f"{where}: {text!r} is not a case time limit; want SECONDS, default=SECONDS, "
+            "chapter:NAME=SECONDS or marker:NAME=SECONDS"
+        )
+    return (kind, name)
+
+
+def _seconds_of(text: str, where: str) -> float:
+    value = text.rpartition("=")[2].strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise CaseLimitError(f"{where}: {text!r}: {value!r} must be a number of seconds ≥ 0 (0: no limit)")
+    return seconds
+
+
+def marker_seconds(args: tuple[object, ...], kwargs: Mapping[str, object], where: str) -> float:
+    """The seconds of a ``@pytest.mark.case_timeout(SECONDS)`` marker, or a CaseLimitError naming it."""
+    value = args[0] if args else kwargs.get("seconds")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise CaseLimitError(f"{where}: @pytest.mark.{MARKER}(SECONDS) wants seconds ≥ 0, got {value!r}")
+    return float(value)
