@@ -266,7 +266,10 @@ class RunEnd:
     # -- a verdict where no fresh process can take over (single process) ---------------------------------
 
     def on_verdict(self, verdict: Verdict, from_timer: bool) -> None:
-        reason = f"{verdict.case} ended in {verdict.outcome}, and without pytest-xdist the run cannot go on"
+        reason = (
+            f"the run stopped after {verdict.case} ended in {verdict.outcome}: without pytest-xdist no fresh "
+            "process can take over"
+        )
         if from_timer:
             self.verdicts[verdict.case] = verdict
             self.control.request_stop(reason, EXIT_STOPPED_BY_FAULT)
@@ -282,19 +285,18 @@ class RunEnd:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.finish(session)
+        self.finish(session, exitstatus)
 
-    def finish(self, session: pytest.Session) -> None:
+    def finish(self, session: pytest.Session, exitstatus: int = 0) -> None:
         """Every unfinished case reported not-run (or timeout), workers ended on a stop, exit code set."""
         if self._finished or self.config.getoption("collectonly"):
             return
         self._finished = True
+        self.control.begin_finishing()  # a signal from now on must not cut the files short
         stop = self.control.stop
-        if stop is not None:
-            self.control.begin_finishing()
-            if self.role == "controller":
-                self._end_workers()
-        reason = self._reason(session, stop)
+        if stop is not None and self.role == "controller":
+            self._end_workers()
+        reason = self._reason(session, stop, exitstatus)
         for case in self.collected:
             seen = self.seen.get(case)
             if seen is not None and seen.done:
@@ -305,9 +307,11 @@ class RunEnd:
         if stop is not None:
             session.exitstatus = stop[1]
 
-    def _reason(self, session: pytest.Session, stop: tuple[str, int] | None) -> str:
+    def _reason(self, session: pytest.Session, stop: tuple[str, int] | None, exitstatus: int) -> str:
         if stop is not None:
             return stop[0]
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return "the run was interrupted"
         dsession = self.config.pluginmanager.get_plugin("dsession")
         xdist_summary = getattr(dsession, "_summary_report", None)
         for why in (session.shouldfail, session.shouldstop, xdist_summary):
@@ -328,11 +332,8 @@ class RunEnd:
             main = _report(case, location, "failed", when, _longrepr(verdict), props, last)
             set_case_result(main, verdict)
         else:
-            message = (
-                f"not run: {reason} while this case was running"
-                if started
-                else f"not run: {reason} before this case started"
-            )
+            when = "while this case was running" if started else "before this case started"
+            message = f"not run: {reason} ({when})"
             main = _report(case, location, "skipped", "call" if started else "setup", None, props, last)
             main.longrepr = (location[0], location[1] or 0, message)
             setattr(main, CASE_RESULT_ATTR, {"outcome": "not-run", "message": message})
