@@ -6,16 +6,20 @@ line) and from ``--case-timeout`` (repeatable; a rule given there replaces the i
 * ``SECONDS`` or ``default=SECONDS`` — every case without a more specific rule;
 * ``chapter:NAME=SECONDS`` — the cases of chapter NAME (``conformance/test_NAME.py``);
 * ``marker:NAME=SECONDS`` — the cases marked NAME (e.g. ``slow``);
+* ``case:GLOB=SECONDS`` — the cases whose id matches GLOB (``*`` any text, ``?`` one character, brackets
+  literal, as in a known-failures file), e.g. one case a backend is known to be slow in;
 * on one test: ``@pytest.mark.case_timeout(SECONDS)``.
 
-A case's limit is its own marker's, else the largest of the marker rules that match it, else its
-chapter's, else the default (``DEFAULT_S`` when none is set). ``0`` means no limit. The limit covers the
-whole case: setup (module fixtures that compile a program included), call and teardown.
+A case's limit is its own marker's, else the first ``case:`` rule that matches it, else the largest of the
+marker rules that match it, else its chapter's, else the default (``DEFAULT_S`` when none is set). ``0``
+means no limit. The limit covers the whole case: setup (module fixtures that compile a program included),
+call and teardown.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -25,7 +29,7 @@ DEFAULT_S = 600.0
 INI = "case_timeouts"
 OPTION = "--case-timeout"
 MARKER = "case_timeout"
-_KINDS = ("chapter", "marker")
+_KINDS = ("chapter", "marker", "case")
 
 
 class CaseLimitError(ValueError):
@@ -37,14 +41,18 @@ class CaseLimits:
     default_s: float = DEFAULT_S
     chapters: Mapping[str, float] = field(default_factory=dict)
     markers: Mapping[str, float] = field(default_factory=dict)
+    cases: Mapping[str, float] = field(default_factory=dict)  # glob over the case id -> seconds
 
     def limit(
-        self, chapter: str, markers: Iterable[str], own: float | None = None
+        self, chapter: str, markers: Iterable[str], own: float | None = None, case: str = ""
     ) -> tuple[float | None, str]:
-        """Seconds for a case (None: no limit) from its chapter, its marker names and its own marker, and
-        which rule set them (for the message of a timeout)."""
+        """Seconds for a case (None: no limit) from its chapter, its marker names, its own marker and its
+        id, and which rule set them (for the message of a timeout)."""
+        by_id = next(((g, s) for g, s in self.cases.items() if case and _glob(g).fullmatch(case)), None)
         if own is not None:
             seconds, source = own, f"its own @pytest.mark.{MARKER}"
+        elif by_id is not None:
+            seconds, source = by_id[1], f"rule case:{by_id[0]}"
         else:
             matching = sorted((self.markers[name], name) for name in set(markers) if name in self.markers)
             if matching:
@@ -59,7 +67,13 @@ class CaseLimits:
         parts = [f"default {self.default_s:g} s"]
         parts += [f"chapter {name} {s:g} s" for name, s in sorted(self.chapters.items())]
         parts += [f"marker {name} {s:g} s" for name, s in sorted(self.markers.items())]
+        parts += [f"case {glob} {s:g} s" for glob, s in self.cases.items()]
         return ", ".join(parts)
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    """``*`` any text, ``?`` one character, everything else literal (brackets too: they are in case ids)."""
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern))
 
 
 def parse_rules(ini_lines: Iterable[str], cli_rules: Iterable[str]) -> CaseLimits:
@@ -73,7 +87,8 @@ def parse_rules(ini_lines: Iterable[str], cli_rules: Iterable[str]) -> CaseLimit
     default = rules.pop(("default", ""), DEFAULT_S)
     chapters = {name: s for (kind, name), s in rules.items() if kind == "chapter"}
     markers = {name: s for (kind, name), s in rules.items() if kind == "marker"}
-    return CaseLimits(default, chapters, markers)
+    cases = {name: s for (kind, name), s in rules.items() if kind == "case"}
+    return CaseLimits(default, chapters, markers, cases)
 
 
 def _parse_rule(text: str, where: str) -> tuple[str, str]:
@@ -84,7 +99,7 @@ def _parse_rule(text: str, where: str) -> tuple[str, str]:
     if not colon or kind not in _KINDS or not name:
         raise CaseLimitError(
             f"{where}: {text!r} is not a case time limit; want SECONDS, default=SECONDS, "
-            "chapter:NAME=SECONDS or marker:NAME=SECONDS"
+            "chapter:NAME=SECONDS, marker:NAME=SECONDS or case:GLOB=SECONDS"
         )
     return (kind, name)
 

@@ -297,6 +297,9 @@ class ResultRecorder:
         repro = self._repro(nodeid)
         if outcome == "device-fault":
             repro = sanitizer_repro(repro)
+        duration = pending.duration
+        if crash is not None and pending.start is not None:  # a hung or dead case: until its end was known
+            duration = max(duration, time.time() - pending.start)
         params = {
             str(name).removeprefix(PARAM_PREFIX): str(value)
             for name, value in pending.user_properties
@@ -311,7 +314,7 @@ class ResultRecorder:
                 outcome=outcome,
                 message=message,
                 repro=repro,
-                duration_s=round(pending.duration, 6),
+                duration_s=round(duration, 6),
                 worker=pending.worker,
                 started_s=None if pending.start is None else round(pending.start - self._session_start, 3),
                 **details,

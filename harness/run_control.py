@@ -112,6 +112,9 @@ class RunControl:
     # -- set up, tear down ------------------------------------------------------------------------------
 
     def install(self) -> None:
+        """Signals and the deadline from now on; a stop is held (recorded, not raised) until ``release``:
+        pytest writes its files only for a stop raised once its session is under way."""
+        self._critical += 1
         for signum in _SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
         read, write = socket.socketpair()
@@ -119,8 +122,12 @@ class RunControl:
         self._wakeup = (read, write)
         self._previous_wakeup = signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
         threading.Thread(target=self._watch_signals, name="run-control-signals", daemon=True).start()
-        if self.deadline_s is not None:
+        if self.deadline_s is not None and self.deadline_s > 0:  # one already passed: run_end checks it
             threading.Thread(target=self._watch_deadline, name="run-control-deadline", daemon=True).start()
+
+    def release(self) -> None:
+        """The session is under way: a stop held since ``install`` is raised now, later ones at once."""
+        self._release_one()
 
     def uninstall(self) -> None:
         self._closed.set()
@@ -172,10 +179,13 @@ class RunControl:
         try:
             yield
         finally:
-            self._critical -= 1
-            if self._critical == 0 and self._pending and not self._finishing:
-                self._pending = False
-                self._raise()
+            self._release_one()
+
+    def _release_one(self) -> None:
+        self._critical -= 1
+        if self._critical == 0 and self._pending and not self._finishing:
+            self._pending = False
+            self._raise()
 
     # -- inside -----------------------------------------------------------------------------------------
 

@@ -61,8 +61,8 @@ def add_options(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="RULE",
-        help="a case's time limit: SECONDS (the default), chapter:NAME=SECONDS or marker:NAME=SECONDS; "
-        "repeatable, over the ini option case_timeouts; 0 means no limit (harness/case_limits.py)",
+        help="a case's time limit: SECONDS (the default), chapter:NAME=SECONDS, marker:NAME=SECONDS or "
+        "case:GLOB=SECONDS; repeatable, over the ini option case_timeouts; 0: no limit",
     )
     group.addoption(
         run_control.DEADLINE_OPTION,
@@ -78,6 +78,14 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="MODULE:FUNCTION",
         help="after each case, the check that the device is still usable (returns the error or None); "
         "'none' turns it off (default: %(default)s)",
+    )
+    group.addoption(
+        "--stop-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a main thread stuck in C gets to take a stop (deadline, signal, a timeout without "
+        "pytest-xdist) before the files are written from another thread (default: %(default)s)",
     )
     group.addoption(
         "--native-stacks",
@@ -129,13 +137,13 @@ def configure(config: pytest.Config, results_path: Path | None) -> None:
         # Nothing will run: no workers to start; the cases are collected here and all recorded not-run.
         config.option.dist, config.option.numprocesses, here = "no", 0, "single"
     _raise_worker_restarts(config)
-    end = RunEnd(config, here, _watchdog_dir(results_path), deadline)
+    end = RunEnd(config, here, _watchdog_dir(results_path), deadline, config.getoption("--stop-grace"))
     config.stash[_RUN_END_KEY] = end
     config.pluginmanager.register(end, "harness-run-end")
     if here == "single" and not config.getoption("collectonly"):
         files = WatchdogFiles(end.directory, "main")
         watchdog = CaseWatchdog(
-            config, files, limits, probe, native, end.on_verdict, extra_margin_s=end.control.grace_s + 10
+            config, files, limits, probe, native, end.on_verdict, extra_margin_s=end.control.grace_s + 5
         )
         end.watchdog = watchdog
         config.pluginmanager.register(watchdog, "harness-case-watchdog")
@@ -178,11 +186,13 @@ class _Seen:
 class RunEnd:
     """The plugin (controller or single process)."""
 
-    def __init__(self, config: pytest.Config, here: str, directory: Path, deadline: float | None) -> None:
+    def __init__(
+        self, config: pytest.Config, here: str, directory: Path, deadline: float | None, grace_s: float
+    ) -> None:
         self.config = config
         self.role = here
         self.directory = directory
-        self.control = RunControl(deadline, on_unanswered=self.emergency)
+        self.control = RunControl(deadline, grace_s, on_unanswered=self.emergency)
         self.watchdog: CaseWatchdog | None = None
         self.collected: list[str] = []
         self.locations: dict[str, tuple[str, int | None, str]] = {}
@@ -225,6 +235,7 @@ class RunEnd:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        self.control.release()  # a stop that came during collection ends the run here, files written
         remaining = self.control.remaining()
         if remaining is not None and remaining <= 0:
             self.control.stop = (self.control.deadline_reason(), EXIT_DEADLINE)

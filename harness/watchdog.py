@@ -288,7 +288,7 @@ class CaseWatchdog:
         own = item.get_closest_marker(MARKER)
         seconds = marker_seconds(own.args, own.kwargs, item.nodeid) if own is not None else None
         markers = (mark.name for mark in item.iter_markers())
-        return self.limits.limit(chapter_of(item.nodeid), markers, seconds)
+        return self.limits.limit(chapter_of(item.nodeid), markers, seconds, item.nodeid)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:

@@ -4,10 +4,12 @@ beyond the card. They break no rule: they test that the suite contains the fault
 caused it with its evidence, and gives every other case the outcome it gets against the reference
 (``tests/test_fault_robustness.py``; the CUDA ones on a GPU through ``.ci/gpu/faults.sh``).
 
-Each declares ``fault`` (a ``Fault``): what the run must show. The faulty call is the ``execute`` (or
-``lower``) of method ``解码器`` of chapter program_format's non-ASCII program, for one target, so exactly
-one case of the chapter meets it: ``test_non_ascii_method_names_round_trip[<target>-program]``; the view
-pass hangs on the KV-cache attention graph only (``test_view_pass_slicing_heavy_kv_cache``).
+Each declares ``fault`` (a ``Fault``): what the run must show. Each faulty call is met by exactly one
+case: the CPU ones by a bad-inputs case (an execute with one input more, one fewer, a float64 input), by
+the non-ASCII program's lowering (``test_non_ascii_method_names_round_trip[cpu-program]``) or by the
+KV-cache attention graph (``test_view_pass_slicing_heavy_kv_cache``); the CUDA ones by the execute of
+method ``解码器`` of that program for CUDA (``...[cuda-program]``). The faulty methods call ``super()``, so
+``AllCpuFaults`` has every CPU fault at once, each at its own case: the CPU self-test runs that one.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,28 +32,33 @@ LOWERING = "conformance/test_lowering.py"
 TRIGGER = "解码器"
 
 
-def faulty_case(target: str) -> str:
+def non_ascii_case(target: str) -> str:
     return f"{PROGRAM_FORMAT}::test_non_ascii_method_names_round_trip[{target}-program]"
+
+
+def bad_inputs_case(rule: str) -> str:
+    return f"{BAD_INPUTS}::test_bad_inputs_are_rejected_and_change_nothing[{rule}-cpu-program]"
 
 
 @dataclass(frozen=True)
 class Fault:
-    """What a run of ``chapters`` against the faulty backend must show: the cases ``faulty`` end in
-    ``outcome``, with ``evidence`` in their message or evidence; every other case as against the
-    reference. ``cuda``: the fault needs a GPU (elsewhere the faulty case is skipped or healthy).
-    ``select``: pytest arguments that keep the CPU self-test's run small (the GPU script runs the whole
-    chapters)."""
+    """What a run of ``chapters`` against the faulty backend must show: each case of ``faulty`` ends in
+    its outcome, with its evidence (a substring) in its message or evidence; every other case as against
+    the reference. ``cuda``: the fault needs a GPU. ``select``: pytest arguments that keep the CPU
+    self-test's run small (the GPU script runs whole chapters)."""
 
-    outcome: str
     chapters: tuple[str, ...]
-    faulty: tuple[str, ...]
-    evidence: str
+    faulty: Mapping[str, tuple[str, str]]  # case id -> (outcome, evidence)
     cuda: bool = False
     select: tuple[str, ...] = ()
 
 
-#: A small program_format selection that still reaches the faulty case: the CPU self-tests run this.
-SMALL_PROGRAM_FORMAT = ("-k", "non_ascii or every_method or method_names_match or empty_program")
+#: The CPU self-test's selection: every CPU faulty case and some healthy neighbours of each.
+CPU_SELECTION = (
+    "-k",
+    "non_ascii or every_method or method_names_match or empty_program or kv_cache "
+    "or (view_pass_verdicts and slice) or (bad_inputs_are_rejected and (one-input or wrong-dtype))",
+)
 
 
 class Faulty:
@@ -69,10 +76,35 @@ class Faulty:
     def __getattr__(self, attr: str) -> Any:
         return getattr(REFERENCE, attr)
 
-    @staticmethod
-    def _is_trigger(handle: object, target: str) -> bool:
-        device = getattr(handle, "device", None)
-        return getattr(handle, "method_name", None) == TRIGGER and getattr(device, "type", None) == target
+    # The calls a subclass makes faulty; each subclass calls super() for every other call.
+    def execute(self, handle: object, inputs: Any, outputs: Any = None) -> Any:
+        return REFERENCE.execute(handle, inputs, outputs)
+
+    def lower(self, methods: Mapping[str, Any], *, device: str, **kwargs: Any) -> bytes:
+        return REFERENCE.lower(methods, device=device, **kwargs)
+
+    def view_copy_pass(self, graph_module: Any) -> Any:
+        return REFERENCE.view_copy_pass(graph_module)
+
+
+def _on_cpu(handle: object) -> bool:
+    return getattr(getattr(handle, "device", None), "type", None) == "cpu"
+
+
+def _is_trigger(handle: object) -> bool:
+    """The execute of method 解码器 of a CUDA program."""
+    device = getattr(handle, "device", None)
+    return getattr(handle, "method_name", None) == TRIGGER and getattr(device, "type", None) == "cuda"
+
+
+def _bad(handle: object, inputs: Any, extra: int = 0, dtype: torch.dtype | None = None) -> bool:
+    """An execute of a CPU program with ``extra`` inputs more than its method takes (-1: one fewer), or
+    with a ``dtype`` input: one bad-inputs case each."""
+    if not _on_cpu(handle) or not isinstance(inputs, (list, tuple)):
+        return False
+    if dtype is not None:
+        return any(isinstance(t, torch.Tensor) and t.dtype == dtype for t in inputs)
+    return len(inputs) == getattr(handle, "num_inputs", -10) + extra
 
 
 # ==================================================================================================== hangs
@@ -87,12 +119,13 @@ def deadlock_holding_the_gil() -> None:
 
 
 class HangsInExecute(Faulty):
-    """One execute never returns, stuck in C holding the GIL: a deadlocked stream wait."""
+    """An execute with one input too many (of a CPU program) never returns, stuck in C holding the GIL:
+    a deadlocked stream wait instead of the invalid-argument error."""
 
-    def execute(self, handle: object, inputs: Sequence[torch.Tensor], outputs: Any = None) -> Any:
-        if self._is_trigger(handle, "cpu"):
+    def execute(self, handle: object, inputs: Any, outputs: Any = None) -> Any:
+        if _bad(handle, inputs, extra=1):
             deadlock_holding_the_gil()
-        return REFERENCE.execute(handle, inputs, outputs)
+        return super().execute(handle, inputs, outputs)
 
 
 class HangsInLower(Faulty):
@@ -103,7 +136,7 @@ class HangsInLower(Faulty):
             lock = threading.Lock()
             lock.acquire()
             lock.acquire()  # never returns
-        return REFERENCE.lower(methods, device=device, **kwargs)
+        return super().lower(methods, device=device, **kwargs)
 
 
 class HangsInViewPass(Faulty):
@@ -113,19 +146,20 @@ class HangsInViewPass(Faulty):
         names = {node.name for node in graph_module.graph.nodes if node.op == "placeholder"}
         if "b_k_cache" in names:
             threading.Event().wait()
-        return REFERENCE.view_copy_pass(graph_module)
+        return super().view_copy_pass(graph_module)
 
 
 # ============================================================================================ process death
 
 
 class DiesInExecute(Faulty):
-    """One execute aborts the process (a failed assertion in the backend's C++)."""
+    """An execute with one input too few (of a CPU program) aborts the process (a failed assertion in the
+    backend's C++) instead of raising the invalid-argument error."""
 
-    def execute(self, handle: object, inputs: Sequence[torch.Tensor], outputs: Any = None) -> Any:
-        if self._is_trigger(handle, "cpu"):
+    def execute(self, handle: object, inputs: Any, outputs: Any = None) -> Any:
+        if _bad(handle, inputs, extra=-1):
             os.abort()
-        return REFERENCE.execute(handle, inputs, outputs)
+        return super().execute(handle, inputs, outputs)
 
 
 # =============================================================================== a device fault, simulated
@@ -141,9 +175,9 @@ def simulated_probe() -> str | None:
 
 
 class PoisonsItsProcess(Faulty):
-    """A sticky device error without a GPU: one execute poisons its process, and from then on every call
-    into the backend in that process fails, as every CUDA call fails after an illegal address. Without
-    containment every later case on that worker fails with it."""
+    """A sticky device error without a GPU: an execute with a float64 input (of a CPU program) poisons
+    its process, and from then on every call into the backend in that process fails, as every CUDA call
+    fails after an illegal address. Without containment every later case on that worker fails with it."""
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(REFERENCE, attr)
@@ -157,13 +191,22 @@ class PoisonsItsProcess(Faulty):
 
         return poisoned
 
-    def execute(self, handle: object, inputs: Sequence[torch.Tensor], outputs: Any = None) -> Any:
+    def execute(self, handle: object, inputs: Any, outputs: Any = None) -> Any:
+        if not _POISONED and _bad(handle, inputs, dtype=torch.float64):
+            _POISONED.append(SIMULATED_ERROR)
         if _POISONED:
             raise RuntimeError(_POISONED[0])
-        if self._is_trigger(handle, "cpu"):
-            _POISONED.append(SIMULATED_ERROR)
-            raise RuntimeError(SIMULATED_ERROR)
-        return REFERENCE.execute(handle, inputs, outputs)
+        return super().execute(handle, inputs, outputs)
+
+    def lower(self, methods: Mapping[str, Any], *, device: str, **kwargs: Any) -> bytes:
+        if _POISONED:
+            raise RuntimeError(_POISONED[0])
+        return super().lower(methods, device=device, **kwargs)
+
+    def view_copy_pass(self, graph_module: Any) -> Any:
+        if _POISONED:
+            raise RuntimeError(_POISONED[0])
+        return super().view_copy_pass(graph_module)
 
 
 # ====================================================================================== CUDA (on the GPU)
@@ -202,68 +245,83 @@ class IllegalAddressInExecute(Faulty):
     """One execute of a CUDA program launches a kernel that stores out of bounds, then runs as usual: the
     error surfaces at the next synchronisation, and sticks to the process."""
 
-    def execute(self, handle: object, inputs: Sequence[torch.Tensor], outputs: Any = None) -> Any:
-        if self._is_trigger(handle, "cuda"):
+    def execute(self, handle: object, inputs: Any, outputs: Any = None) -> Any:
+        if _is_trigger(handle):
             _store_out_of_bounds()
-        return REFERENCE.execute(handle, inputs, outputs)
+        return super().execute(handle, inputs, outputs)
 
 
 class OutOfMemoryInExecute(Faulty):
     """One execute of a CUDA program holds a quarter of the card in a local, then asks for twice the card:
     a CUDA out-of-memory whose traceback (kept by pytest) would hold that quarter for later cases."""
 
-    def execute(self, handle: object, inputs: Sequence[torch.Tensor], outputs: Any = None) -> Any:
-        if self._is_trigger(handle, "cuda"):
+    def execute(self, handle: object, inputs: Any, outputs: Any = None) -> Any:
+        if _is_trigger(handle):
             total = torch.cuda.get_device_properties(0).total_memory
             held = torch.empty(total // 4, dtype=torch.uint8, device="cuda")
             torch.empty(2 * total, dtype=torch.uint8, device="cuda")  # raises torch.OutOfMemoryError
             del held
-        return REFERENCE.execute(handle, inputs, outputs)
+        return super().execute(handle, inputs, outputs)
 
 
 class HangsOnTheDevice(Faulty):
     """One execute of a CUDA program waits forever on a kernel that never ends."""
 
-    def execute(self, handle: object, inputs: Sequence[torch.Tensor], outputs: Any = None) -> Any:
-        if self._is_trigger(handle, "cuda"):
+    def execute(self, handle: object, inputs: Any, outputs: Any = None) -> Any:
+        if _is_trigger(handle):
             _spin_forever()
-        return REFERENCE.execute(handle, inputs, outputs)
+        return super().execute(handle, inputs, outputs)
 
 
-_CHAPTERS = (PROGRAM_FORMAT, BAD_INPUTS)
+_CUDA_CHAPTERS = (PROGRAM_FORMAT, BAD_INPUTS)
+_CPU_CHAPTERS = (PROGRAM_FORMAT, BAD_INPUTS, LOWERING)
 
 
-def _on(target: str, outcome: str, evidence: str) -> Fault:
-    """The fault of a program_format ``execute``/``lower`` for ``target``: the CPU ones run a small
-    selection in the self-tests, the CUDA ones whole chapters on the GPU."""
-    if target == "cuda":
-        return Fault(outcome, _CHAPTERS, (faulty_case("cuda"),), evidence, cuda=True)
-    return Fault(outcome, _CHAPTERS, (faulty_case("cpu"),), evidence, select=SMALL_PROGRAM_FORMAT)
+def _cuda(outcome: str, evidence: str) -> Fault:
+    """The fault of the CUDA execute of 解码器: whole chapters, on a GPU."""
+    return Fault(_CUDA_CHAPTERS, {non_ascii_case("cuda"): (outcome, evidence)}, cuda=True)
 
 
-HANGS_IN_EXECUTE = HangsInExecute("hangs_in_execute", _on("cpu", "timeout", "in deadlock_holding_the_gil"))
-HANGS_IN_LOWER = HangsInLower("hangs_in_lower", _on("cpu", "timeout", "in lower"))
+def _cpu(case: str, outcome: str, evidence: str) -> Fault:
+    return Fault(_CPU_CHAPTERS, {case: (outcome, evidence)}, select=CPU_SELECTION)
+
+
+HANGS_IN_EXECUTE = HangsInExecute(
+    "hangs_in_execute", _cpu(bad_inputs_case("one-input-more"), "timeout", "in deadlock_holding_the_gil")
+)
+HANGS_IN_LOWER = HangsInLower("hangs_in_lower", _cpu(non_ascii_case("cpu"), "timeout", "in lower"))
 HANGS_IN_VIEW_PASS = HangsInViewPass(
     "hangs_in_view_pass",
-    Fault(
-        "timeout",
-        (LOWERING,),
-        (f"{LOWERING}::test_view_pass_slicing_heavy_kv_cache",),
-        "in view_copy_pass",
-        select=("-k", "kv_cache or (view_pass_verdicts and slice)"),
-    ),
+    _cpu(f"{LOWERING}::test_view_pass_slicing_heavy_kv_cache", "timeout", "in view_copy_pass"),
 )
-DIES_IN_EXECUTE = DiesInExecute("dies_in_execute", _on("cpu", "crashed", "crashed while running"))
+DIES_IN_EXECUTE = DiesInExecute(
+    "dies_in_execute", _cpu(bad_inputs_case("one-input-fewer"), "crashed", "crashed while running")
+)
 POISONS_ITS_PROCESS = PoisonsItsProcess(
-    "poisons_its_process", _on("cpu", "device-fault", "simulated sticky error")
+    "poisons_its_process",
+    _cpu(bad_inputs_case("wrong-dtype-float64"), "device-fault", "simulated sticky error"),
 )
 ILLEGAL_ADDRESS_IN_EXECUTE = IllegalAddressInExecute(
-    "illegal_address_in_execute", _on("cuda", "device-fault", "illegal memory access")
+    "illegal_address_in_execute", _cuda("device-fault", "illegal memory access")
 )
-OUT_OF_MEMORY_IN_EXECUTE = OutOfMemoryInExecute(
-    "out_of_memory_in_execute", _on("cuda", "failed", "out of memory")
+OUT_OF_MEMORY_IN_EXECUTE = OutOfMemoryInExecute("out_of_memory_in_execute", _cuda("failed", "out of memory"))
+HANGS_ON_THE_DEVICE = HangsOnTheDevice("hangs_on_the_device", _cuda("timeout", "in _spin_forever"))
+
+
+class AllCpuFaults(PoisonsItsProcess, HangsInExecute, DiesInExecute, HangsInLower, HangsInViewPass):
+    """Every CPU fault at once, each at its own case: one run shows them all (the CPU self-test)."""
+
+
+#: The CPU faulty backends, each at its own case.
+CPU_FAULTS = (HANGS_IN_EXECUTE, HANGS_IN_LOWER, HANGS_IN_VIEW_PASS, DIES_IN_EXECUTE, POISONS_ITS_PROCESS)
+ALL_CPU_FAULTS = AllCpuFaults(
+    "all_cpu_faults",
+    Fault(
+        _CPU_CHAPTERS,
+        {case: want for backend in CPU_FAULTS for case, want in backend.fault.faulty.items()},
+        select=CPU_SELECTION,
+    ),
 )
-HANGS_ON_THE_DEVICE = HangsOnTheDevice("hangs_on_the_device", _on("cuda", "timeout", "in _spin_forever"))
 
 
 def faulty_backends() -> dict[str, Faulty]:
