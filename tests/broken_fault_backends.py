@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -322,6 +323,23 @@ ALL_CPU_FAULTS = AllCpuFaults(
         select=CPU_SELECTION,
     ),
 )
+
+
+class SlowViewPass:
+    """Correct, only slow: every view pass takes a third of a second, so a self-test can stop a run of the
+    view-pass cases halfway (tests/test_front_door.py). Not faulty: it declares no fault."""
+
+    name, version = "slow_view_pass", "slow"
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(REFERENCE, attr)
+
+    def view_copy_pass(self, graph_module: Any) -> Any:
+        time.sleep(0.33)
+        return REFERENCE.view_copy_pass(graph_module)
+
+
+SLOW_VIEW_PASS = SlowViewPass()
 
 
 def faulty_backends() -> dict[str, Faulty]:

@@ -3,13 +3,20 @@ last result file alone."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import torch
+
+from harness.results import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +72,54 @@ def test_bench_on_cpu_states_each_skip_reason_once(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (proc.stdout + proc.stderr).count("no CUDA device") == 1, proc.stdout + proc.stderr
+
+
+def _repository_copy(target: Path) -> Path:
+    """The tracked files (without the example runs): the front door writes results/ beside its noxfile."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    for name in files:
+        if name and not name.startswith("examples/") and (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nox") is None, reason="nox is not installed (extra `test`)")
+def test_sigterm_halfway_through_the_front_door_still_writes_every_file_and_the_page(tmp_path: Path) -> None:
+    """As a CI system cancels a job: SIGTERM to the whole process group (nox, pytest, its workers) while
+    the cases run. nox gives pytest the time to write its files, renders the page and exits 143."""
+    repo = _repository_copy(tmp_path / "repo")
+    name = "cell-lowering-independent"  # a matrix cell: the same front door, without the coverage table
+    journal = repo / "results" / f"{name}.json.journal.jsonl"
+    cmd = [
+        sys.executable, "-m", "nox", "-s", "conformance_cell(chapter='lowering', dtype='independent')",
+        "--no-venv", "--", "-k", "view_pass_verdicts", "--backend=tests.broken_fault_backends:SLOW_VIEW_PASS",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(repo), "CONFORMANCE_PRELOWER": "0"}
+    proc = subprocess.Popen(
+        cmd, cwd=repo, env=env, start_new_session=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and journal.read_text().count('"kind": "case"') >= 4:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be stopped halfway"
+    os.killpg(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, output
+    run = load_results(repo / "results" / f"{name}.json")
+    assert run.complete is False
+    assert run.metadata["incomplete_reason"] == "the run was stopped by SIGTERM"
+    outcomes = [case.outcome for case in run.cases]
+    assert outcomes.count("passed") >= 4
+    assert set(outcomes) <= {"passed", "not-run"}
+    assert "not-run" in outcomes
+    junit = ET.parse(repo / "results" / f"{name}.junit.xml").getroot()
+    assert len(list(junit.iter("testcase"))) == len(outcomes)
+    page = (repo / "results" / f"{name}.html").read_text()
+    assert "Incomplete run" in page
+    assert "the run was stopped by SIGTERM" in page
