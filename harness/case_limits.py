@@ -1,7 +1,8 @@
 """Each case's time limit: a default, per-chapter and per-marker overrides, and one case's own marker.
 
-Rules come from the ini option ``case_timeouts`` (pyproject's ``[tool.pytest.ini_options]``, one rule a
-line) and from ``--case-timeout`` (repeatable; a rule given there replaces the ini's rule of the same key):
+Rules come, each over the one before for the same key, from the suite (``suite_rules``: the conformance
+suite's own, from its conftest), from the ini option ``case_timeouts`` (one rule a line, in a project that
+loads the plugin) and from ``--case-timeout`` (repeatable):
 
 * ``SECONDS`` or ``default=SECONDS`` — every case without a more specific rule;
 * ``chapter:NAME=SECONDS`` — the cases of chapter NAME (``conformance/test_NAME.py``);
@@ -76,10 +77,13 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern))
 
 
-def parse_rules(ini_lines: Iterable[str], cli_rules: Iterable[str]) -> CaseLimits:
-    """The limits from the ini's lines, then the command line's rules over them."""
+def parse_rules(
+    ini_lines: Iterable[str], cli_rules: Iterable[str], suite_lines: Iterable[str] = ()
+) -> CaseLimits:
+    """The limits from the suite's rules, the ini's lines over them, then the command line's."""
     rules: dict[tuple[str, str], float] = {}
-    for where, lines in (("ini option case_timeouts", ini_lines), (OPTION, cli_rules)):
+    sources = (("the suite's case time limits", suite_lines), ("ini option case_timeouts", ini_lines))
+    for where, lines in (*sources, (OPTION, cli_rules)):
         for line in lines:
             text = line.strip()
             if text and not text.startswith("#"):

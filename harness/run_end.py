@@ -101,6 +101,15 @@ def add_options(parser: pytest.Parser) -> None:
     )
 
 
+_SUITE_RULES_KEY = pytest.StashKey[tuple[str, ...]]()
+
+
+def set_suite_rules(config: pytest.Config, rules: Sequence[str]) -> None:
+    """A suite's own case time limits (rules as ``--case-timeout`` takes them), under the ini's and the
+    command line's; call it from a ``pytest_configure`` that runs first (``tryfirst``)."""
+    config.stash[_SUITE_RULES_KEY] = tuple(rules)
+
+
 def role(config: pytest.Config) -> str:
     """``worker`` (an xdist worker), ``controller`` (xdist's controller) or ``single``."""
     if hasattr(config, "workerinput"):
@@ -114,7 +123,8 @@ def configure(config: pytest.Config, results_path: Path | None) -> None:
     """Register the watchdog and the run's end for this process's role (from harness/pytest_plugin.py)."""
     config.addinivalue_line("markers", f"{MARKER}(seconds): this case's own time limit (0: none)")
     try:
-        limits = parse_rules(config.getini("case_timeouts"), config.getoption(OPTION))
+        suite = config.stash.get(_SUITE_RULES_KEY, ())
+        limits = parse_rules(config.getini("case_timeouts"), config.getoption(OPTION), suite)
         probe = load_probe(config.getoption("--device-probe"))
         deadline = config.getoption(run_control.DEADLINE_OPTION)
         if deadline is not None:
