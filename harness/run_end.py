@@ -35,6 +35,7 @@ from harness.run_control import EXIT_DEADLINE, EXIT_STOPPED_BY_FAULT, RunControl
 from harness.watchdog import (
     CASE_RESULT_ATTR,
     DIR_KEY,
+    OVERHEAD_KEY,
     CaseWatchdog,
     FaultRepr,
     Verdict,
@@ -211,7 +212,7 @@ class RunEnd:
         self.crashed: set[str] = set()
         self.verdicts: dict[str, Verdict] = {}  # single process: a timeout waiting for its report
         self.faults: list[tuple[str, str, str]] = []  # (outcome, case, first line) for the terminal
-        self.not_run_reason: str | None = None
+        self.overheads: list[dict[str, float]] = []  # each worker's watchdog cost
         self.session: pytest.Session | None = None
         self._finished = False
 
@@ -226,6 +227,12 @@ class RunEnd:
         self.control.uninstall()
         if self.watchdog is not None:
             self.watchdog.close()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        overhead = (getattr(node, "workeroutput", None) or {}).get(OVERHEAD_KEY)
+        if isinstance(overhead, dict):
+            self.overheads.append(overhead)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -327,6 +334,21 @@ class RunEnd:
                 self.config.hook.pytest_runtest_logreport(report=report)
         if stop is not None:
             session.exitstatus = stop[1]
+        self._record_overhead()
+
+    def _record_overhead(self) -> None:
+        """Run metadata ``case_watchdog``: the cases watched and what the watchdog cost them (its per-case
+        timers, files and device probe), summed over the workers that ended normally."""
+        parts = [*self.overheads, *([self.watchdog.overhead()] if self.watchdog is not None else [])]
+        cases = int(sum(part.get("cases", 0) for part in parts))
+        seconds = float(sum(part.get("seconds", 0.0) for part in parts))
+        if cases and self.config.pluginmanager.hasplugin("harness-results-recorder"):
+            from harness.pytest_plugin import add_run_metadata
+
+            per_case = round(seconds / cases * 1e6, 1)
+            add_run_metadata(
+                self.config, "case_watchdog", {"cases": cases, "seconds": seconds, "per_case_us": per_case}
+            )
 
     def _reason(self, session: pytest.Session, stop: tuple[str, int] | None, exitstatus: int) -> str:
         if stop is not None:

@@ -3,14 +3,17 @@ ended so that a fresh one runs the next case (pytest-xdist replaces it), with th
 
 **Time limits.** Built on the standard library's ``faulthandler``, not on pytest-timeout: a hang in C code
 (a CUDA synchronisation, a lock in a C extension that holds the GIL) cannot run a Python signal handler or
-a Python thread, and pytest-timeout's methods are one or the other (SIGALRM, or a Python timer thread). A
-``faulthandler.dump_traceback_later`` watchdog is a C thread: it writes every thread's Python stack and
-ends the process even while the GIL is held. It is also in every Python, so the offline GPU image needs no
-extra wheel. In front of it runs a Python timer (one long-lived thread per process): when the GIL is free
-(the usual case: torch releases it while it waits on the device) it writes the stacks with the native
-frames of every thread (``gdb``, where it is installed) and names the phase the case was in; the C
-watchdog fires ``HARD_MARGIN_S`` later only when that could not run (the Python timer, once it runs,
-pushes it back by the time it gives gdb).
+a Python thread, and pytest-timeout's methods are one or the other (SIGALRM to a Python handler, or a
+Python timer thread). ``faulthandler.register(SIGALRM, chain=True)`` installs a C signal handler that
+writes every thread's Python stack without the GIL and then lets SIGALRM's default action end the
+process; an interval timer (``setitimer``, one system call per case, unlike ``dump_traceback_later``
+which starts a thread per case) raises the signal. faulthandler is in every Python, so the offline GPU
+image needs no extra wheel. In front of it runs a Python timer (one long-lived thread per process): when
+the GIL is free (the usual case: torch releases it while it waits on the device) it writes the stacks
+with the native frames of every thread (``gdb``, where it is installed) and names the phase the case was
+in; the C handler fires ``HARD_MARGIN_S`` later only when that could not run (the Python timer, once it
+runs, pushes it back by the time it gives gdb). The process's SIGALRM is the watchdog's: a case that sets
+its own alarm would end its worker.
 
 **Device faults.** After each case's teardown, before its teardown report goes out, the device probe
 (``harness/device_probe.py``) checks the devices this process used. A sticky error is the case's
@@ -33,6 +36,7 @@ import faulthandler
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -58,6 +62,8 @@ from harness.results import chapter_of
 #: Report attribute through which a plugin decides a case's recorded outcome (harness/pytest_plugin.py
 #: reads it): a dict with ``outcome`` and optionally ``message``, ``evidence``, ``rule``, ``level``...
 CASE_RESULT_ATTR = "case_result"
+#: workeroutput key: a worker's watchdog overhead, to the controller.
+OVERHEAD_KEY = "case_watchdog_overhead"
 #: workerinput key: the run's watchdog directory, from the controller to its workers.
 DIR_KEY = "case_watchdog_dir"
 #: Exit status of a worker that ends on purpose (timeout, device fault, memory still held).
@@ -110,16 +116,30 @@ class WatchdogFiles:
         self.case_path = directory / f"{process}.case.json"
         self.stacks_path = directory / f"{process}.stacks"
         self.verdict_path = directory / f"{process}.verdict.json"
+        self._case_fd: int | None = None
+        self._case_size = 0
 
     def reset(self) -> None:
         """A process starting under a name another used before must not inherit its files."""
+        self.close()
         for path in (self.case_path, self.stacks_path, self.verdict_path):
             path.unlink(missing_ok=True)
 
+    def close(self) -> None:
+        if self._case_fd is not None:
+            os.close(self._case_fd)
+            self._case_fd = None
+
     def start_case(self, running: Running) -> None:
+        """Overwrite the current case in place, padded with spaces: opening a file with truncation cost
+        5 ms per case on an ext4 mounted with ``discard`` (a CI VM's disk); this costs microseconds."""
         record = {"case": running.case, "limit_s": running.limit_s, "source": running.source}
         record["pid"] = os.getpid()
-        self.case_path.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+        data = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        if self._case_fd is None:
+            self._case_fd = os.open(self.case_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._case_size = max(self._case_size, len(data), 4096)
+        os.pwrite(self._case_fd, data.ljust(self._case_size), 0)
 
     def write_verdict(self, verdict: Verdict) -> None:
         tmp = self.verdict_path.with_suffix(".tmp")
@@ -185,33 +205,37 @@ def truncate(text: str, limit: int = EVIDENCE_LIMIT) -> str:
 
 
 class _Timer:
-    """One long-lived thread: ``arm`` / ``disarm`` per case cost a lock and a notify, not a thread."""
+    """One long-lived thread that looks at the current case's deadline at least every ``TICK_S``: ``arm`` and
+    ``disarm`` only set it (no lock, no wake-up), so a case pays no thread switch for being watched. A
+    limit is therefore kept to within ``TICK_S``, which the C handler's margin covers."""
+
+    TICK_S = 0.5
 
     def __init__(self, fire: Callable[[Running], None]) -> None:
         self._fire = fire
-        self._cond = threading.Condition()
-        self._due: float | None = None
-        self._token: Running | None = None
+        self._armed: tuple[float, Running] | None = None  # replaced whole: one atomic store
+        self._closed = threading.Event()
         threading.Thread(target=self._run, name="case-watchdog", daemon=True).start()
 
     def arm(self, seconds: float, token: Running) -> None:
-        with self._cond:
-            self._due, self._token = time.monotonic() + seconds, token
-            self._cond.notify()
+        self._armed = (time.monotonic() + seconds, token)
 
     def disarm(self) -> None:
-        with self._cond:
-            self._due = self._token = None
-            self._cond.notify()
+        self._armed = None
+
+    def close(self) -> None:
+        self._closed.set()
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                while self._due is None or self._due > time.monotonic():
-                    self._cond.wait(None if self._due is None else self._due - time.monotonic())
-                token, self._due, self._token = self._token, None, None
-            if token is not None:
-                self._fire(token)
+            armed = self._armed
+            left = self.TICK_S if armed is None else min(self.TICK_S, armed[0] - time.monotonic())
+            if self._closed.wait(max(left, 0.0)):
+                return
+            armed = self._armed
+            if armed is not None and armed[0] <= time.monotonic():
+                self._armed = None
+                self._fire(armed[1])
 
 
 def native_stacks(pid: int, budget_s: float = NATIVE_BUDGET_S) -> str:
@@ -275,12 +299,16 @@ class CaseWatchdog:
         self.worker = on_verdict is None
         files.directory.mkdir(parents=True, exist_ok=True)
         files.reset()
-        # Kept open for the whole process: the C watchdog writes to its descriptor without the GIL.
+        # Kept open for the whole process: the C handler writes to its descriptor without the GIL.
         self._stacks: TextIO = open(files.stacks_path, "w+", encoding="utf-8")  # noqa: SIM115
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # chained to after the dump: the process ends
+        faulthandler.register(signal.SIGALRM, file=self._stacks, all_threads=True, chain=True)
         self._margin = HARD_MARGIN_S + extra_margin_s
         self._timer = _Timer(self._expired)
         self.current: Running | None = None
         self._oom = False
+        self.cases = 0
+        self.overhead_s = 0.0  # this plugin's own time per case, summed: what the green path pays
 
     # -- each case --------------------------------------------------------------------------------------
 
@@ -292,20 +320,25 @@ class CaseWatchdog:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        start = time.perf_counter()
         limit, source = self.limit_of(item)
         running = Running(item.nodeid, limit, source)
         self.current, self._oom = running, False
         if limit is not None:
             self.files.start_case(running)
             self._timer.arm(limit, running)
-            faulthandler.dump_traceback_later(limit + self._margin, exit=True, file=self._stacks)
+            signal.setitimer(signal.ITIMER_REAL, limit + self._margin)
+        self.overhead_s += time.perf_counter() - start
         try:
             return (yield)
         finally:
+            start = time.perf_counter()
             if limit is not None:
-                faulthandler.cancel_dump_traceback_later()
+                signal.setitimer(signal.ITIMER_REAL, 0)
                 self._timer.disarm()
             self.current = None
+            self.cases += 1
+            self.overhead_s += time.perf_counter() - start
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
@@ -328,6 +361,13 @@ class CaseWatchdog:
 
     def _after_case(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """After the teardown ran, before its report goes out: is the device still usable?"""
+        start = time.perf_counter()
+        try:
+            self._check_after_case(item, report)
+        finally:
+            self.overhead_s += time.perf_counter() - start
+
+    def _check_after_case(self, item: pytest.Item, report: pytest.TestReport) -> None:
         release_after_failure()
         held = memory_held_after_oom() if self._oom else 0
         error = self.probe() if self.probe is not None else None
@@ -371,8 +411,8 @@ class CaseWatchdog:
     def _expired(self, running: Running) -> None:
         if self.current is not running:
             return  # it ended meanwhile
-        if self.native:  # the C watchdog waits for gdb too, now that this thread runs
-            faulthandler.dump_traceback_later(NATIVE_BUDGET_S + self._margin, exit=True, file=self._stacks)
+        if self.native:  # the C handler waits for gdb too, now that this thread runs
+            signal.setitimer(signal.ITIMER_REAL, NATIVE_BUDGET_S + self._margin)
         python = ""
         with contextlib.suppress(Exception):
             self._stacks.seek(0, os.SEEK_END)
@@ -398,8 +438,19 @@ class CaseWatchdog:
         assert self.on_verdict is not None
         self.on_verdict(verdict, True)
 
+    def overhead(self) -> dict[str, float]:
+        """What this process's watchdog cost the cases it ran (its timers, files and device probe)."""
+        return {"cases": self.cases, "seconds": round(self.overhead_s, 6)}
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller sums every worker's
+            workeroutput[OVERHEAD_KEY] = self.overhead()
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            faulthandler.cancel_dump_traceback_later()
-        self._timer.disarm()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            faulthandler.unregister(signal.SIGALRM)
+        self._timer.close()
         self._stacks.close()
+        self.files.close()
