@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -227,6 +228,8 @@ class RunEnd:
         self.control.uninstall()
         if self.watchdog is not None:
             self.watchdog.close()
+        if self._finished:  # the files are written: nothing is left for harness.finalize to read
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from harness.results import load_results
+from tests.test_run_end import stop_halfway
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,19 +98,8 @@ def test_sigterm_halfway_through_the_front_door_still_writes_every_file_and_the_
         "--no-venv", "--", "-k", "view_pass_verdicts", "--backend=tests.broken_fault_backends:SLOW_VIEW_PASS",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(repo), "CONFORMANCE_PRELOWER": "0"}
-    proc = subprocess.Popen(
-        cmd, cwd=repo, env=env, start_new_session=True, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_text().count('"kind": "case"') >= 4:
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "the run ended before it could be stopped halfway"
-    os.killpg(proc.pid, signal.SIGTERM)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 143, output
+    code, output = stop_halfway(cmd, repo, env, journal, 4, signal.SIGTERM, 240)
+    assert code == 143, output
     run = load_results(repo / "results" / f"{name}.json")
     assert run.complete is False
     assert run.metadata["incomplete_reason"] == "the run was stopped by SIGTERM"

@@ -110,6 +110,26 @@ def test_step(n):
 """
 
 
+def stop_halfway(
+    cmd: list[str], cwd: Path, env: dict[str, str], journal: Path, cases: int, signum: int, wait_s: float
+) -> tuple[int, str]:
+    """Start ``cmd`` in a process group of its own, and once its journal holds ``cases`` cases send
+    ``signum`` to the whole group, as a CI system stops a job; its exit code and output."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, start_new_session=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and journal.read_text().count('"kind": "case"') >= cases:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be stopped halfway"
+    os.killpg(proc.pid, signum)
+    output, _ = proc.communicate(timeout=120)
+    return proc.returncode, output
+
+
 def _run(tmp: Path, source: str, *args: str, timeout: float = 120) -> tuple[int, str, float]:
     (tmp / "test_toy.py").write_text(source)
     start = time.monotonic()
@@ -287,19 +307,8 @@ def test_a_signal_halfway_leaves_a_readable_result_file_junit_and_page(
     middle of the run. What finished is kept, the rest is not-run, every file is written."""
     (tmp_path / "test_toy.py").write_text(MANY)
     journal = tmp_path / "out" / "r.json.journal.jsonl"
-    proc = subprocess.Popen(
-        _command(tmp_path, "-n", "2"), cwd=tmp_path, env=_env(), start_new_session=True, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_text().count('"kind": "case"') >= 6:
-            break
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run ended before it could be stopped halfway"
-    os.killpg(proc.pid, signum)
-    output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == code, output
+    returncode, output = stop_halfway(_command(tmp_path, "-n", "2"), tmp_path, _env(), journal, 6, signum, 90)
+    assert returncode == code, output
     run: RunResult = load_results(tmp_path / "out" / "r.json")
     assert run.complete is False
     assert run.metadata["incomplete_reason"] == f"the run was stopped by {signum.name}"
