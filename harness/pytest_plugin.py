@@ -129,6 +129,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not path or hasattr(config, "workerinput"):
         return  # nothing asked for, or an xdist worker: the controller records
     recorder = ResultRecorder(config, Path(path), config.getoption("--repro-prefix"))
+    end = run_end.run_end(config)
+    if end is not None:  # its emergency end (a stuck main thread) writes the result file through this
+        end.writers.append(recorder.write_final)
     config.stash[_RECORDER_KEY] = recorder
     config.pluginmanager.register(recorder, "harness-results-recorder")
 
@@ -241,6 +244,10 @@ class ResultRecorder:
         for nodeid in list(self._pending):
             self._finish(nodeid)  # interrupted mid-case: keep what its reports say
         self.run.metadata = dict(self.metadata)
+        end = run_end.run_end(self.config)
+        cost = end.watchdog_cost() if end is not None else None
+        if cost is not None:
+            self.run.metadata["case_watchdog"] = cost
         if reason:
             self.run.metadata["incomplete_reason"] = reason
         self.run.complete = reason is None
@@ -273,6 +280,9 @@ class ResultRecorder:
         collected = int(getattr(session, "testscollected", 0) or 0)
         if self._recorded_tests < collected and not self.config.getoption("collectonly"):
             return f"{collected - self._recorded_tests} of {collected} collected tests have no result"
+        not_run = [case for case in self.run.cases if case.outcome == "not-run"]
+        if not_run:  # e.g. after -x, or once pytest-xdist stopped replacing crashed workers
+            return f"{len(not_run)} of {len(self.run.cases)} cases not run: {not_run[0].message}"
         return None
 
     def _repro(self, nodeid: str) -> str:
@@ -326,14 +336,6 @@ class ResultRecorder:
         end = run_end.run_end(self.config)
         with end.control.critical() if end is not None else _nothing():
             self.journal.add_case(case)
-
-
-def finish_recording(config: pytest.Config, reason: str) -> None:
-    """Write the result file now, with ``reason`` as why the run is incomplete (the run's emergency end,
-    from another thread while the main one is stuck)."""
-    recorder = config.stash.get(_RECORDER_KEY, None)
-    if recorder is not None:
-        recorder.write_final(reason)
 
 
 @contextlib.contextmanager

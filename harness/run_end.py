@@ -23,7 +23,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +214,8 @@ class RunEnd:
         self.verdicts: dict[str, Verdict] = {}  # single process: a timeout waiting for its report
         self.faults: list[tuple[str, str, str]] = []  # (outcome, case, first line) for the terminal
         self.overheads: list[dict[str, float]] = []  # each worker's watchdog cost
+        #: Called with the reason at an emergency end, to write the result file (the recorder adds itself).
+        self.writers: list[Callable[[str], None]] = []
         self.session: pytest.Session | None = None
         self._finished = False
 
@@ -337,21 +339,16 @@ class RunEnd:
                 self.config.hook.pytest_runtest_logreport(report=report)
         if stop is not None:
             session.exitstatus = stop[1]
-        self._record_overhead()
 
-    def _record_overhead(self) -> None:
-        """Run metadata ``case_watchdog``: the cases watched and what the watchdog cost them (its per-case
-        timers, files and device probe), summed over the workers that ended normally."""
+    def watchdog_cost(self) -> dict[str, float] | None:
+        """The cases watched and what the watchdog cost them (its per-case timers, files and device
+        probe), summed over the workers that ended normally; the result file's ``case_watchdog``."""
         parts = [*self.overheads, *([self.watchdog.overhead()] if self.watchdog is not None else [])]
         cases = int(sum(part.get("cases", 0) for part in parts))
         seconds = float(sum(part.get("seconds", 0.0) for part in parts))
-        if cases and self.config.pluginmanager.hasplugin("harness-results-recorder"):
-            from harness.pytest_plugin import add_run_metadata
-
-            per_case = round(seconds / cases * 1e6, 1)
-            add_run_metadata(
-                self.config, "case_watchdog", {"cases": cases, "seconds": seconds, "per_case_us": per_case}
-            )
+        if not cases:
+            return None
+        return {"cases": cases, "seconds": round(seconds, 6), "per_case_us": round(seconds / cases * 1e6, 1)}
 
     def _reason(self, session: pytest.Session, stop: tuple[str, int] | None, exitstatus: int) -> str:
         if stop is not None:
@@ -418,9 +415,8 @@ class RunEnd:
         with contextlib.suppress(Exception):
             if self.session is not None:
                 self.finish(self.session)
-            from harness.pytest_plugin import finish_recording
-
-            finish_recording(self.config, reason)
+            for write in self.writers:
+                write(reason)
             _write_junit_now(self.config)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
