@@ -305,6 +305,9 @@ class CaseWatchdog:
         faulthandler.register(signal.SIGALRM, file=self._stacks, all_threads=True, chain=True)
         self._margin = HARD_MARGIN_S + extra_margin_s
         self._timer = _Timer(self._expired)
+        # The timer ends a worker only while its case has not sent its teardown report: past that point
+        # pytest-xdist would blame the next case. The main thread takes this lock to close that window.
+        self._lock = threading.Lock()
         self.current: Running | None = None
         self._oom = False
         self.cases = 0
@@ -323,7 +326,8 @@ class CaseWatchdog:
         start = time.perf_counter()
         limit, source = self.limit_of(item)
         running = Running(item.nodeid, limit, source)
-        self.current, self._oom = running, False
+        with self._lock:
+            self.current, self._oom = running, False
         if limit is not None:
             self.files.start_case(running)
             self._timer.arm(limit, running)
@@ -336,7 +340,8 @@ class CaseWatchdog:
             if limit is not None:
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 self._timer.disarm()
-            self.current = None
+            with self._lock:
+                self.current = None
             self.cases += 1
             self.overhead_s += time.perf_counter() - start
 
@@ -357,6 +362,8 @@ class CaseWatchdog:
             self._oom = True
         if call.when == "teardown":
             self._after_case(item, report)
+            with self._lock:  # from here its report goes out: the timer must not end this worker
+                self.current = None
         return report
 
     def _after_case(self, item: pytest.Item, report: pytest.TestReport) -> None:
@@ -409,8 +416,20 @@ class CaseWatchdog:
     # -- a case outlived its limit (the timer thread) ---------------------------------------------------
 
     def _expired(self, running: Running) -> None:
-        if self.current is not running:
-            return  # it ended meanwhile
+        with self._lock:
+            if self.current is not running:
+                return  # it ended meanwhile
+            if self.worker:  # holding the lock: the case cannot send its teardown report meanwhile
+                self._end_worker(self._timeout_verdict(running))
+        verdict = self._timeout_verdict(running)  # one process: the stop below interrupts the case
+        with self._lock:
+            if self.current is not running:
+                return
+        assert self.on_verdict is not None
+        self.on_verdict(verdict, True)
+
+    def _timeout_verdict(self, running: Running) -> Verdict:
+        """Every thread's Python stack (and native frames) now, and the message of the timeout."""
         if self.native:  # the C handler waits for gdb too, now that this thread runs
             signal.setitimer(signal.ITIMER_REAL, NATIVE_BUDGET_S + self._margin)
         python = ""
@@ -432,17 +451,14 @@ class CaseWatchdog:
             f"timeout: the case outlived its time limit of {running.limit_s:g} s ({running.source}) in its "
             f"{running.phase}; {then}. Every thread's stack is in the evidence."
         )
-        verdict = Verdict(running.case, "timeout", message, evidence, running.phase)
-        if self.worker:
-            self._end_worker(verdict)
-        assert self.on_verdict is not None
-        self.on_verdict(verdict, True)
+        return Verdict(running.case, "timeout", message, evidence, running.phase)
 
     def overhead(self) -> dict[str, float]:
         """What this process's watchdog cost the cases it ran (its timers, files and device probe)."""
         return {"cases": self.cases, "seconds": round(self.overhead_s, 6)}
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # In a worker this runs inside pytest-xdist's wrapper, before it sends the worker's output.
         workeroutput = getattr(self.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller sums every worker's
             workeroutput[OVERHEAD_KEY] = self.overhead()
