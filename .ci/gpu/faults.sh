@@ -5,8 +5,9 @@
 # chapters (tests/test_fault_robustness.py): the faulty case must be named with its outcome and evidence,
 # every other case must get the reference's outcome, case by case, and the result file, JUnit and page
 # must be complete. Also the device probe's cost on this GPU, and the watchdog's per-case cost in the
-# reference's (green) run. Evidence: $OUT/faults.tgz (each run's result file, JUnit, page, comparison);
-# the last lines printed are the table. Takes about 5 minutes on a fresh H100 (the reference run compiles).
+# reference's (green) run, and the illegal address's repro line run as recorded, under compute-sanitizer.
+# Evidence: $OUT/faults.tgz (each run's result file, JUnit, page, comparison); the last lines printed are
+# the table. About 5-6 minutes on a fresh H100 (the reference run compiles).
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
 EVIDENCE="$OUT/faults"
@@ -45,6 +46,22 @@ if reference.exists():
           f"device probe {overhead.get('per_case_us', '?')} µs a case over {overhead.get('cases', '?')} cases")
 EOF
 cat "$EVIDENCE/probe-bench.txt" >> "$EVIDENCE/summary.txt"
+# The device fault's repro line, as recorded, run as printed (python3 for the image's python): memcheck
+# must name the kernel's out-of-bounds store.
+repro=$(python3 -c "
+import json, sys
+cases = json.load(open(sys.argv[1]))['cases']
+print(next(c['repro'] for c in cases if c['outcome'] == 'device-fault'))" \
+  "$EVIDENCE/ILLEGAL_ADDRESS_IN_EXECUTE/results.json" 2>/dev/null)
+if [[ -n "$repro" ]] && command -v compute-sanitizer >/dev/null; then
+  echo "$repro" > "$EVIDENCE/sanitizer-repro.txt"
+  timeout 240 bash -c "${repro/ python -m pytest / python3 -m pytest } -p no:cacheprovider" \
+    > "$EVIDENCE/sanitizer.log" 2>&1
+  echo "repro under compute-sanitizer: rc=$? :: $(grep -m1 -E 'Invalid __global__ (write|read)' "$EVIDENCE/sanitizer.log") :: \
+$(grep -m1 'ERROR SUMMARY' "$EVIDENCE/sanitizer.log")" >> "$EVIDENCE/summary.txt"
+else
+  echo "repro under compute-sanitizer: not run (no device-fault repro, or no compute-sanitizer)" >> "$EVIDENCE/summary.txt"
+fi
 grep -hE "^(FAILED|ERROR|SKIPPED)" "$EVIDENCE/pytest.log" | cut -c1-220 | head -10
 cp "$EVIDENCE/summary.txt" "$OUT/faults-summary.txt"
 # One archive: the device tool brings back a limited number of files.
