@@ -243,7 +243,7 @@ class RunControl:
 # ------------------------------------------------------------------------------------ the nox front door
 
 #: Of the deadline, what the front door keeps for the steps after the last phase (result files from
-#: journals, the summary page, the phase table): the phases get the rest.
+#: journals, the summary page, the phase table): the phases get the rest. A tenth of a short deadline.
 REPORT_RESERVE_S = 30.0
 #: When pytest has not ended this long after the deadline, the front door stops it itself.
 BACKSTOP_S = 60.0
@@ -317,7 +317,8 @@ class FrontDoor:
         """Seconds the phases may still use (None without a deadline)."""
         if self.deadline_s is None:
             return None
-        return max(0.0, self.deadline_s - (time.monotonic() - self.started) - REPORT_RESERVE_S)
+        reserve = min(REPORT_RESERVE_S, self.deadline_s / 10)
+        return max(0.0, self.deadline_s - (time.monotonic() - self.started) - reserve)
 
     def phase_args(self) -> list[str]:
         """The posargs for the next pytest phase: the user's, and the time it has left."""

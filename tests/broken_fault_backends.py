@@ -324,20 +324,25 @@ ALL_CPU_FAULTS = AllCpuFaults(
 
 
 class SlowViewPass:
-    """Correct, only slow: every view pass takes a third of a second, so a self-test can stop a run of the
+    """Correct, only slow: every view pass takes ``seconds``, so a self-test can stop a run of the
     view-pass cases halfway (tests/test_front_door.py). Not faulty: it declares no fault."""
 
     name, version = "slow_view_pass", "slow"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(REFERENCE, attr)
 
     def view_copy_pass(self, graph_module: Any) -> Any:
-        time.sleep(0.33)
+        time.sleep(self.seconds)
         return REFERENCE.view_copy_pass(graph_module)
 
 
-SLOW_VIEW_PASS = SlowViewPass()
+SLOW_VIEW_PASS = SlowViewPass(0.33)
+#: 52 view-pass cases on two workers: at least 52 s, whatever the machine.
+SLOWER_VIEW_PASS = SlowViewPass(2.0)
 
 
 def faulty_backends() -> dict[str, Faulty]:
