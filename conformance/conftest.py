@@ -229,8 +229,10 @@ def pytest_terminal_summary(
     """One line per chapter, with the main skip reason, so a CPU run says plainly what it skipped."""
     per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    # should-failed and coverage are the outcomes.py plugin's categories; xfailed: declared known failures.
+    # should-failed and coverage are the outcomes.py plugin's categories; xfailed: declared known failures;
+    # timeout, device-fault and not-run the watchdog's and the run's end (harness/run_end.py).
     extras = (case_outcomes.SHOULD_FAILED, case_outcomes.COVERAGE, case_outcomes.XFAILED)
+    extras += ("timeout", "device-fault", "not-run")
     for outcome in ("passed", "failed", "skipped", "error", *extras):
         for report in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(report, "nodeid", "")
