@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nox
 from nox.command import CommandFailed
@@ -31,18 +32,21 @@ RESULTS = ROOT / "results"
 TORCH_SPEC = os.environ.get("CONFORMANCE_TORCH", "torch==2.13.0")
 
 
-def _matrix_cells() -> list[tuple[str, str]]:
-    """(chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/cells.py,
-    loaded by path: no torch, no change to sys.path). New chapters join the matrix without touching this."""
-    spec = importlib.util.spec_from_file_location("_conformance_cells", ROOT / "conformance" / "cells.py")
+def _by_path(relative: str) -> Any:
+    """A standard-library-only module of the project, loaded by path: no torch, no change to sys.path."""
+    spec = importlib.util.spec_from_file_location("_front_door_" + Path(relative).stem, ROOT / relative)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.matrix_cells(ROOT / "conformance")
+    return module
 
 
-MATRIX_CELLS = _matrix_cells()
+#: (chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/cells.py).
+#: New chapters join the matrix without touching this.
+MATRIX_CELLS = _by_path("conformance/cells.py").matrix_cells(ROOT / "conformance")
+#: The run's deadline, signals and exit codes (harness/run_control.py).
+RUN_CONTROL = _by_path("harness/run_control.py")
 
 
 def _uses_venv(session: nox.Session) -> bool:
@@ -110,9 +114,12 @@ def _visible_gpu_ids(count: int) -> list[str]:
 
 
 def _pytest(
-    session: nox.Session, python: str, name: str, args: list[str], env: dict[str, str]
+    session: nox.Session, python: str, name: str, args: list[str], env: dict[str, str], door: Any
 ) -> CommandFailed | None:
-    """One pytest run writing results/<name>.json and .junit.xml; returns its failure instead of raising."""
+    """One pytest run writing results/<name>.json and .junit.xml; returns its failure instead of raising.
+
+    A SIGTERM or SIGINT to nox reaches it (harness/run_control.py's FrontDoor): nox sends it SIGTERM, and
+    gives it time to write its files."""
     try:
         session.run(
             python, "-m", "pytest", *args,
@@ -120,12 +127,18 @@ def _pytest(
             f"--results-json={RESULTS / f'{name}.json'}",
             f"--repro-prefix={_shown(python)} -m pytest",
             f"--junitxml={RESULTS / f'{name}.junit.xml'}",
-            *session.posargs,
+            *door.phase_args(),
             env=env,
             external=True,
+            interrupt_timeout=RUN_CONTROL.INTERRUPT_WAIT_S,
+            terminate_timeout=RUN_CONTROL.TERMINATE_WAIT_S,
         )  # fmt: skip
     except CommandFailed as exc:
+        door.phase_ended(exc.return_code)
         return exc
+    except KeyboardInterrupt:  # nox stopped it after a signal (or the deadline's backstop)
+        code = door.stop[1] if door.stop else RUN_CONTROL.EXIT_INTERRUPTED
+        return CommandFailed(f"stopped: {door.stop[0] if door.stop else 'interrupted'}", return_code=code)
     return None
 
 
@@ -231,6 +244,9 @@ class _Phases:
     def __init__(self) -> None:
         self.origin = time.perf_counter()
         self.entries: list[str] = []
+        self.failures: list[CommandFailed | None] = []  # each pytest phase's failure (None: it passed)
+        self.shards: list[str] = []  # the result files' names the phases started
+        self.background: subprocess.Popen[bytes] | None = None  # the pre-lowering, while it runs
 
     def add(self, name: str, start: float, detail: str) -> None:
         end = time.perf_counter()
@@ -258,6 +274,10 @@ def _run_suite(
     selection (``-k``, ``-m``, a file or a case id). Each pytest run writes a shard
     (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id, so every report merges them into
     one run. The per-phase table is printed at the end and stored in each shard.
+
+    ``--run-deadline S`` (or ``$CONFORMANCE_RUN_DEADLINE``) bounds the whole run: each phase gets what is
+    left; after the deadline, or a SIGTERM / SIGINT, the result files, JUnit and the page are still written
+    and the session exits with the run's code (``harness/run_control.py``, README "Exit codes").
     """
     RESULTS.mkdir(exist_ok=True)
     shards = [name, f"{name}-exclusive", f"{name}-multi-gpu"]
@@ -268,10 +288,35 @@ def _run_suite(
             (RESULTS / f"{shard}{suffix}").unlink(missing_ok=True)
     phases = _Phases()
     python = python or _python(session)
+    try:
+        door = RUN_CONTROL.FrontDoor(session.posargs, os.environ)
+    except ValueError as exc:
+        session.error(str(exc))
+    door.install()
+    try:
+        _run_phases(session, name, selection, prelower, python, phases, door)
+    except KeyboardInterrupt:  # a signal or the deadline's backstop outside a pytest phase
+        session.warn(f"stopped: {door.stop[0] if door.stop else 'interrupted'}")
+    door.finishing()
+    if phases.background is not None:
+        _stop_prelower(session, phases.background, RESULTS / f"{name}.prelower.log")
+    _report_run(session, name, phases.shards, python, phases, door)
+
+
+def _run_phases(
+    session: nox.Session,
+    name: str,
+    selection: list[str],
+    prelower: bool,
+    python: str,
+    phases: _Phases,
+    door: Any,
+) -> None:
+    """The phases of ``_run_suite``, noted in ``phases`` (shards started, the pre-lowering while it runs)."""
     gpus = _cuda_device_count(session, python)
     env = {RUN_ID_ENV: f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid():x}-{name}"}
     pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))} if gpus >= 2 else {}
-    failures: list[CommandFailed | None] = []
+    failures = phases.failures
 
     preflight: list[bool] = []  # the toolchain check's verdict, once it ran
 
@@ -279,7 +324,12 @@ def _run_suite(
         """The backend's preflight, once, before any case (beside the pre-lowering's start; later phases
         then skip their own). A failure stops the pre-lowering and the first phase reports why."""
         cmd = [python, "-m", "conformance.prelower", "--device=cuda", "--preflight-only"]
-        code = subprocess.run([*cmd, *_backend_args(session)], env={**os.environ, **env}).returncode
+        try:
+            code = subprocess.run(
+                [*cmd, *_backend_args(session)], env={**os.environ, **env}, timeout=door.time_left()
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = RUN_CONTROL.EXIT_DEADLINE
         preflight.append(code == 0)
         return "toolchain OK" if code == 0 else f"toolchain check failed (exit {code})"
 
@@ -292,20 +342,23 @@ def _run_suite(
         paths: list[str] | None = None,
     ) -> Callable[[], str]:
         def run() -> str:
+            if not door.go_on:
+                return f"not started: {door.stop[0]}"
             args = [*(paths or selection), "-n", str(workers), "--dist", "worksteal", "-m", marks]
             checked = any(preflight) or any(f is None or f.return_code != 3 for f in failures)
             if checked:  # exit 3 is the preflight's: then every phase says why itself
                 args.append("--no-preflight")
-            failures.append(_pytest(session, python, shard, args, {**env, **extra_env}))
+            failures.append(_pytest(session, python, shard, args, {**env, **extra_env}, door))
             return detail
 
         return run
 
+    ran = phases.shards
+    ran.append(name)
     if gpus == 0:
         workers = min(2, os.cpu_count() or 1)
         session.log(f"no CUDA device; {workers} pytest-xdist worker(s)")
         phases.timed("cases", phase(name, workers, "not multi_gpu", {}, f"{workers} workers, CPU"))
-        ran = [name]
     else:
         per_gpu = _workers_per_gpu()
         log = RESULTS / f"{name}.prelower.log"
@@ -316,10 +369,11 @@ def _run_suite(
             # compile took 75-98 s alone while 16 cores idled, and the pre-lowering (300 s of compiles) is
             # what the cases wait for. The cases still start only once the toolchain is known to work.
             started, background = time.perf_counter(), _start_prelower(session, python, gpus, log)
+            phases.background = background
             phases.timed("preflight", check_toolchain)
             if not all(preflight) and background is not None:  # nothing worth compiling with this toolchain
                 phases.add("prelower (overlapped)", started, _stop_prelower(session, background, log))
-                background = None
+                background = phases.background = None
         # Each worker gets its share of the cores for CPU-target programs and eager checks.
         cores = str(max(1, (os.cpu_count() or 1) // per_gpu // gpus))
         shared = {**pinned, **COMPILE_ENV, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", cores)}
@@ -331,16 +385,32 @@ def _run_suite(
         phases.timed("cases (shared GPU)", phase(name, per_gpu * gpus, marks, shared, parallel))
         if background is not None:  # its GPU work must end before the NVML measurements
             phases.add("prelower (overlapped)", started, _stop_prelower(session, background, log))
+            phases.background = None
         exclusive = f"{gpus} worker(s), one per GPU"
         marks = f"not multi_gpu and ({EXCLUSIVE})"
         # Only the modules that mark cases so (collecting the whole suite again costs more than they run).
         alone = _modules_marking(selection, ("traffic", "timing"))
+        ran.append(f"{name}-exclusive")
         phases.timed("cases (GPU alone)", phase(f"{name}-exclusive", gpus, marks, pinned, exclusive, alone))
-        ran = [name, f"{name}-exclusive"]
         if gpus >= 2:
             multi = phase(f"{name}-multi-gpu", 1, "multi_gpu", {}, "1 worker, all GPUs")
-            phases.timed("cases (multi-GPU)", multi)
             ran.append(f"{name}-multi-gpu")
+            phases.timed("cases (multi-GPU)", multi)
+
+
+def _report_run(
+    session: nox.Session, name: str, ran: list[str], python: str, phases: _Phases, door: Any
+) -> None:
+    """After the phases, whatever stopped them: every shard's files (a shard whose pytest died has only a
+    journal: ``harness.finalize`` writes its result file and JUnit), the summary page, the phase table,
+    and the session's verdict."""
+    failures = phases.failures
+    for shard in ran:
+        result = RESULTS / f"{shard}.json"
+        if not result.exists() and Path(f"{result}.journal.jsonl").exists():
+            junit = f"--junit={RESULTS / f'{shard}.junit.xml'}"
+            finalize = (python, "-m", "harness.finalize", str(result), junit)
+            session.run(*finalize, external=True, success_codes=[0, 1])
     files = [str(RESULTS / f"{s}.json") for s in ran]
     present = [f for f in files if Path(f).exists() or Path(f"{f}.journal.jsonl").exists()]
     if present:
@@ -354,6 +424,10 @@ def _run_suite(
         phase_args = [f"--phase={entry}" for entry in phases.entries]
         session.run(python, "-m", "harness.phases", *present, *phase_args, external=True)
         session.log(f"results: {', '.join(present)}  page: {html}")
+    door.uninstall()
+    if door.stop is not None:  # the run's own exit code (README "Exit codes"), the page written first
+        session.log(f"conformance run stopped: {door.stop[0]} (exit {door.stop[1]})")
+        raise SystemExit(door.stop[1])
     # pytest's exit 5 (nothing selected) is fine for a phase, as long as some phase ran cases.
     real = [f for f in failures if f and f.return_code != 5]
     if real:

@@ -18,6 +18,10 @@ from conformance.protocol import Backend, missing_attributes
 from conformance.toolchain import run_preflight
 from harness.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
 
+#: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
+#: slowest case of a cold H100 run (158 s: a case that waited on the zoo's compiles); twice that for the
+#: cases marked slow (large shapes, compiles of their own).
+CASE_TIMEOUTS = ("default=600", "marker:slow=1200")
 #: Set by ``nox -s conformance`` on multi-GPU machines: the GPU ids the xdist workers share out, one each.
 WORKER_GPUS_ENV = "CONFORMANCE_WORKER_GPUS"
 BACKEND_KEY = pytest.StashKey[Backend]()
@@ -78,6 +82,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if torch.cuda.is_initialized():
             raise pytest.UsageError(f"{worker}: CUDA initialised before the worker could be pinned to a GPU")
         os.environ["CUDA_VISIBLE_DEVICES"] = worker_gpu(worker, gpu_ids)
+    if config.pluginmanager.hasplugin("harness.pytest_plugin"):
+        from harness.run_end import set_suite_rules
+
+        set_suite_rules(config, CASE_TIMEOUTS)
     spec = backend_spec(config.getoption("--backend"))
     try:
         backend = load_backend(spec)
@@ -221,8 +229,10 @@ def pytest_terminal_summary(
     """One line per chapter, with the main skip reason, so a CPU run says plainly what it skipped."""
     per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    # should-failed and coverage are the outcomes.py plugin's categories; xfailed: declared known failures.
+    # should-failed and coverage are the outcomes.py plugin's categories; xfailed: declared known failures;
+    # timeout, device-fault and not-run the watchdog's and the run's end (harness/run_end.py).
     extras = (case_outcomes.SHOULD_FAILED, case_outcomes.COVERAGE, case_outcomes.XFAILED)
+    extras += ("timeout", "device-fault", "not-run")
     for outcome in ("passed", "failed", "skipped", "error", *extras):
         for report in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(report, "nodeid", "")

@@ -7,21 +7,27 @@ atomically when the session ends. A worker that dies mid-test is recorded as ``c
 
 Another plugin may decide a case's recorded outcome where pytest has no word for it: it sets
 ``report.case_result`` (``CASE_RESULT_ATTR``) on the setup or call report to a JSON-serialisable dict with
-``outcome`` (one of ``harness.results.OUTCOMES``) and optionally ``message``, ``rule``, ``level`` and
-``known_failure``. It is a plain report attribute, so it survives pytest-xdist's report serialisation.
-The conformance suite uses it for ``should-failed``, ``coverage`` and declared known failures.
+``outcome`` (one of ``harness.results.OUTCOMES``) and optionally ``message``, ``rule``, ``level``,
+``known_failure`` and ``evidence``. It is a plain report attribute, so it survives pytest-xdist's report
+serialisation. The conformance suite uses it for ``should-failed``, ``coverage`` and declared known
+failures; the watchdog and the run's end (``harness/watchdog.py``, ``harness/run_end.py``, registered
+here too) for ``timeout``, ``device-fault`` and ``not-run``, on any phase's report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness import run_end
+from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
 from harness.results import (
     LEVELS,
@@ -29,15 +35,18 @@ from harness.results import (
     CaseResult,
     ResultJournal,
     RunResult,
+    chapter_of,
     new_run,
     utc_now,
     write_results,
 )
+from harness.watchdog import CASE_RESULT_ATTR
 
 PARAM_PREFIX = "param:"
 MESSAGE_LIMIT = 4000
-#: Report attribute through which another plugin sets the recorded outcome (see the module docstring).
-CASE_RESULT_ATTR = "case_result"
+#: The outcomes a case_result on any phase's report decides, over what the other reports say.
+_FAULT_OUTCOMES = ("timeout", "device-fault", "not-run")
+__all__ = ["CASE_RESULT_ATTR", "add_run_metadata", "chapter_of", "repro_command", "set_case_params"]
 
 _METADATA_KEY = pytest.StashKey[dict[str, Any]]()
 _RECORDER_KEY = pytest.StashKey["ResultRecorder"]()
@@ -57,6 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="python -m pytest",
         help="command that starts each case's one-line repro (default: %(default)r)",
     )
+    run_end.add_options(parser)
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -98,12 +108,6 @@ def stringify_param(value: Any) -> str:
     return str(value)
 
 
-def chapter_of(nodeid: str) -> str:
-    """``conformance/test_mm_out.py::test_x[...]`` -> ``mm_out``; any other file -> its stem."""
-    stem = Path(nodeid.split("::", 1)[0]).stem
-    return stem.removeprefix("test_") if stem.startswith("test_") and stem != "test_" else stem
-
-
 def repro_command(prefix: str, nodeid: str, extra_args: list[str] | None = None) -> str:
     parts = [prefix, shlex.quote(nodeid), *(shlex.quote(arg) for arg in extra_args or [])]
     return " ".join(parts)
@@ -121,9 +125,13 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--results-json")
+    run_end.configure(config, Path(path) if path and not hasattr(config, "workerinput") else None)
     if not path or hasattr(config, "workerinput"):
         return  # nothing asked for, or an xdist worker: the controller records
     recorder = ResultRecorder(config, Path(path), config.getoption("--repro-prefix"))
+    end = run_end.run_end(config)
+    if end is not None:  # its emergency end (a stuck main thread) writes the result file through this
+        end.writers.append(recorder.write_final)
     config.stash[_RECORDER_KEY] = recorder
     config.pluginmanager.register(recorder, "harness-results-recorder")
 
@@ -153,6 +161,8 @@ class ResultRecorder:
         self._recorded_tests = 0
         self._summary_line: str | None = None
         self._session_start = time.time()
+        self._collected_journaled = False
+        self._written = False
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -192,6 +202,20 @@ class ResultRecorder:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
         self._crashed.add(crashitem)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not self.config.getoption("collectonly"):
+            self._journal_collected([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._journal_collected(list(ids))
+
+    def _journal_collected(self, ids: list[str]) -> None:
+        # What the run will run, once: a journal rebuilt after a hard death lists the rest as not-run.
+        if not self._collected_journaled and self.journal.is_open:
+            self._collected_journaled = True
+            self.journal.add_collected(ids)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         pending = self._pending.setdefault(report.nodeid, _Pending())
         pending.duration += float(getattr(report, "duration", 0.0) or 0.0)
@@ -210,10 +234,20 @@ class ResultRecorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.write_final(self._incomplete_reason(session, exitstatus))
+
+    def write_final(self, reason: str | None) -> None:
+        """The final result file (once), the journal then discarded."""
+        if self._written:
+            return
+        self._written = True
         for nodeid in list(self._pending):
             self._finish(nodeid)  # interrupted mid-case: keep what its reports say
-        reason = self._incomplete_reason(session, exitstatus)
         self.run.metadata = dict(self.metadata)
+        end = run_end.run_end(self.config)
+        cost = end.watchdog_cost() if end is not None else None
+        if cost is not None:
+            self.run.metadata["case_watchdog"] = cost
         if reason:
             self.run.metadata["incomplete_reason"] = reason
         self.run.complete = reason is None
@@ -234,6 +268,9 @@ class ResultRecorder:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _incomplete_reason(self, session: pytest.Session, exitstatus: int) -> str | None:
+        end = run_end.run_end(self.config)
+        if end is not None and end.control.stop is not None:
+            return end.control.stop[0]
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             return "interrupted"
         if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
@@ -243,6 +280,9 @@ class ResultRecorder:
         collected = int(getattr(session, "testscollected", 0) or 0)
         if self._recorded_tests < collected and not self.config.getoption("collectonly"):
             return f"{collected - self._recorded_tests} of {collected} collected tests have no result"
+        not_run = [case for case in self.run.cases if case.outcome == "not-run"]
+        if not_run:  # e.g. after -x, or once pytest-xdist stopped replacing crashed workers
+            return f"{len(not_run)} of {len(self.run.cases)} cases not run: {not_run[0].message}"
         return None
 
     def _repro(self, nodeid: str) -> str:
@@ -252,11 +292,24 @@ class ResultRecorder:
     def _finish(self, nodeid: str, crash: pytest.TestReport | None = None) -> None:
         pending = self._pending.pop(nodeid, None) or _Pending()
         details: dict[str, Any] = {}
-        if crash is not None:
+        crash_result = _override(crash) if crash is not None else None
+        note = getattr(crash, CASE_RESULT_ATTR, None) if crash is not None else None
+        if crash is not None and crash_result is None and not (isinstance(note, dict) and "note" in note):
             outcome, message = "crashed", _failure_text(crash)
+        elif crash_result is not None:  # a worker ended by its watchdog: its verdict
+            outcome, message = crash_result["outcome"], _override_message(crash_result, crash)
+            details = _case_details({"call": crash}, outcome)
         else:
             outcome, message = _outcome(pending.reports)
             details = _case_details(pending.reports, outcome)
+            if isinstance(note, dict) and note.get("note"):  # a worker replaced after this case: why
+                message = _truncate(f"{message}\n({note['note']})" if message else f"({note['note']})")
+        repro = self._repro(nodeid)
+        if outcome == "device-fault":
+            repro = sanitizer_repro(repro)
+        duration = pending.duration
+        if crash is not None and pending.start is not None:  # a hung or dead case: until its end was known
+            duration = max(duration, time.time() - pending.start)
         params = {
             str(name).removeprefix(PARAM_PREFIX): str(value)
             for name, value in pending.user_properties
@@ -270,8 +323,8 @@ class ResultRecorder:
                 params=params,
                 outcome=outcome,
                 message=message,
-                repro=self._repro(nodeid),
-                duration_s=round(pending.duration, 6),
+                repro=repro,
+                duration_s=round(duration, 6),
                 worker=pending.worker,
                 started_s=None if pending.start is None else round(pending.start - self._session_start, 3),
                 **details,
@@ -280,7 +333,14 @@ class ResultRecorder:
 
     def _record(self, case: CaseResult) -> None:
         self.run.cases.append(case)
-        self.journal.add_case(case)
+        end = run_end.run_end(self.config)
+        with end.control.critical() if end is not None else _nothing():
+            self.journal.add_case(case)
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def summary_line(path: Path, run: RunResult) -> str:
@@ -324,8 +384,9 @@ def _override_message(override: dict[str, Any], report: pytest.TestReport | None
 
 
 def _case_details(reports: dict[str, pytest.TestReport], outcome: str) -> dict[str, Any]:
-    """``rule``, ``level`` and ``known_failure`` from a ``case_result``, when the outcome still is its."""
-    for when in ("setup", "call"):
+    """``rule``, ``level``, ``known_failure`` and ``evidence`` from a ``case_result``, when the outcome still
+    is its."""
+    for when in ("teardown", "setup", "call") if outcome in _FAULT_OUTCOMES else ("setup", "call"):
         override = _override(reports.get(when))
         if override is not None:
             if override["outcome"] != outcome and outcome == "error":
@@ -335,6 +396,7 @@ def _case_details(reports: dict[str, pytest.TestReport], outcome: str) -> dict[s
                 "rule": str(override["rule"]) if override.get("rule") else None,
                 "level": str(override["level"]) if override.get("level") in LEVELS else None,
                 "known_failure": dict(known) if isinstance(known, dict) else None,
+                "evidence": str(override["evidence"]) if override.get("evidence") else None,
             }
     return {}
 
@@ -342,6 +404,10 @@ def _case_details(reports: dict[str, pytest.TestReport], outcome: str) -> dict[s
 def _outcome(reports: dict[str, pytest.TestReport]) -> tuple[str, str]:
     """One outcome per case from its phase reports: setup problems first, then call, then teardown."""
     setup, call, teardown = reports.get("setup"), reports.get("call"), reports.get("teardown")
+    for report in (teardown, call, setup):  # a timeout, device fault or not-run ends the case, whatever else
+        fault = _override(report)
+        if fault is not None and fault["outcome"] in _FAULT_OUTCOMES:
+            return fault["outcome"], _override_message(fault, report)
     setup_override = _override(setup)
     if setup_override is not None:
         return setup_override["outcome"], _override_message(setup_override, setup)

@@ -21,16 +21,24 @@ from typing import Any, TextIO
 
 SCHEMA = "aoti-conformance-results"
 #: Version 2 added the case fields ``rule``, ``level`` and ``known_failure`` and the outcomes
-#: ``should-failed`` and ``coverage``. Version 1 files are read as version 2 cases without them.
-SCHEMA_VERSION = 2
-SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+#: ``should-failed`` and ``coverage``. Version 3 added the outcomes ``timeout``, ``device-fault`` and
+#: ``not-run``, the case field ``evidence`` and the journal line kind ``collected``. Older files are read
+#: as version 3 cases without the new fields.
+SCHEMA_VERSION = 3
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 #: ``should-failed``: a *should* rule failed (a policy, optimisation or performance contract); it fails
 #: the run only under ``--strict-should``. ``coverage``: the backend does not cover what the case
 #: exercises (e.g. an op it does not map); never a failure. ``xfailed``: a declared known failure (its
-#: ``known_failure`` says why) or a pytest xfail marker.
+#: ``known_failure`` says why) or a pytest xfail marker. ``timeout``: the case outlived its time limit
+#: (``evidence``: every thread's stack); ``device-fault``: the device was unusable after the case (a sticky
+#: CUDA error; ``evidence``: the error, ``repro``: the case under compute-sanitizer); both fail the run.
+#: ``not-run``: the run stopped before the case ended (deadline, SIGTERM, ...; ``message`` says why).
 OUTCOMES: tuple[str, ...] = (
     "passed", "failed", "skipped", "error", "crashed", "xfailed", "xpassed", "should-failed", "coverage",
+    "timeout", "device-fault", "not-run",
 )  # fmt: skip
+#: Outcomes that mean the backend did something wrong (they fail a run); one list for every reader.
+FAILING_OUTCOMES: tuple[str, ...] = ("failed", "error", "crashed", "xpassed", "timeout", "device-fault")
 #: Levels of the rule a failure names (``conformance/rules.py``).
 LEVELS: tuple[str, ...] = ("must", "should")
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -62,6 +70,9 @@ class CaseResult:
     #: Seconds from the run's start (the recording process's session start) to the case's setup: with
     #: ``worker`` and ``duration_s``, each worker's timeline (where a run's wall time went).
     started_s: float | None = None
+    #: What a fault left behind, for the reader to judge it: every thread's stack at a ``timeout``, the
+    #: CUDA error at a ``device-fault``. None for every other case.
+    evidence: str | None = None
 
 
 @dataclass
@@ -180,7 +191,9 @@ class ResultJournal:
     """Append-only JSON lines beside the result file; every line is flushed and fsynced at once.
 
     Line kinds: ``header`` (first line: schema, run id, start time, environment, metadata), ``metadata``
-    (one key added later), ``case``, ``benchmark`` and ``traffic``.
+    (one key added later), ``collected`` (the ids of the cases the run will run, once known), ``case``,
+    ``benchmark`` and ``traffic``. A journal rebuilt into a run (``load_journal``) lists every collected case
+    that has no ``case`` line as ``not-run``: the process ended before it.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -209,6 +222,9 @@ class ResultJournal:
 
     def add_metadata(self, key: str, value: Any) -> None:
         self._append({"kind": "metadata", "key": key, "value": value})
+
+    def add_collected(self, ids: Sequence[str]) -> None:
+        self._append({"kind": "collected", "ids": list(ids)})
 
     def add_case(self, case: CaseResult) -> None:
         self._append({"kind": "case", "case": dataclasses.asdict(case)})
@@ -323,14 +339,40 @@ def load_journal(path: str | os.PathLike[str]) -> RunResult:
         environment=header["environment"],
         metadata=dict(header["metadata"]),
     )
+    collected: list[str] = []
     for number, record in records[1:]:
-        _apply_journal_record(run, record, f"{source}:{number}")
+        _apply_journal_record(run, record, f"{source}:{number}", collected)
+    add_not_run(run, collected, "the run's process ended before this case ended (from its journal)")
     return run
 
 
-def _apply_journal_record(run: RunResult, record: dict[str, Any], where: str) -> None:
+def add_not_run(run: RunResult, collected: Sequence[str], reason: str) -> list[CaseResult]:
+    """Record every id of ``collected`` that ``run`` has no case for as ``not-run`` with ``reason``."""
+    recorded = {case.id for case in run.cases}
+    added = [not_run_case(case_id, reason) for case_id in dict.fromkeys(collected) if case_id not in recorded]
+    run.cases.extend(added)
+    return added
+
+
+def not_run_case(case_id: str, reason: str, repro: str = "") -> CaseResult:
+    """A case the run never finished."""
+    return CaseResult(case_id, chapter_of(case_id), {}, "not-run", reason, repro, 0.0, None)
+
+
+def chapter_of(nodeid: str) -> str:
+    """``conformance/test_mm_out.py::test_x[...]`` -> ``mm_out``; any other file -> its stem."""
+    stem = Path(nodeid.split("::", 1)[0]).stem
+    return stem.removeprefix("test_") if stem.startswith("test_") and stem != "test_" else stem
+
+
+def _apply_journal_record(run: RunResult, record: dict[str, Any], where: str, collected: list[str]) -> None:
     kind = record.get("kind")
-    if kind == "case":
+    if kind == "collected":
+        ids = record.get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise ResultFileError(f"{where}: collected line: field 'ids' must be an array of strings")
+        collected.extend(ids)
+    elif kind == "case":
         run.cases.append(_case_from_dict(record.get("case"), where, "case"))
     elif kind == "metadata":
         _require(record, where, "metadata line: ", {"key": (str,)})
@@ -376,6 +418,7 @@ _OPTIONAL_CASE_FIELDS: dict[str, tuple[type, ...]] = {
     "level": (str, type(None)),
     "known_failure": (dict, type(None)),
     "started_s": (int, float, type(None)),
+    "evidence": (str, type(None)),
 }
 
 
@@ -458,6 +501,7 @@ def _case_from_dict(data: object, source: str, where: str) -> CaseResult:
         level=obj.get("level"),
         known_failure=obj.get("known_failure"),
         started_s=None if obj.get("started_s") is None else float(obj["started_s"]),
+        evidence=obj.get("evidence"),
     )
 
 

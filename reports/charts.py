@@ -28,6 +28,9 @@ OUTCOME_COLOURS = {
     "error": "#a40e26",
     "xpassed": "#fa4549",
     "crashed": "#6e40c9",
+    "timeout": "#8250df",
+    "device-fault": "#4c2889",
+    "not-run": "#d0d7de",
 }
 _CURRENT, _BASELINE, _GRID, _TEXT = "#0969da", "#57606a", "#d8dee4", "#1f2328"
 MAX_BARS = 40

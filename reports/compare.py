@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.formatting import number, show_quantity
-from harness.results import CaseResult, RunResult
+from harness.results import FAILING_OUTCOMES, CaseResult, RunResult
 
 DEFAULT_THRESHOLD_PCT = 5.0
 METRIC_VERDICTS: tuple[str, ...] = ("slower", "ambiguous", "changed", "faster", "same", "n/a")
@@ -32,10 +32,11 @@ CASE_CHANGES: tuple[str, ...] = ("newly_failing", "newly_passing", "new", "remov
 OK_OUTCOMES = frozenset({"passed", "xfailed"})
 #: Outcomes that mean "wrong". should-failed (a policy/performance rule) and coverage are not among them:
 #: they never gate, so a case moving to them is not "newly failing".
-BAD_OUTCOMES = frozenset({"failed", "error", "crashed", "xpassed"})
+BAD_OUTCOMES = frozenset(FAILING_OUTCOMES)
 # When one id appears in several shards, the worst outcome speaks for it.
 _SEVERITY_ORDER = (
-    "passed", "xfailed", "coverage", "skipped", "should-failed", "xpassed", "failed", "error", "crashed",
+    "passed", "xfailed", "coverage", "skipped", "not-run", "should-failed", "xpassed", "failed", "error",
+    "crashed", "device-fault", "timeout",
 )  # fmt: skip
 _OUTCOME_SEVERITY = {outcome: rank for rank, outcome in enumerate(_SEVERITY_ORDER)}
 

@@ -20,9 +20,12 @@ _DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64")
 # Cell status, worst first; the first status any case in the cell has wins. Only crash and fail mean
 # "wrong" (red/purple); should (a policy or performance rule failed), known (a declared known failure)
 # and coverage (the backend does not cover it) have colours of their own.
-CELL_STATUSES: tuple[str, ...] = ("crash", "fail", "should", "known", "coverage", "pass", "skip")
+CELL_STATUSES: tuple[str, ...] = ("crash", "fail", "should", "known", "coverage", "pass", "notrun", "skip")
 _STATUS_OF_OUTCOME = {
     "crashed": "crash",
+    "timeout": "crash",
+    "device-fault": "crash",
+    "not-run": "notrun",
     "error": "fail",
     "failed": "fail",
     "xpassed": "fail",
@@ -54,9 +57,13 @@ class Cell:
         return dict(self.counts).get("skipped", 0)
 
     @property
+    def not_run(self) -> int:
+        return dict(self.counts).get("not-run", 0)
+
+    @property
     def run(self) -> int:
-        """The cases that ran: every case but the skipped ones."""
-        return self.total - self.skipped
+        """The cases that ran: every case but the skipped and the not-run ones."""
+        return self.total - self.skipped - self.not_run
 
     @property
     def label(self) -> str:
@@ -65,10 +72,11 @@ class Cell:
 
     @property
     def skip_label(self) -> str:
-        """``+k skipped`` beside a ``passed/run`` label; ``k skipped`` alone when nothing ran."""
-        if not self.skipped:
+        """``+k skipped`` (and ``+k not run``) beside a ``passed/run`` label; alone when nothing ran."""
+        parts = [f"{n} {what}" for n, what in ((self.skipped, "skipped"), (self.not_run, "not run")) if n]
+        if not parts:
             return ""
-        return f"+{self.skipped} skipped" if self.run else f"{self.skipped} skipped"
+        return " ".join(f"+{part}" for part in parts) if self.run else " ".join(parts)
 
     @property
     def text(self) -> str:

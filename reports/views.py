@@ -39,7 +39,8 @@ _VERDICT_ORDER = ("slower", "ambiguous", "changed", "faster", "n/a", "same")
 
 
 # Outcomes listed one by one with message and repro: everything that needs a person to look at it.
-PROBLEM_OUTCOMES = ("crashed", "error", "failed", "xpassed")
+# Timeouts and device faults first: a hung or faulting case is the likeliest cause of what follows it.
+PROBLEM_OUTCOMES = ("timeout", "device-fault", "crashed", "error", "failed", "xpassed")
 
 
 # ---------------------------------------------------------------------------------------------- shared
@@ -372,6 +373,7 @@ class RunPage:
     warnings: list[str]
     strict_should: bool
     skips: list[SkipGroup]
+    not_run: list[SkipGroup]  # cases the run stopped before, grouped by why
     benchmarks: list[SuiteView]
     traffic: list[SuiteView]
     comparison: ComparisonView | None
@@ -409,6 +411,7 @@ def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
         warnings=run_warnings(run),
         strict_should=run.metadata.get("strict_should") is True,
         skips=skip_groups(run.cases),
+        not_run=skip_groups(run.cases, "not-run"),
         benchmarks=suite_views("benchmarks", run.benchmarks, verdicts),
         traffic=suite_views("traffic", run.traffic, verdicts),
         comparison=comparison_view(comparison),
@@ -571,7 +574,8 @@ def shard_views(loaded: LoadedRun) -> list[ShardView]:
 
 
 def problem_list(cases: Sequence[CaseResult]) -> list[Problem]:
-    """Crashes, errors, failures, unexpected passes: in that order, run order within each."""
+    """Timeouts, device faults, crashes, errors, failures, unexpected passes: in that order, run order
+    within each."""
     rank = {outcome: i for i, outcome in enumerate(PROBLEM_OUTCOMES)}
     chosen = sorted((c for c in cases if c.outcome in rank), key=lambda c: rank[c.outcome])
     return [Problem(f"case-{n}", c, sorted(c.params.items())) for n, c in enumerate(chosen, start=1)]
@@ -610,10 +614,11 @@ def run_warnings(run: RunResult) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def skip_groups(cases: Sequence[CaseResult]) -> list[SkipGroup]:
+def skip_groups(cases: Sequence[CaseResult], outcome: str = "skipped") -> list[SkipGroup]:
+    """The cases of ``outcome`` (skipped, or not-run) grouped by their reason, largest group first."""
     groups: dict[str, list[CaseResult]] = {}
     for case in cases:
-        if case.outcome == "skipped":
+        if case.outcome == outcome:
             groups.setdefault(case.message.strip() or "(no reason given)", []).append(case)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
     return [

@@ -17,7 +17,7 @@ import pytest
 
 from conformance import known_failures, rules
 from conformance.known_failures import KnownFailuresError, glob_match, load_file, parse_entries
-from harness.results import ResultFileError, parse_results
+from harness.results import SCHEMA_VERSION, ResultFileError, parse_results
 
 pytest_plugins = ["pytester"]
 
@@ -154,7 +154,7 @@ def test_should_failures_and_coverage_gaps_do_not_fail_the_run(toy: pytest.Pytes
     assert result.ret == 0, result.stdout.str()
     cases = by_name(data)
     assert {name: c["outcome"] for name, c in cases.items()} == EXPECTED_LEVELS
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == SCHEMA_VERSION
     assert data["metadata"]["strict_should"] is False
     should = cases["test_should"]
     assert (should["rule"], should["level"]) == ("mm_out/no-host-sync", "should")

@@ -3,13 +3,21 @@ last result file alone."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import torch
+
+from harness.results import load_results
+from tests.test_run_end import stop_halfway
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +73,79 @@ def test_bench_on_cpu_states_each_skip_reason_once(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (proc.stdout + proc.stderr).count("no CUDA device") == 1, proc.stdout + proc.stderr
+
+
+def _repository_copy(target: Path) -> Path:
+    """The tracked files (without the example runs): the front door writes results/ beside its noxfile."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    for name in files:
+        if name and not name.startswith("examples/") and (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+NEEDS_NOX = pytest.mark.skipif(
+    importlib.util.find_spec("nox") is None, reason="nox is not installed (extra test)"
+)
+#: A matrix cell: the same front door as `nox -s conformance`, without the coverage table.
+CELL, CELL_SESSION = "cell-lowering-independent", "conformance_cell(chapter='lowering', dtype='independent')"
+
+
+def _cell_command(backend: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "nox", "-s", CELL_SESSION, "--no-venv", "--",
+        "-k", "view_pass_verdicts", f"--backend=tests.broken_fault_backends:{backend}", *extra,
+    ]  # fmt: skip
+
+
+def _assert_stopped_with_every_file(repo: Path, reason: str) -> list[str]:
+    """The run's result file (incomplete, with ``reason``), a JUnit case per recorded case, the page."""
+    run = load_results(repo / "results" / f"{CELL}.json")
+    assert run.complete is False
+    assert run.metadata["incomplete_reason"] == reason
+    outcomes = [case.outcome for case in run.cases]
+    assert set(outcomes) <= {"passed", "not-run"}
+    junit = ET.parse(repo / "results" / f"{CELL}.junit.xml").getroot()
+    assert len(list(junit.iter("testcase"))) == len(outcomes)
+    page = (repo / "results" / f"{CELL}.html").read_text()
+    assert "Incomplete run" in page
+    assert reason in page
+    return outcomes
+
+
+@NEEDS_NOX
+def test_sigterm_halfway_through_the_front_door_still_writes_every_file_and_the_page(tmp_path: Path) -> None:
+    """As a CI system cancels a job: SIGTERM to the whole process group (nox, pytest, its workers) while
+    the cases run. nox gives pytest the time to write its files, renders the page and exits 143."""
+    repo = _repository_copy(tmp_path / "repo")
+    journal = repo / "results" / f"{CELL}.json.journal.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(repo), "CONFORMANCE_PRELOWER": "0"}
+    code, output = stop_halfway(_cell_command("SLOW_VIEW_PASS"), repo, env, journal, 4, signal.SIGTERM, 240)
+    assert code == 143, output
+    outcomes = _assert_stopped_with_every_file(repo, "the run was stopped by SIGTERM")
+    assert outcomes.count("passed") >= 4
+    assert "not-run" in outcomes
+
+
+@NEEDS_NOX
+def test_the_front_door_ends_at_its_deadline_with_every_file_and_the_page(tmp_path: Path) -> None:
+    """`-- --run-deadline 40`: the phase gets what is left of it (less the page's share), pytest ends at
+    that, and the front door writes the page and exits 124, though the cases would take over 50 s."""
+    repo = _repository_copy(tmp_path / "repo")
+    env = {**os.environ, "PYTHONPATH": str(repo), "CONFORMANCE_PRELOWER": "0"}
+    start = time.monotonic()
+    cmd = _cell_command("SLOWER_VIEW_PASS", "--run-deadline", "40")
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=240)
+    wall = time.monotonic() - start
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    run = load_results(repo / "results" / f"{CELL}.json")
+    assert run.metadata["incomplete_reason"].startswith("the run deadline (--run-deadline ")
+    _assert_stopped_with_every_file(repo, run.metadata["incomplete_reason"])
+    # The cases' phase ended by the deadline: its pytest stopped at its share and wrote its files (15 s
+    # seen on a loaded 2-core machine); the page and the phase table after it take seconds each.
+    (cases,) = [phase for phase in run.metadata["phases"] if phase["name"] == "cases"]
+    assert cases["start_s"] + cases["wall_s"] < 40 + 30, run.metadata["phases"]
+    assert wall < 40 + 90, f"the front door took {wall:.0f} s"

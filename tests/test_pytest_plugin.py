@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from harness.environment import capture_environment, cpu_model, nvidia_driver_version
+from harness.finalize import main as finalize_main
 from harness.pytest_plugin import chapter_of, repro_command, stringify_param
 from harness.results import load_results
 
@@ -188,8 +190,25 @@ def test_killed_run_leaves_a_readable_journal(inner: pytest.Pytester) -> None:
     assert not results.exists()
     run = load_results(results)
     assert run.complete is False
-    assert [(case.id, case.outcome) for case in run.cases] == [("test_runtime.py::test_first", "passed")]
+    # The journal lists what the run collected: what has no result is not-run, never silently absent.
+    assert [(case.id, case.outcome) for case in run.cases] == [
+        ("test_runtime.py::test_first", "passed"),
+        ("test_runtime.py::test_dies", "not-run"),
+        ("test_runtime.py::test_never", "not-run"),
+    ]
     assert run.cases[0].repro == "nox -s conformance -- test_runtime.py::test_first"
+    assert "ended before this case ended" in run.cases[2].message
+    # harness.finalize (the front door runs it) writes the files; the watchdog's files name the case
+    # that was running when the process died.
+    junit = results.with_suffix(".junit.xml")
+    assert finalize_main([str(results), f"--junit={junit}"]) == 0
+    final = load_results(results)
+    assert final.complete is False
+    assert [case.outcome for case in final.cases] == ["passed", "crashed", "not-run"]
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert set(cases) == {"test_first", "test_dies", "test_never"}
+    assert cases["test_dies"].find("failure") is not None
+    assert cases["test_never"].find("skipped").get("message").startswith("not-run: ")
 
 
 def test_interrupted_run_is_written_as_incomplete(inner: pytest.Pytester) -> None:
@@ -211,7 +230,16 @@ def test_interrupted_run_is_written_as_incomplete(inner: pytest.Pytester) -> Non
     assert run.complete is False
     assert run.metadata["incomplete_reason"] == "interrupted"
     assert run.cases[0].outcome == "passed"
-    assert "test_runtime.py::test_never" not in [case.id for case in run.cases]
+    # The rest is not-run, with why: the case that raised, and the one never started.
+    outcomes = {case.id: (case.outcome, case.message) for case in run.cases}
+    assert outcomes["test_runtime.py::test_interrupt"] == (
+        "not-run",
+        "not run: the run was interrupted (while this case was running)",
+    )
+    assert outcomes["test_runtime.py::test_never"] == (
+        "not-run",
+        "not run: the run was interrupted (before this case started)",
+    )
 
 
 def test_collection_error_is_recorded(inner: pytest.Pytester) -> None:

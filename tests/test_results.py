@@ -123,7 +123,11 @@ def mutate(data: dict[str, Any], dotted: str, value: object) -> dict[str, Any]:
     ("field", "value", "expected"),
     [
         ("schema", "junit-xml", "not a conformance result file"),
-        ("schema_version", SCHEMA_VERSION + 1, "unsupported schema_version 3; this tool reads version(s) 1,"),
+        (
+            "schema_version",
+            SCHEMA_VERSION + 1,
+            f"unsupported schema_version {SCHEMA_VERSION + 1}; this tool reads version(s) 1,",
+        ),
         ("schema_version", "1", "unsupported schema_version '1'"),
         ("schema_version", True, "unsupported schema_version True"),
         ("run_id", _DELETE, "missing field(s): run_id"),
@@ -276,3 +280,35 @@ def test_merge_of_one_is_identity_and_of_none_is_an_error() -> None:
     assert merge_runs([run]) is run
     with pytest.raises(ValueError, match="at least one"):
         merge_runs([])
+
+
+def test_journal_lists_collected_cases_without_a_result_as_not_run(tmp_path: Path) -> None:
+    """A run killed mid-way: every case it collected is in the rebuilt run, the unfinished ones not-run."""
+    run = make_run(complete=False, finished_at=None)
+    journal = write_journal(tmp_path / "r.json", run)
+    journal.add_collected([case.id for case in run.cases] + ["conformance/test_mm_out.py::test_later[x]"])
+    journal.close()
+    loaded = load_results(tmp_path / "r.json")
+    later = loaded.cases[-1]
+    assert (later.id, later.chapter, later.outcome) == (
+        "conformance/test_mm_out.py::test_later[x]",
+        "mm_out",
+        "not-run",
+    )
+    assert "ended before this case ended" in later.message
+    assert loaded.cases[:-1] == run.cases
+
+
+def test_evidence_round_trips_and_older_files_read_without_it(tmp_path: Path) -> None:
+    run = make_run()
+    run.cases[0].outcome, run.cases[0].evidence = (
+        "timeout",
+        "Thread 0x1 (most recent call first):\n  File ...",
+    )
+    write_results(tmp_path / "r.json", run)
+    assert load_results(tmp_path / "r.json").cases[0].evidence == run.cases[0].evidence
+    old = valid_dict()
+    old["schema_version"] = 2
+    for case in old["cases"]:
+        case.pop("evidence", None)
+    assert load_results(write_json(tmp_path / "v2.json", old)).cases[0].evidence is None
