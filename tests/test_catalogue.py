@@ -57,6 +57,15 @@ def test_every_quote_is_still_in_its_source() -> None:
     assert lost == [], f"catalogue quotes not found once in their source ({HOW}):\n" + "\n".join(lost)
 
 
+def test_every_normative_clause_has_an_owner() -> None:
+    """A sentence quoted clause by clause: each normative word (must, never, before, ...) lies in a quote, so
+    a clause whose row was dropped, or that the text gained, is not hidden by its sentence's other rows."""
+    clauses = _found("unquoted-clause")
+    assert clauses == [], f"normative words outside every quote of their sentence ({HOW}):\n" + "\n".join(
+        clauses
+    )
+
+
 def test_no_clause_is_quoted_twice() -> None:
     twice = _found("quoted-twice")
     assert twice == [], "sentences two catalogue entries quote overlapping parts of:\n" + "\n".join(twice)
@@ -200,6 +209,15 @@ def test_the_audit_names_what_is_wrong_both_sides(tmp_path: Path) -> None:
         enforced("SPEC §1b", "`destroy(handle)` never crashes.", "x/d"),
     )
     assert audit(rows, text) == []
+    # A clause's row dropped: its sentence is still quoted, but "once" has no owner.
+    dropped = [(f.kind, f.text) for f in audit(tuple(r for r in rows if r.status != "uncovered"), text)]
+    assert dropped == [
+        (
+            "unquoted-clause",
+            "Outputs stay on the device (export-time placement) once execute returns. "
+            "[outside every quote: once]",
+        )
+    ]
     # The protocol now says something new, and rewords a quoted sentence.
     reworded = DOCSTRING.replace("second bullet must hold.", "second bullet must always hold.")
     text = _text(tmp_path, reworded + "\nIdentity\n    ``name`` must never be empty.\n", SPEC_TEXT)

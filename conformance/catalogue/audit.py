@@ -4,6 +4,8 @@ and the table ``python -m conformance.catalogue`` prints.
 Findings, each naming the sentence or quote, so a change in the SPEC or the protocol reads as a to-do:
 
 * ``unquoted`` — a normative sentence no entry quotes (new in the text, or reworded);
+* ``unquoted-clause`` — a sentence whose entries quote only part of it, and a normative word (must, never,
+  before, ...) lies outside every quote: that clause has no owner (a row was dropped, or the text grew);
 * ``quote-not-found`` — an entry's quote is no longer in its source (the sentence was reworded or moved);
 * ``quote-ambiguous`` — an entry's quote is in several sentences of its source (quote more of it);
 * ``quoted-twice`` — two entries quote overlapping text of one sentence (one owner per clause);
@@ -16,9 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from conformance.catalogue.entry import Entry, Status
-from conformance.catalogue.text import Sentence, normalise
+from conformance.catalogue.text import NORMATIVE, Sentence, normalise
 
-FINDING_KINDS = ("unquoted", "quote-not-found", "quote-ambiguous", "quoted-twice", "unknown-source")
+FINDING_KINDS = (
+    "unquoted", "unquoted-clause", "quote-not-found", "quote-ambiguous", "quoted-twice", "unknown-source",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,16 @@ class Quoted:
 
     sentence: Sentence
     entries: tuple[tuple[Entry, int, int], ...]
+
+    def words_outside(self) -> list[str]:
+        """The normative words of a quoted sentence that no quote covers (empty when none is quoted)."""
+        if not self.entries:
+            return []
+        return [
+            m.group(0)
+            for m in NORMATIVE.finditer(self.sentence.text)
+            if not any(start <= m.start() and m.end() <= end for _, start, end in self.entries)
+        ]
 
     @property
     def status(self) -> Status | None:
@@ -76,6 +90,10 @@ def audit(catalogue: Sequence[Entry], sentences: Sequence[Sentence]) -> list[Fin
     for item in quoted(catalogue, sentences):
         if item.sentence.normative and not item.entries:
             findings.append(Finding("unquoted", item.sentence.source, item.sentence.text))
+        outside = item.words_outside()
+        if outside:
+            text = f"{item.sentence.text} [outside every quote: {', '.join(outside)}]"
+            findings.append(Finding("unquoted-clause", item.sentence.source, text))
         ends = [end for _, _, end in item.entries]
         starts = [start for _, start, _ in item.entries]
         if any(start < end for start, end in zip(starts[1:], ends, strict=False)):

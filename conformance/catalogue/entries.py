@@ -35,8 +35,21 @@ CORRUPT_PROGRAM = (
 )  # fmt: skip
 BYTE_COUNTERS = (
     "skip-copy/h2d-bytes", "skip-copy/d2h-bytes", "placement/h2d-bytes", "placement/d2h-bytes",
-    "multi-method/h2d-bytes", "multi-method/d2h-bytes",
+    "multi-method/h2d-bytes", "multi-method/d2h-bytes", "differential/counters",
 )  # fmt: skip
+#: The differential chapter's verdicts on an error: the same calls fail, of the same kind, naming the same
+#: argument as the oracle's.
+DIFFERENTIAL_ERRORS = (
+    "differential/missing-error",
+    "differential/error-class",
+    "differential/error-argument",
+)
+#: ``execute(..., outputs=...)``: filled on success, untouched on error, never the backend's own memory.
+PROVIDED_OUTPUTS = (
+    "differential/outputs-filled",
+    "differential/outputs-untouched",
+    "differential/outputs-owned",
+)
 
 _SUITE = "the suite's own behaviour, not the backend's"
 _UPSTREAM = "describes upstream ExecuTorch, not what a backend under test must do"
@@ -49,7 +62,8 @@ UNCOVERED: tuple[Entry, ...] = (
     uncovered(
         ERRORS,
         "A failure of the underlying library (cuBLAS, CUDA) raises ``RuntimeError``.",
-        "no case provokes a failure of the library (cuBLAS, CUDA) and checks the exception's type",
+        "no case provokes a failure of the library (cuBLAS, CUDA) and checks the exception's type (the "
+        "differential chapter leaves a library failure of its oracle unjudged)",
     ),
     uncovered(
         PREFLIGHT,
@@ -60,43 +74,9 @@ UNCOVERED: tuple[Entry, ...] = (
     uncovered(
         LOWERING,
         "bad names",
-        "no case lowers a method with a bad name (empty, not a string, surrounding whitespace, another "
-        "Unicode form) and checks for the ValueError naming it",
-    ),
-    uncovered(
-        LOWERING,
-        "raised before anything is compiled",
-        "placement/validation checks the error, not that it came before any compile",
-    ),
-    uncovered(
-        RUNTIME,
-        "``execute(handle, inputs, outputs=None) -> list of tensors``",
-        "no case makes a successful execute with outputs= and checks that the caller's tensors hold the "
-        "results (only rejected outputs= are checked, bad-inputs/outputs-*); the protocol does not say it "
-        "either",
-    ),
-    uncovered(
-        RUNTIME_OPTIONS,
-        "a method whose output placement was fixed at export time keeps that placement",
-        "no case sets the runtime option on a program lowered with export-time placement and checks where "
-        "the outputs go",
-    ),
-    uncovered(
-        RUNTIME_OPTIONS,
-        "and ``init`` reject with a ``ValueError`` naming both keys",
-        "placement/conflict checks lower only; no case sets the option after lower and calls init",
-    ),
-    uncovered(
-        "SPEC §1a",
-        "compiled artifacts are cached by content (model, shapes, dtypes, options, toolchain)",
-        "no case lowers two variants of one model in one process and checks that no stale program is "
-        "served (a weight, a buffer, a submodule's class, a Dim bound, an option)",
-    ),
-    uncovered(
-        "SPEC §1b",
-        "`execute(handle, inputs, outputs=None) → outputs`",
-        "no case makes a successful execute with outputs= and checks that the caller's tensors hold the "
-        "results",
+        "no case lowers a method with a bad name (empty, not a string, surrounding whitespace) and checks "
+        "for the ValueError naming it; the differential chapter lowers valid generated names only (bad "
+        "names at init are bad-inputs/*, format/method-name-case and differential/*)",
     ),
     uncovered(
         "SPEC §1c",
@@ -149,9 +129,15 @@ ENTRIES: tuple[Entry, ...] = (
         "options/unknown-key",
         "placement/validation",
         "placement/bad-input",
+        *DIFFERENTIAL_ERRORS,
     ),
     enforced(
-        ERRORS, "On any error, outputs are left untouched.", *MM_OUT_BAD_INPUT, "mm_out/arity", "bad-inputs/*"
+        ERRORS,
+        "On any error, outputs are left untouched.",
+        *MM_OUT_BAD_INPUT,
+        "mm_out/arity",
+        "bad-inputs/*",
+        "differential/outputs-untouched",
     ),
     enforced(
         ERRORS,
@@ -182,6 +168,7 @@ ENTRIES: tuple[Entry, ...] = (
         "mm_out/values",
         "mm_out/exact-integers",
         "mm_out/out-*",
+        "differential/values",
     ),
     enforced(
         MM_OUT,
@@ -199,12 +186,22 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     enforced(
         MM_OUT,
-        "Optional, for backends whose compiled programs call their own ``mm_out`` kernel",
+        "Optional, for backends whose compiled programs call their own ``mm_out`` kernel (chapter "
+        "``mm_out``, case ``test_compiled_program_calls_backend_mm_out``; without them that case is a "
+        "coverage gap or a skip, never a failure): ``mm_out_calls() -> int | None`` — how many calls the "
+        "backend's own ``mm_out`` kernel has served in this process so far (every entry: compiled "
+        "programs and ``mm_out`` itself; None when that kernel is not loaded); "
+        "``mm_out_calls_per_execute(handle) -> int | None`` — how many of those calls one ``execute`` of "
+        "an ``init``-ed handle makes, as compiled (None when the handle's program calls another "
+        "implementation, e.g. libtorch's ``aoti_torch_cuda_mm_out``); ``mm_out_path() -> str`` — one line "
+        "naming the implementation behind ``mm_out`` (shown in the run header).",
         "mm_out/program-route",
     ),
     informative(
         MM_OUT,
-        'The reference backend also takes the ``lower`` option ``"native_mm_out": bool``',
+        'The reference backend also takes the ``lower`` option ``"native_mm_out": bool`` (route compiled '
+        "programs' ``mm`` calls to its native shim, or keep libtorch's), which the bench uses for its "
+        "model-level A/B.",
         "our reference's own option, for the bench's A/B; no backend needs it",
     ),
     # ===================================================================== protocol.py: Part view_pass
@@ -222,6 +219,12 @@ ENTRIES: tuple[Entry, ...] = (
         "copies of ops the backend does not map at all go in neither list",
         "view-pass/report",
         "view-pass/*/missed-rewrite",
+    ),
+    informative(
+        VIEW_PASS,
+        "(the suite reports them as coverage, not as refusals; an optional ``unmapped`` mapping of node name "
+        "→ op may say so explicitly).",
+        f"{_SUITE}: how it reports an op the backend does not map (never a failure)",
     ),
     enforced(
         VIEW_PASS,
@@ -245,6 +248,7 @@ ENTRIES: tuple[Entry, ...] = (
         "lowering/zoo",
         "runtime/lower",
         "format/multi-method",
+        "differential/program",
     ),
     enforced(
         LOWERING, "A backend that cannot lower something raises ``ValueError``", "lowering/unsupported-*"
@@ -280,6 +284,13 @@ ENTRIES: tuple[Entry, ...] = (
         LOWERING,
         "An unknown method name or a non-bool value is a ``ValueError`` naming the key and the rule",
         "placement/validation",
+        "differential/missing-error",
+    ),
+    enforced(
+        LOWERING,
+        "raised before anything is compiled",
+        # What a caller sees of the order: a model that also fails to compile gets the placement error.
+        "differential/error-argument",
     ),
     enforced(
         LOWERING,
@@ -293,6 +304,12 @@ ENTRIES: tuple[Entry, ...] = (
         "format/multi-method",
         "format/not-bytes",
         "bad-inputs/method-not-a-string",
+    ),
+    enforced(
+        RUNTIME,
+        "``execute(handle, inputs, outputs=None) -> list of tensors``",
+        "differential/values",
+        *PROVIDED_OUTPUTS,
     ),
     enforced(RUNTIME, "``destroy(handle)``", "bad-inputs/destroy-twice", "bad-inputs/execute-after-destroy"),
     enforced(
@@ -309,6 +326,7 @@ ENTRIES: tuple[Entry, ...] = (
         "skip-copy/output-device",
         "skip-copy/cpu-target",
         "placement/output-device",
+        "differential/output-device",
         "streams/other-consumer",
         "streams/chained-delegates",
     ),
@@ -320,6 +338,7 @@ ENTRIES: tuple[Entry, ...] = (
         *CORRUPT_PROGRAM,
         "format/method-name-case",
         "bad-inputs/*",
+        *DIFFERENTIAL_ERRORS,
     ),
     # =============================================================== protocol.py: Part runtime_options
     enforced(
@@ -331,6 +350,7 @@ ENTRIES: tuple[Entry, ...] = (
         "options/next-execute",
         "options/not-retroactive",
         "options/round-trip",
+        "differential/option-read-back",
     ),
     enforced(
         RUNTIME_OPTIONS,
@@ -342,14 +362,23 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     enforced(
         RUNTIME_OPTIONS,
+        "a method whose output placement was fixed at export time keeps that placement",
+        "differential/output-device",
+    ),
+    enforced(
+        RUNTIME_OPTIONS,
         "naming a method that was lowered with ``skip_d2h_for_method_outputs`` explicitly ``False`` is a "
-        "conflict that ``lower``",
+        "conflict that ``lower`` and ``init`` reject with a ``ValueError`` naming both keys.",
         "placement/conflict",
+        "differential/missing-error",
     ),
     # ==================================================================================== SPEC preamble
     informative(
         "SPEC preamble",
-        "People who build a backend that lowers PyTorch programs with AOTInductor and runs them on CUDA",
+        "People who build a backend that lowers PyTorch programs with AOTInductor and runs them on CUDA (the "
+        "ExecuTorch CUDA backend is the best-known one) use it to answer, on every commit, on a GPU CI "
+        "runner: *does my backend still lower, run and copy data correctly across dtypes, shapes, "
+        "multi-method models and threads — and how fast, and how many bytes cross PCIe?*",
         "the suite's purpose; the rules below make it concrete",
     ),
     informative(
@@ -399,7 +428,9 @@ ENTRIES: tuple[Entry, ...] = (
     informative("SPEC §0", "Our shim stays: it is the libtorch-free reference", "what our reference ships"),
     informative(
         "SPEC §0",
-        "**Upstream on PyPI** (`executorch==1.5.1`) is a CPU build",
+        "**Upstream on PyPI** (`executorch==1.5.1`) is a CPU build: its Python AOT side (passes, "
+        "partitioner, `CudaBackend.preprocess`) runs on our GPU image with torch 2.11 (a small model "
+        "lowers for CUDA in ~50 s); its C++ CUDA runtime is not in the wheel.",
         f"{_UPSTREAM}: what its wheel holds",
     ),
     informative(
@@ -496,6 +527,7 @@ ENTRIES: tuple[Entry, ...] = (
         "fresh set per call — upstream kept a module-level set, so one failure poisoned every later call);",
         "lowering/unsupported-kernels",
         "lowering/failure-not-sticky",
+        "metamorphic/after-failure",
     ),
     enforced(
         "SPEC §1a",
@@ -508,6 +540,11 @@ ENTRIES: tuple[Entry, ...] = (
         *CORRUPT_PROGRAM,
     ),
     enforced("SPEC §1a", "CPU and CUDA targets both work;", "lowering/zoo", "format/cpu-target"),
+    enforced(
+        "SPEC §1a",
+        "compiled artifacts are cached by content (model, shapes, dtypes, options, toolchain)",
+        "metamorphic/variant",
+    ),
     informative(
         "SPEC §1a",
         "so a warm suite does not recompile.",
@@ -518,6 +555,12 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §1b",
         "`init(artifact) → DelegateHandle` (holds `method_name`, the loaded AOTI runner, device, stream);",
         f"{_REFERENCE}: its handle type (a handle is opaque to the protocol)",
+    ),
+    enforced(
+        "SPEC §1b",
+        "`execute(handle, inputs, outputs=None) → outputs`;",
+        "differential/values",
+        *PROVIDED_OUTPUTS,
     ),
     enforced(
         "SPEC §1b", "`destroy(handle)`.", "bad-inputs/destroy-twice", "bad-inputs/execute-after-destroy"
@@ -540,6 +583,7 @@ ENTRIES: tuple[Entry, ...] = (
         "options of the same call and not later ones: we apply all or none).",
         "options/non-string-value",
         "options/all-or-nothing",
+        "differential/option-read-back",
     ),
     enforced(
         "SPEC §1b",
@@ -568,6 +612,7 @@ ENTRIES: tuple[Entry, ...] = (
         "skip-copy/no-d2h-copy",
         "skip-copy/values",
         "skip-copy/pcie",
+        "differential/output-device",
         "options/default",
         "multi-method/skip-invariant",
         "multi-method/kv-cache-on-device",
@@ -575,7 +620,9 @@ ENTRIES: tuple[Entry, ...] = (
     enforced("SPEC §1b", "Copies to the CPU use pinned memory", "copies/pinned-host-memory"),
     enforced(
         "SPEC §1b",
-        "Whatever stream the consumer uses, it must see finished data:",
+        "Whatever stream the consumer uses, it must see finished data: upstream shipped bugs where a "
+        "delegate returned before its stream finished (#21727) and where per-handle streams gave no "
+        "ordering between delegates (9 different sums in 40 runs, #22318).",
         "streams/other-consumer",
         "streams/chained-delegates",
     ),
@@ -583,6 +630,7 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §1b",
         "Concurrent `execute` on one handle and on different handles, racing with `set_option`, is safe.",
         "streams/threads",
+        "differential/threads",
     ),
     enforced(
         "SPEC §1b",
@@ -689,12 +737,15 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     informative(
         "SPEC §2",
-        "**Timing**: CUDA events, warm-up, L2 flush, median and spread",
+        "**Timing**: CUDA events, warm-up, L2 flush, median and spread, enough repeats for a stable figure; "
+        "ratios against a competitor measured in the same run (e.g. shim vs `torch.mm`).",
         f"{_SUITE}: how the bench times (tests/test_timing.py)",
     ),
     informative(
         "SPEC §2",
-        "**Outputs**: a versioned JSON result file",
+        "**Outputs**: a versioned JSON result file (environment, every case with params, outcome, message "
+        "and a one-line repro command, benchmarks, traffic), JUnit XML, and a static Jinja2 HTML dashboard "
+        "(autoescaped) with history and regression verdicts against a baseline.",
         f"{_SUITE}: what a run writes (tests/test_results.py, tests/test_dashboard.py)",
     ),
     informative(
