@@ -3,8 +3,9 @@ that prove a chapter fails on it.
 
 ``python -m conformance.rule_coverage`` prints the table (``--json`` for machines); :func:`coverage_rows`
 returns the rows for a dashboard page. Nothing in the table is hand-kept except :data:`EXEMPT` (rules with
-no broken backend, each with its reason) and :data:`SPEC_RULES` (the SPEC's prose rules mapped to ids):
-the SPEC is prose, so that mapping is the one place a person has to write down.
+no broken backend, each with its reason) and the sentences of the SPEC and the protocol each rule enforces,
+which come from the catalogue (``conformance/catalogue``, ``python -m conformance.catalogue``): the
+contract is prose, so that mapping is the one place a person has to write down.
 
 How each column is found, and why that way:
 
@@ -42,6 +43,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from conformance.catalogue import CATALOGUE, for_rule, named_rule_ids
 from conformance.rules import level_of, rule_ids_in_sources
 
 HERE = Path(__file__).resolve().parent
@@ -114,7 +116,7 @@ def broken_backends(root: Path = ROOT) -> list[BrokenBackend]:
     return found
 
 
-# ================================================================================= exemptions, SPEC map
+# =========================================================================================== exemptions
 
 
 @dataclass(frozen=True)
@@ -140,143 +142,6 @@ EXEMPT: dict[str, Exemption] = {
     ),
 }
 
-
-@dataclass(frozen=True)
-class SpecRule:
-    """One rule the SPEC states in prose, and the rule ids (fnmatch patterns) that enforce it."""
-
-    section: str
-    statement: str
-    rules: tuple[str, ...]
-
-
-#: The SPEC's rules -> rule ids. Hand-written (the SPEC is prose); every pattern must match a rule id the
-#: chapters use, so a renamed or dropped rule shows here as a SPEC rule nobody checks.
-SPEC_RULES: tuple[SpecRule, ...] = (
-    SpecRule(
-        "§1a",
-        "view pass: refuse a rewrite whenever the source is mutated later",
-        ("view-pass/source-mutated",),
-    ),
-    SpecRule("§1a", "view pass: refuse aliasing into a mutated graph output", ("view-pass/aliases-output",)),
-    SpecRule("§1a", "view pass: refuse nested lists it cannot see through", ("view-pass/opaque-container",)),
-    SpecRule("§1a", "view pass: every *_copy op with a view twin", ("view-pass/every-view-twin",)),
-    SpecRule("§1a", "view pass: update meta['val'] so strides are truthful", ("view-pass/truthful-strides",)),
-    SpecRule("§1a", "view pass: report what it did", ("view-pass/report", "view-pass/outcome")),
-    SpecRule(
-        "§1a",
-        "preprocess: fail with the sorted list of unsupported fallback kernels",
-        ("lowering/unsupported-kernels",),
-    ),
-    SpecRule(
-        "§1a",
-        "preprocess: a fresh set per call; one failure never poisons later lowerings",
-        ("lowering/failure-not-sticky",),
-    ),
-    SpecRule(
-        "§1a", "program: a multi-method program is one file, keyed by method name", ("format/multi-method",)
-    ),
-    SpecRule(
-        "§1a", "method names: UTF-8, matched exactly", ("format/non-ascii-name", "format/method-name-case")
-    ),
-    SpecRule(
-        "§1a",
-        "a truncated or tampered file fails with a clear error, never a crash",
-        (
-            "format/truncated",
-            "format/flipped-byte",
-            "format/trailing-data",
-            "format/empty",
-            "bad-inputs/corrupt-program",
-        ),
-    ),
-    SpecRule("§1a", "CPU and CUDA targets both work", ("lowering/zoo", "format/cpu-target")),
-    SpecRule(
-        "§1b",
-        "options callable before and after init, effective on the next execute",
-        ("options/before-init", "options/after-init", "options/next-execute", "options/not-retroactive"),
-    ),
-    SpecRule(
-        "§1b",
-        "skip-copy list: tokens trimmed, empties ignored, exact case-sensitive match",
-        ("options/list-parsing", "options/list-values"),
-    ),
-    SpecRule(
-        "§1b",
-        "a non-string value is an invalid-argument error that changes nothing (all or none)",
-        ("options/non-string-value", "options/all-or-nothing"),
-    ),
-    SpecRule(
-        "§1b",
-        "key <= 63, value <= 255 characters: a clear error, never silent truncation",
-        ("options/key-length", "options/value-length", "options/nul-character"),
-    ),
-    SpecRule("§1b", "unknown keys: decide, document and test (rejected)", ("options/unknown-key",)),
-    SpecRule(
-        "§1b",
-        "outputs stay on the GPU for a named method, else copied to the CPU",
-        ("skip-copy/output-device", "skip-copy/pcie"),
-    ),
-    SpecRule("§1b", "copies to the CPU use pinned memory", ("copies/pinned-host-memory",)),
-    SpecRule(
-        "§1b",
-        "inputs already on the right device are used without a copy",
-        ("multi-method/device-input", "skip-copy/h2d-bytes"),
-    ),
-    SpecRule(
-        "§1b",
-        "consumers on any stream see finished data (#21727, #22318)",
-        ("streams/other-consumer", "streams/chained-delegates"),
-    ),
-    SpecRule("§1b", "concurrent execute and set_option are safe", ("streams/threads",)),
-    SpecRule(
-        "§1b",
-        "per-execute byte counters host->device and device->host",
-        ("skip-copy/d2h-bytes", "skip-copy/h2d-bytes"),
-    ),
-    SpecRule("§1b", "wrong inputs/handles/programs: a clear error, nothing else affected", ("bad-inputs/*",)),
-    SpecRule(
-        "§0",
-        "export-time placement validated before compiling",
-        ("placement/validation", "placement/conflict"),
-    ),
-    SpecRule(
-        "§0",
-        "export-time placement: device-resident pipelines, no host round trip",
-        ("placement/pipeline", "placement/output-device", "placement/bad-input", "placement/pcie"),
-    ),
-    SpecRule(
-        "§1c",
-        "dtypes bf16/fp16/fp32, all the same; rank 2; inner dimension; out [M, N] row-major",
-        (
-            "mm_out/dtype-mismatch-*",
-            "mm_out/rank-*",
-            "mm_out/inner-dimension",
-            "mm_out/out-*",
-            "mm_out/unsupported-dtype-*",
-        ),
-    ),
-    SpecRule(
-        "§1c",
-        "device type checked (upstream gap); same device",
-        ("mm_out/cuda-device", "mm_out/same-device", "mm_out/cpu-*"),
-    ),
-    SpecRule("§1c", "fp32 compute, no TF32", ("mm_out/no-tf32",)),
-    SpecRule(
-        "§1c", "beta = 0: old contents of out never read; zero sizes", ("mm_out/values", "mm_out/zero-size")
-    ),
-    SpecRule(
-        "§1c", "every layout (row, column, strided) value-checked", ("mm_out/values", "mm_out/exact-integers")
-    ),
-    SpecRule(
-        "§1c",
-        "on the caller's current stream; per-thread handles, no global serialisation",
-        ("mm_out/current-stream", "mm_out/threads", "mm_out/device"),
-    ),
-    SpecRule("§1c", "out left untouched on any error", ("mm_out/none-*", "mm_out/out-shape")),
-    SpecRule("§2", "multi-method models: tokens equal eager", ("multi-method/tokens",)),
-    SpecRule("§2", "measured memory traffic: NVML counters unwrapped, calibrated", ("traffic/*",)),
-)
 
 # ===================================================================================== cases (static)
 
@@ -586,6 +451,7 @@ class Row:
     cases: list[str]
     broken_backends: list[str]
     spec: list[str] = field(default_factory=list)
+    """The sentences of the protocol and the SPEC this rule enforces, as the catalogue quotes them."""
     exemption: str | None = None
     exemption_reason: str | None = None
     gpu_only: bool = False
@@ -612,14 +478,14 @@ def exemption_for(rule: str) -> tuple[str, Exemption] | None:
 def coverage_rows(
     cases: Sequence[Case] | None = None, backends: Sequence[BrokenBackend] | None = None
 ) -> list[Row]:
-    """One row per rule id the suite uses (chapters, ``rules.py``, SPEC map), sorted by rule id."""
+    """One row per rule id the suite uses (chapters, ``rules.py``, the catalogue), sorted by rule id."""
     cases = all_cases() if cases is None else cases
     backends = broken_backends() if backends is None else backends
     by_rule: dict[str, list[Case]] = {}
     for case in cases:
         for rule in case.rules:
             by_rule.setdefault(rule, []).append(case)
-    rules = set(by_rule) | {s for spec in SPEC_RULES for s in spec.rules if not any(c in s for c in "*?[")}
+    rules = set(by_rule) | named_rule_ids(CATALOGUE)
     # Rule ids written anywhere in conformance/ (known_failures.py's, say), templates aside.
     rules |= {r for r in rule_ids_in_sources(HERE.glob("*.py")) if "{" not in r}
     rows = []
@@ -634,11 +500,7 @@ def coverage_rows(
                 chapters=sorted({c.chapter for c in by_rule.get(rule, [])}),
                 cases=sorted(c.id for c in by_rule.get(rule, [])),
                 broken_backends=proved,
-                spec=[
-                    f"{s.section} {s.statement}"
-                    for s in SPEC_RULES
-                    if any(fnmatch.fnmatchcase(rule, p) for p in s.rules)
-                ],
+                spec=[entry.cite() for entry in for_rule(rule)],
                 exemption=exempt[1].kind if exempt else None,
                 exemption_reason=exempt[1].reason if exempt else None,
                 gpu_only=bool(breaking) and all(b.breaks.cuda for b in breaking),

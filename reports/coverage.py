@@ -10,7 +10,7 @@ suite: ``reports`` does not import ``conformance``.
 The file is a list of rows, one per rule id, as ``conformance.rule_coverage.row_dict`` writes them::
 
     [{"rule": "mm_out/values", "level": "must", "chapters": ["mm_out"], "cases": ["conformance/..."],
-      "broken_backends": ["tests.broken_backends:WrongValues"], "spec": ["§2 ..."],
+      "broken_backends": ["tests.broken_backends:WrongValues"], "spec": ['SPEC §1c: "..."'],
       "exemption": null, "exemption_reason": null, "status": "proven"}, ...]
 
 It is read as untrusted input: anything that is not that shape is an error naming the file, and every
