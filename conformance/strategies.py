@@ -233,14 +233,20 @@ def method_name_variants(names: Sequence[str]) -> st.SearchStrategy[NameVariant]
 #: within one program. A fixed catalogue, not free text: a backend that caches by content lowers each name
 #: set once, so a run (and its shrinking) stays within its time budget.
 NAME_SETS: dict[int, tuple[tuple[str, ...], ...]] = {
-    1: (("décodé",), ("Forward",), ("ﬁrst",), ("forward_v2",)),
-    2: (("encodé", "décodé"), ("Step", "step"), ("ﬁrst", "second"), ("prefill", "prefill_")),
+    1: (("décodé",), ("Forward",), ("ﬁrst",), ("forward_v2",), (" forward",)),
+    2: (("encodé", "décodé"), ("Step", "step"), ("ﬁrst", "second"), ("prefill", "prefill_"), ("a", " a")),
+}
+#: Names ``lower`` must refuse (a ``ValueError`` naming the method): empty, or with a NUL.
+BAD_NAME_SETS: dict[int, tuple[tuple[str, ...], ...]] = {
+    1: (("",), ("for\0ward",)),
+    2: (("encoder", ""), ("enc\0oder", "decoder")),
 }
 
 
 def lower_name_sets(count: int) -> st.SearchStrategy[tuple[str, ...]]:
-    """``count`` distinct method names for ``lower`` other than the model's own (see ``NAME_SETS``)."""
-    return st.sampled_from(NAME_SETS[count])
+    """``count`` distinct method names for ``lower`` other than the model's own (see ``NAME_SETS``), now and
+    then names it must refuse (``BAD_NAME_SETS``)."""
+    return st.sampled_from(NAME_SETS[count] + BAD_NAME_SETS[count])
 
 
 # ========================================================================================== options
