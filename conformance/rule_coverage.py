@@ -58,6 +58,7 @@ CHAPTERS: dict[str, str] = {
     "test_streams_threads": "streams_threads",
     "test_bad_inputs": "bad_inputs",
     "test_traffic_meter": "traffic_meter",
+    "test_differential": "differential",
 }
 
 #: A rule id: ``family/rule`` (more ``/parts`` allowed), lower case. Paths (``x.py``) are not rule ids.
@@ -159,8 +160,26 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     SpecRule("§1a", "view pass: refuse aliasing into a mutated graph output", ("view-pass/aliases-output",)),
     SpecRule("§1a", "view pass: refuse nested lists it cannot see through", ("view-pass/opaque-container",)),
     SpecRule("§1a", "view pass: every *_copy op with a view twin", ("view-pass/every-view-twin",)),
-    SpecRule("§1a", "view pass: update meta['val'] so strides are truthful", ("view-pass/truthful-strides",)),
-    SpecRule("§1a", "view pass: report what it did", ("view-pass/report", "view-pass/outcome")),
+    SpecRule(
+        "§1a",
+        "view pass: update meta['val'] so strides are truthful",
+        ("view-pass/truthful-strides", "differential/view-pass-meta"),
+    ),
+    SpecRule(
+        "§1a",
+        "view pass: report what it did",
+        ("view-pass/report", "view-pass/outcome", "differential/view-pass-report"),
+    ),
+    SpecRule(
+        "§1a",
+        "view pass: refuse a rewrite whenever the result or its base can be observed to change",
+        ("differential/view-pass-behaviour",),
+    ),
+    SpecRule(
+        "§1a",
+        "view pass: lint and recompile on change (the module runs the graph it returns)",
+        ("differential/view-pass-recompiled",),
+    ),
     SpecRule(
         "§1a",
         "preprocess: fail with the sorted list of unsupported fallback kernels",
