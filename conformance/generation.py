@@ -12,7 +12,9 @@ The differential chapter and the generated-input cases draw their inputs with Hy
 ``--hypothesis-seed N`` (Hypothesis's own pytest option) varies the examples: this module then turns
 ``derandomize`` off so that the seed takes effect. ``--generated-examples K`` scales every budget (e.g. ``4``
 for a nightly soak). A failing example is shrunk and printed as the steps that reproduce it; the case's
-repro line (with the same seed option) finds it again.
+repro line (with the same seed option) finds it again. Shrinking takes a few hundred more runs of the case:
+``--hypothesis-profile conformance-no-shrink`` (Hypothesis's own option, this module's profile) reports a
+failure as first found instead (the self-tests prove verdicts with it, in seconds).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 PROFILE = "conformance"
 SEEDED_PROFILE = "conformance-seeded"
+NO_SHRINK_PROFILE = "conformance-no-shrink"
 _SCALE_KEY = pytest.StashKey[float]()
 _scale = 1.0
 
@@ -40,6 +43,8 @@ _COMMON = {
 }
 settings.register_profile(PROFILE, derandomize=True, **_COMMON)
 settings.register_profile(SEEDED_PROFILE, derandomize=False, **_COMMON)
+_NO_SHRINK = {**_COMMON, "phases": tuple(p for p in _COMMON["phases"] if p is not Phase.shrink)}
+settings.register_profile(NO_SHRINK_PROFILE, derandomize=True, **_NO_SHRINK)
 
 
 def add_options(group: pytest.OptionGroup) -> None:
