@@ -15,7 +15,9 @@ snapshot into a live view. This pass rewrites every ``*_copy`` op that has a vie
                          stride 0, overlapping windows: writing one element would change another);
 6. ``opaque-container``  the value reaches a user through something the pass cannot see through (a list
                          argument the op may write, a nested list, a ``getitem`` chain, an op without schema);
-7. ``not-viewable``      the view op itself would fail on the base's layout (``view`` on clashing strides).
+7. ``not-viewable``      the view op itself would fail on the base's layout (``view`` on clashing strides),
+                         or would once the other copies are views, or would change the layout that an
+                         ``as_strided`` downstream reads (it addresses storage, not values).
 
 Only the top-level graph is visited. Rewritten nodes get a ``meta["val"]`` with the view's real strides and
 storage offset, and the graph's fake values are refreshed downstream.
@@ -306,13 +308,14 @@ class ReplaceViewCopyWithViewPass(PassBase):
         self._views = views
         accepted = self._drop_observable(graph, accepted, refused)
         copies = {node: node.target for node in accepted}
+        layouts = {node: _layout_of(node) for node in graph.nodes if _reads_layout(node)}
         for node in accepted:
             self._retarget(node, views[node])
         if accepted:
             # Downstream strides can change too (a pointwise op keeps its input's layout): refresh everything,
             # then check each layout-dependent view again on the layout its base now has.
-            refresh_fake_meta(graph_module)
-            accepted = self._recheck_layouts(graph_module, accepted, refused, copies)
+            _refresh(graph_module, accepted)
+            accepted = self._recheck_layouts(graph_module, accepted, refused, copies, layouts)
 
         for node in graph.nodes:
             if node in refused:
@@ -336,31 +339,46 @@ class ReplaceViewCopyWithViewPass(PassBase):
         accepted: list[Node],
         refused: dict[Node, _Verdict],
         copies: dict[Node, Any],
+        layouts: dict[Node, Any],
     ) -> list[Node]:
         """Put back (and refuse) every layout-dependent view that no longer fits its base's new layout (a
-        ``view`` of ``mul(transpose(x))`` once the transpose is a view), until none fails."""
+        ``view`` of ``mul(transpose(x))`` once the transpose is a view), every rewrite upstream of a ``view``
+        the graph already had that no longer fits, and every rewrite upstream of an ``as_strided`` whose
+        input's layout it changed (``layouts``: those inputs' layouts before), until none is left."""
         while True:
             broken: dict[Node, _Verdict] = {}
-            for node in accepted:
-                if node.target not in _LAYOUT_DEPENDENT_VIEWS:
+            for reader, before in layouts.items():
+                if _layout_of(reader) == before:
+                    continue
+                detail = (
+                    f"as a view it changes the memory layout of what {reader.name} ({reader.target}) reads "
+                    "through absolute strides: it would read other elements"
+                )
+                broken.update((n, (Reason.NOT_VIEWABLE, detail)) for n in _ancestors(reader) if n in accepted)
+            for node in graph_module.graph.nodes:
+                if node.op != "call_function" or node.target not in _LAYOUT_DEPENDENT_VIEWS:
                     continue
                 try:
                     args, kwargs = fake_arguments(node)
-                    node.target(*args, **kwargs)  # type: ignore[operator]
+                    node.target(*args, **kwargs)
                     _view_on_meta(node.target, args, kwargs)
                 except Exception as error:  # no fake value, or the view's own error on the new layout
-                    broken[node] = (
-                        Reason.NOT_VIEWABLE,
-                        f"{node.target} fails on the layout its base takes once the other copies are views: "
-                        f"{str(error).splitlines()[0]}",
-                    )
+                    why = f"fails on the layout its base takes once the other copies are views: {error}"
+                    why = why.splitlines()[0]
+                    if node in accepted:
+                        broken[node] = (Reason.NOT_VIEWABLE, f"{node.target} {why}")
+                    else:  # a view the graph already had: the rewrites upstream of it go back
+                        detail = f"as a view it makes {node.name} ({node.target}) fail: it {why}"
+                        broken.update(
+                            (n, (Reason.NOT_VIEWABLE, detail)) for n in _ancestors(node) if n in accepted
+                        )
             if not broken:
                 return accepted
             for node in broken:
                 node.target = copies[node]
             refused.update(broken)
             accepted = [n for n in accepted if n not in broken]
-            refresh_fake_meta(graph_module)
+            _refresh(graph_module, accepted)
 
     # -- rules 1, 2, 3, 6: what each user does with the value
 
@@ -510,6 +528,47 @@ def _may_overlap_itself(value: Any, node: Node) -> bool:
             return True
         reach += stride * (size - 1)
     return False
+
+
+#: Ops whose values depend on how their input is laid out in memory, not only on its values: ``as_strided``
+#: addresses the input's storage with absolute strides, so a copy upstream turned view changes what it reads.
+_LAYOUT_READERS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default}
+
+
+def _reads_layout(node: Node) -> bool:
+    return node.op == "call_function" and node.target in _LAYOUT_READERS and isinstance(node.args[0], Node)
+
+
+def _layout_of(reader: Node) -> Any:
+    """(shape, strides, storage offset) of what layout reader ``reader`` reads, from its fake value."""
+    value = reader.args[0].meta.get("val")  # type: ignore[union-attr]
+    if not isinstance(value, torch.Tensor):
+        return None
+    return tuple(value.shape), value.stride(), value.storage_offset()
+
+
+def _ancestors(node: Node) -> set[Node]:
+    found: set[Node] = set()
+    todo = list(node.all_input_nodes)
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            todo.extend(current.all_input_nodes)
+    return found
+
+
+def _refresh(graph_module: GraphModule, accepted: list[Node]) -> None:
+    """Fresh fake values for the whole graph; if propagation fails, at least for every node downstream of a
+    rewrite, one op at a time in graph order (a pointwise op on a transposed view is transposed too)."""
+    downstream: set[Node] = set()
+    todo = list(accepted)
+    while todo:
+        node = todo.pop()
+        if node not in downstream:
+            downstream.add(node)
+            todo.extend(node.users)
+    refresh_fake_meta(graph_module, fallback_nodes=[n for n in graph_module.graph.nodes if n in downstream])
 
 
 def _view_on_meta(view: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
