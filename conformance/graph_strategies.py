@@ -293,7 +293,9 @@ class GeneratedGraph:
             for i, (s, t) in enumerate(zip(self.spec.inputs, self.inputs, strict=True))
         )
         code = "\n".join(line for line in self.module.code.strip().splitlines() if line.strip())
-        rebuild = f"from conformance.graph_strategies import *; module, inputs = build({self.spec!r})"
+        rebuild = (
+            f"import torch; from conformance.graph_strategies import *; module, inputs = build({self.spec!r})"
+        )
         return f"generated graph, inputs {layouts}:\n{code}\nrepro: {rebuild}"
 
 

@@ -110,10 +110,13 @@ def test_generated_graphs_are_valid_edge_graphs_with_truthful_meta() -> None:
             assert tuple(t.shape) == input_spec.shape
             assert str(t.dtype) == f"torch.{input_spec.dtype}"
             assert bool((_storage(t) != 0).all()), graph.repro()
-        rebuilt, inputs = gs.build(eval(repr(spec), vars(gs)))  # the repro line's own words
-        assert rebuilt.code == module.code
+        repro = graph.repro().splitlines()[-1].removeprefix("repro: ")
+        rebuilt: dict[str, object] = {}
+        exec(repro, rebuilt)  # the repro line, as a user pastes it into a fresh interpreter
+        assert rebuilt["module"].code == module.code  # type: ignore[attr-defined]
         assert all(
-            torch.equal(a, b) and a.stride() == b.stride() for a, b in zip(inputs, graph.inputs, strict=True)
+            torch.equal(a, b) and a.stride() == b.stride()
+            for a, b in zip(rebuilt["inputs"], graph.inputs, strict=True)  # type: ignore[call-overload]
         )
         assert f"build({spec!r})" in graph.repro()
 
