@@ -14,7 +14,8 @@ The differential chapter and the generated-input cases draw their inputs with Hy
 for a nightly soak). A failing example is shrunk and printed as the steps that reproduce it; the case's
 repro line (with the same seed option) finds it again. Shrinking takes a few hundred more runs of the case:
 ``--hypothesis-profile conformance-no-shrink`` (Hypothesis's own option, this module's profile) reports a
-failure as first found instead (the self-tests prove verdicts with it, in seconds).
+failure as first found instead (the self-tests prove verdicts with it, in seconds). It draws the CI examples:
+a derandomized profile ignores ``--hypothesis-seed``.
 """
 
 from __future__ import annotations
