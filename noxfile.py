@@ -579,7 +579,8 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def conformance_executorch(session: nox.Session) -> None:
     """Upstream ExecuTorch (PyPI) through the adapter ``upstream_executorch:BACKEND``: its self-tests, then
-    the lowering chapter (the view pass everywhere; CUDA lowering on a GPU) into conformance-executorch.json.
+    the lowering chapter (the view pass everywhere; CUDA lowering on a GPU) and the differential chapter (its
+    view pass section; the adapter has no runtime part) into conformance-executorch.json.
 
     executorch is installed with ``--no-deps``: its metadata pulls coremltools, pandas, scikit-learn, torchao
     and more that the AOT path never imports; pyproject's ``executorch`` extra lists what it does import.
@@ -590,6 +591,7 @@ def conformance_executorch(session: nox.Session) -> None:
     # The zoo cases need a runtime part, which the adapter lacks: prelowering the zoo would be lost work.
     # Upstream's known defects are declared (strict: a fixed one fails the run until its entry goes).
     known = ROOT / "upstream_executorch" / "known_failures.toml"
-    selection = ["conformance/test_lowering.py", "--backend=upstream_executorch:BACKEND"]
+    selection = ["conformance/test_lowering.py", "conformance/test_differential.py"]
+    selection.append("--backend=upstream_executorch:BACKEND")
     selection.append(f"--known-failures={known}")
     _run_suite(session, "conformance-executorch", selection, prelower=False)

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 PROFILE = "conformance"
 SEEDED_PROFILE = "conformance-seeded"
+NO_SHRINK_PROFILE = f"{PROFILE}-no-shrink"
 _SCALE_KEY = pytest.StashKey[float]()
 _scale = 1.0
 
@@ -42,7 +43,7 @@ _COMMON = {
 settings.register_profile(PROFILE, derandomize=True, **_COMMON)
 settings.register_profile(SEEDED_PROFILE, derandomize=False, **_COMMON)
 _NO_SHRINK = {**_COMMON, "phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)}
-settings.register_profile(f"{PROFILE}-no-shrink", derandomize=True, **_NO_SHRINK)
+settings.register_profile(NO_SHRINK_PROFILE, derandomize=True, **_NO_SHRINK)
 settings.register_profile(f"{SEEDED_PROFILE}-no-shrink", derandomize=False, **_NO_SHRINK)
 
 

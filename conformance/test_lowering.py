@@ -57,6 +57,8 @@ from conformance.view_pass_checks import (
     differences,
     forcing_differences,
     observe,
+    outcome_problem,
+    report_mismatches,
     views_in_result,
 )
 
@@ -115,17 +117,9 @@ def run_pass(
         outcome = backend.view_copy_pass(copy.deepcopy(original))
     except Exception as exc:  # a valid edge graph must never make the pass fail
         fail(rule, _call(case_id), f"raised {type(exc).__name__}: {exc}")
-    graph_module = getattr(outcome, "graph_module", None)
-    if not isinstance(graph_module, GraphModule):
-        fail("view-pass/outcome", _call(case_id), f"graph_module must be a GraphModule, got {graph_module!r}")
-    rewritten, refused = getattr(outcome, "rewritten", None), getattr(outcome, "refused", None)
-    if isinstance(rewritten, str) or not isinstance(rewritten, Sequence) or not isinstance(refused, Mapping):
-        fail(
-            "view-pass/outcome",
-            _call(case_id),
-            f"rewritten must be a list of node names and refused a mapping of reasons, got {rewritten!r} "
-            f"and {refused!r}",
-        )
+    problem = outcome_problem(outcome)
+    if problem is not None:
+        fail("view-pass/outcome", _call(case_id), problem)
     _RUNS[key] = PassRun(original, inputs, outcome)
     return _RUNS[key]
 
@@ -223,13 +217,7 @@ def check_verdicts(backend: ViewPassBackend, case: ViewPassCase) -> None:
         else:
             message = f"{op} is not mapped: {name} stayed a copy, though a view is safe here ({why})"
             found.append((True, rule, message))
-    for name in sorted(listed - views):
-        now = after[name].target if name in after else "missing"
-        found.append(
-            (False, "view-pass/report", f"rewritten lists {name}, but the result has {now}, not a view")
-        )
-    for name in sorted(views - listed):
-        message = f"{name} became {after[name].target} but is not listed in rewritten"
+    for message in report_mismatches(run.original, run.outcome.graph_module, listed):
         found.append((False, "view-pass/report", message))
     _raise_worst(call, found)
 

@@ -46,6 +46,7 @@ __all__ = [
     "is_view_op",
     "kv_cache_attention",
     "view_twin",
+    "with_fake_values",
 ]
 
 aten = torch.ops.aten
@@ -155,7 +156,9 @@ def _inputs(seed: int, shapes: Sequence[tuple[int, ...]]) -> Inputs:
     return tuple(torch.randn(shape, generator=gen) for shape in shapes)
 
 
-def _propagate(module: GraphModule, inputs: Inputs) -> GraphModule:
+def with_fake_values(module: GraphModule, inputs: Inputs) -> GraphModule:
+    """``module`` with ``meta["val"]`` on every node, propagated from ``inputs`` (as ``torch.export`` leaves
+    them: each input's layout, strides and storage offset included)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)
         FakeTensorProp(module).propagate(*inputs)
@@ -168,7 +171,7 @@ def _hand_built(body: Body, shapes: Sequence[tuple[int, ...]], seed: int) -> tup
     graph = Graph()
     placeholders = [graph.placeholder(f"x{i}") for i in range(len(inputs))]
     graph.output(body(graph, placeholders))
-    return _propagate(GraphModule(nn.Module(), graph), inputs), inputs
+    return with_fake_values(GraphModule(nn.Module(), graph), inputs), inputs
 
 
 def edge_graph(module: nn.Module, inputs: Inputs) -> tuple[GraphModule, Inputs]:
@@ -213,7 +216,7 @@ def edge_graph(module: nn.Module, inputs: Inputs) -> tuple[GraphModule, Inputs]:
             graph.erase_node(node)
     graph.lint()
     result = GraphModule(nn.Module(), graph)
-    return _propagate(result, values), values
+    return with_fake_values(result, values), values
 
 
 # ------------------------------------------------------------------------------------------ the cases

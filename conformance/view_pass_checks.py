@@ -17,7 +17,8 @@ catalogue holds case definitions only. No backend is imported here.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Collection, Iterator
+import difflib
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,17 +26,24 @@ import torch
 from torch.fx import GraphModule, Interpreter, Node
 
 from conformance.checks import bits, fail
-from conformance.view_pass_cases import is_view_op, view_twin
+from conformance.view_pass_cases import is_view_op, view_twin, with_fake_values
 
 __all__ = [
     "Observation",
+    "as_laid_out",
     "assert_same_behaviour",
     "assert_truthful_meta",
     "differences",
+    "downstream",
     "force_view_twins",
     "forcing_differences",
     "meta_mismatches",
     "observe",
+    "outcome_problem",
+    "report_contradictions",
+    "report_mismatches",
+    "stale_code",
+    "unknowable_meta",
     "views_in_result",
 ]
 
@@ -74,9 +82,20 @@ def _poke(t: torch.Tensor) -> None:
         t.add_(1)
 
 
+def as_laid_out(t: torch.Tensor) -> torch.Tensor:
+    """A fresh copy of ``t`` laid out as ``t`` is: same shape, strides and storage offset, in a copy of its
+    whole storage. ``Tensor.clone`` would make a sliced input dense and drop its offset, so a graph would
+    run on another layout than the one its ``meta["val"]`` (and a pass) saw."""
+    storage = t.untyped_storage().clone()
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+        storage, t.storage_offset(), t.shape, t.stride()
+    )
+
+
 def observe(module: Callable[..., Any], inputs: _Inputs) -> Observation:
-    """Run ``module`` on fresh clones of ``inputs``; then write each output in turn to see what it shares."""
-    fresh = [t.clone() for t in inputs]
+    """Run ``module`` on fresh copies of ``inputs`` (each laid out as given, :func:`as_laid_out`); then write
+    each output in turn to see what it shares."""
+    fresh = [as_laid_out(t) for t in inputs]
     try:
         outputs = list(_flatten(module(*fresh)))
     except Exception as exc:  # a broken graph is an observation too
@@ -193,34 +212,157 @@ class _Recorder(Interpreter):
 
 
 def _layout(t: torch.Tensor) -> tuple[Any, ...]:
-    """What decides where each element lives: the shape, the strides of dimensions of size > 1 and the
-    storage offset. A size-1 dimension is only ever indexed at 0, so its stride addresses nothing (torch
-    itself calls ``(2, 1, 32)`` with strides ``(32, 8, 1)`` contiguous), and an empty tensor has no
-    elements to place: reporting those would fail a pass for a layout no kernel can tell apart."""
+    """What decides where each element lives and how it reads: the dtype, the shape, the strides of
+    dimensions of size > 1 and the storage offset. A size-1 dimension is only ever indexed at 0, so its
+    stride addresses nothing (torch itself calls ``(2, 1, 32)`` with strides ``(32, 8, 1)`` contiguous), and
+    an empty tensor has no elements to place: reporting those would fail a pass for a layout no kernel can
+    tell apart."""
     if t.numel() == 0:
-        return (tuple(t.shape),)
+        return t.dtype, tuple(t.shape)
     strides = tuple(s for s, n in zip(t.stride(), t.shape, strict=True) if n > 1)
-    return tuple(t.shape), strides, t.storage_offset()
+    return t.dtype, tuple(t.shape), strides, t.storage_offset()
 
 
-def meta_mismatches(module: GraphModule, inputs: _Inputs, names: set[str]) -> list[str]:
-    """Named nodes whose ``meta["val"]`` disagrees with a real run on where an element lives: shape,
-    strides (of dimensions of size > 1) or storage offset."""
-    recorder = _Recorder(module, names)
-    recorder.run(*[t.clone() for t in inputs])
+def _disagreement(name: str, fake: torch.Tensor, real: torch.Tensor) -> str:
+    if fake.dtype != real.dtype:
+        return f"{name}: meta dtype {fake.dtype}, real run {real.dtype}"
+    meta = (tuple(fake.shape), fake.stride(), fake.storage_offset())
+    run = (tuple(real.shape), real.stride(), real.storage_offset())
+    return f"{name}: meta (shape, strides, offset) {meta}, real run {run}"
+
+
+def _mismatches(module: GraphModule, inputs: _Inputs, names: Collection[str]) -> dict[str, str]:
+    """Named node -> how its ``meta["val"]`` disagrees with a real run (nodes whose value holds no tensor,
+    e.g. an in-place ``_foreach`` op's, have nothing to disagree about)."""
+    recorder = _Recorder(module, set(names))
+    recorder.run(*[as_laid_out(t) for t in inputs])
     nodes = _nodes(module)
-    found = []
+    found: dict[str, str] = {}
     for name in sorted(names):
+        real = [t for t in _flat(recorder.values.get(name)) if isinstance(t, torch.Tensor)]
+        if not real:
+            continue
         fake = nodes[name].meta.get("val")
         if fake is None:
-            found.append(f"{name} has no meta['val']")
+            found[name] = f"{name} has no meta['val']"
             continue
-        for fake_t, real_t in zip(_flat(fake), _flat(recorder.values[name]), strict=False):
+        fakes = [t for t in _flat(fake) if isinstance(t, torch.Tensor)]
+        if len(fakes) != len(real):
+            found[name] = f"{name}: meta holds {len(fakes)} tensors, a real run {len(real)}"
+            continue
+        for fake_t, real_t in zip(fakes, real, strict=True):
             if _layout(fake_t) != _layout(real_t):
-                meta = (tuple(fake_t.shape), fake_t.stride(), fake_t.storage_offset())
-                real = (tuple(real_t.shape), real_t.stride(), real_t.storage_offset())
-                found.append(f"{name}: meta (shape, strides, offset) {meta}, real run {real}")
+                found[name] = _disagreement(name, fake_t, real_t)
+                break
     return found
+
+
+def meta_mismatches(module: GraphModule, inputs: _Inputs, names: Collection[str]) -> list[str]:
+    """Named nodes whose ``meta["val"]`` disagrees with a real run on what an element is and where it lives:
+    dtype, shape, strides (of dimensions of size > 1) or storage offset."""
+    return list(_mismatches(module, inputs, names).values())
+
+
+def unknowable_meta(module: GraphModule, inputs: _Inputs, names: Collection[str]) -> set[str]:
+    """Named nodes whose layout torch's own fake propagation of ``module`` gets wrong (a fake kernel that
+    disagrees with the eager one): no pass can make their ``meta["val"]`` truthful, so none is judged on
+    them. ``module`` is left as it is (a copy is propagated)."""
+    honest = with_fake_values(copy.deepcopy(module), tuple(as_laid_out(t) for t in inputs))
+    return set(_mismatches(honest, inputs, names))
+
+
+def downstream(module: GraphModule, names: Collection[str]) -> set[str]:
+    """``names`` and every node that uses one of them, directly or through other nodes (the output node
+    aside): whose ``meta["val"]`` a rewrite of ``names`` can change."""
+    nodes = _nodes(module)
+    found: set[str] = set()
+    todo = [nodes[name] for name in names if name in nodes]
+    while todo:
+        node = todo.pop()
+        if node.name in found or node.op == "output":
+            continue
+        found.add(node.name)
+        todo.extend(node.users)
+    return found
+
+
+# ============================================================================================ the report
+
+
+def outcome_problem(outcome: object) -> str | None:
+    """What keeps ``outcome`` from being the protocol's ``ViewPassOutcome`` (None: nothing): a
+    ``GraphModule`` as ``graph_module``, node names (str) as ``rewritten``, a mapping of node name to reason
+    (str) as ``refused``."""
+    graph_module = getattr(outcome, "graph_module", None)
+    if not isinstance(graph_module, GraphModule):
+        return f"graph_module must be a GraphModule, got {graph_module!r}"
+    rewritten, refused = getattr(outcome, "rewritten", None), getattr(outcome, "refused", None)
+    if isinstance(rewritten, str) or not isinstance(rewritten, Sequence) or not isinstance(refused, Mapping):
+        return (
+            f"rewritten must be a list of node names and refused a mapping of reasons, got {rewritten!r} "
+            f"and {refused!r}"
+        )
+    if not all(isinstance(name, str) for name in rewritten):
+        return f"rewritten must hold node names (str), got {list(rewritten)!r}"
+    if not all(isinstance(name, str) and isinstance(why, str) for name, why in refused.items()):
+        return f"refused must map node names (str) to reasons (str), got {dict(refused)!r}"
+    return None
+
+
+def report_mismatches(original: GraphModule, result: GraphModule, rewritten: Collection[str]) -> list[str]:
+    """Where ``rewritten`` disagrees with the copies of ``original`` that are views in ``result``
+    (:func:`views_in_result`): a listed node that is no view there, a view that is not listed."""
+    views, after, found = views_in_result(original, result), _nodes(result), []
+    for name in sorted(set(rewritten) - views):
+        now = after[name].target if name in after else "missing"
+        found.append(f"rewritten lists {name}, but the result has {now}, not a view")
+    for name in sorted(views - set(rewritten)):
+        found.append(f"{name} became {after[name].target} but is not listed in rewritten")
+    return found
+
+
+def report_contradictions(outcome: Any) -> list[str]:
+    """Where a pass's report cannot describe the graph it returns, whatever that graph is: a node listed as
+    both rewritten and refused (or unmapped), or a node it names that the result does not have. Reads
+    ``rewritten``, ``refused`` and the optional ``unmapped`` of a protocol-shaped ``outcome``."""
+    lists = {
+        "rewritten": list(outcome.rewritten),
+        "refused": list(outcome.refused),
+        "unmapped": list(getattr(outcome, "unmapped", None) or ()),
+    }
+    found = []
+    for first, second in (("rewritten", "refused"), ("rewritten", "unmapped"), ("refused", "unmapped")):
+        both = sorted(set(lists[first]) & set(lists[second]))
+        if both:
+            found.append(f"{', '.join(both)} listed both as {first} and as {second}")
+    after = _nodes(outcome.graph_module)
+    for kind, names in lists.items():
+        missing = sorted(set(names) - set(after))
+        if missing:
+            found.append(f"{kind} names {', '.join(missing)}, which the result graph does not have")
+    return found
+
+
+def stale_code(module: GraphModule) -> str | None:
+    """How ``module``'s code (what ``module(...)`` runs) differs from the code of its graph (what a compiler
+    lowers), or None when they agree: a pass that edits the graph must ``recompile()``."""
+    expected = module.graph.python_code(root_module="self").src
+    if module.code == expected:
+        return None
+    diff = difflib.unified_diff(
+        module.code.strip().splitlines(),
+        expected.strip().splitlines(),
+        "module.code",
+        "its graph",
+        n=0,
+        lineterm="",
+    )
+    changed = [
+        f"{line[0]} {line[1:].strip()}"
+        for line in diff
+        if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
+    return "; ".join(changed[:6]) or "the code differs from its graph's in whitespace only"
 
 
 # ============================================================================================ assertions

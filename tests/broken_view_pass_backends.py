@@ -3,8 +3,13 @@ the reference's verdicts, then overrides one rule with a cleverer-looking test o
 is right for the graph at hand the result still behaves the same, so only a *should* rule fires (a
 ``<rule>/policy`` miss: SPEC §1a refuses these conservatively, or a ``<rule>/missed-rewrite``: a proxy test
 refuses a safe view). All run on the CPU; ``tests/test_broken_chapter_backends.py`` runs each through the
-lowering chapter with its one case selected. The last two keep the reference's verdicts and slip in how
+lowering chapter with its one case selected. The next two keep the reference's verdicts and slip in how
 they write a view call instead: a *must* (``every-view-twin``, ``slicing-heavy``).
+
+The last five keep the reference's verdicts too, and slip where only the generated graphs of the
+differential chapter (``conformance/differential_view_pass.py``) look: indices and ends from the back
+clamped to the front (*must*), a report that contradicts itself or lists copies as views (*should*), a
+graph edited without ``recompile()`` and ``meta["val"]`` refreshed on the rewritten nodes only (*must*).
 """
 
 from __future__ import annotations
@@ -18,8 +23,17 @@ from torch.fx import GraphModule, Node
 from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW, VIEW_TO_COPY
-from tests.broken_backends import NaiveViewPassOutcome, _aliases, _fake, _nodes_of, _repropagate
+from tests.broken_backends import (
+    NaiveViewPassOutcome,
+    _aliases,
+    _fake,
+    _nodes_of,
+    _repropagate,
+    _retarget_with_truthful_meta,
+)
 from tests.broken_chapter_backends import LOWERING, Forwarding
+
+DIFFERENTIAL = "conformance/test_differential.py"
 
 aten = torch.ops.aten
 
@@ -197,6 +211,95 @@ class WritesToTheEndAsMinusOne(_RebuildsViews):
             node.args = (*node.args[:3], -1, *node.args[4:])
 
 
+class ClampsNegativeIndices(_RebuildsViews):
+    """Normalises each view's index and end itself, the way its kernels take them (non-negative), and clamps
+    instead of wrapping: ``select(x, 1, -1)`` becomes ``select(x, 1, 0)`` (the first row, not the last) and
+    ``slice(x, 1, 0, -1)`` becomes ``slice(x, 1, 0, 0)`` (nothing, not all but the last). The catalogue's
+    selects all count from the front and its slices end at a positive bound or at the end, so the lowering
+    chapter passes it; generated graphs write ``x[:, -1]`` and ``x[:, :-1]`` as exporters do (breaks
+    ``differential/view-pass-behaviour``)."""
+
+    def rebuild(self, node: Node) -> None:
+        if node.target == aten.select.int and node.args[2] < 0:
+            node.args = (*node.args[:2], 0)
+        ends = node.args[3] if node.target == aten.slice.Tensor and len(node.args) > 3 else None
+        if isinstance(ends, int) and ends < 0:
+            node.args = (*node.args[:3], 0, *node.args[4:])
+
+
+class KeepsFirstRoundRefusals(Forwarding):
+    """Decides in two rounds, the way a pass grows: a conservative first round refuses every copy ("not
+    yet analysed"), a second rewrites the safe ones, and the first round's refusals are never taken back.
+    The graph is the reference's; the report lists every rewritten node as refused too (breaks
+    ``differential/view-pass-report``: no node is both)."""
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        reference = REFERENCE.view_copy_pass(graph_module)
+        refused = {name: "not yet analysed" for name in reference.rewritten} | dict(reference.refused)
+        return NaiveViewPassOutcome(reference.graph_module, list(reference.rewritten), refused)
+
+
+#: The reference's refusals that come from its graph-wide analysis, after each copy passed its own checks.
+_GRAPH_WIDE = ("source-mutated", "aliases-output")
+
+
+class ReportsItsCandidates(Forwarding):
+    """Builds ``rewritten`` from the candidates that passed the per-node checks, before the graph-wide
+    analysis (later writes, outputs) sent some back: those stay copies in the graph but are listed as
+    rewritten, and their refusal is dropped (breaks ``view-pass/report``: ``rewritten`` must be the views
+    the result has)."""
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        reference = REFERENCE.view_copy_pass(graph_module)
+        late = [name for name, why in reference.refused.items() if why in _GRAPH_WIDE]
+        refused = {name: why for name, why in reference.refused.items() if name not in late}
+        return NaiveViewPassOutcome(reference.graph_module, [*reference.rewritten, *late], refused)
+
+
+class _AppliesReferenceVerdicts(Forwarding):
+    """The reference's verdicts, applied by this pass itself to a copy of the graph (``apply``)."""
+
+    def apply(self, module: GraphModule, names: list[str], reference: GraphModule) -> None:
+        raise NotImplementedError
+
+    def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
+        reference = REFERENCE.view_copy_pass(copy.deepcopy(graph_module))
+        module = copy.deepcopy(graph_module)
+        self.apply(module, list(reference.rewritten), reference.graph_module)
+        return NaiveViewPassOutcome(module, list(reference.rewritten), dict(reference.refused))
+
+
+class ForgetsToRecompile(_AppliesReferenceVerdicts):
+    """Retargets the nodes and takes every node's ``meta["val"]`` from a fresh propagation, lints the graph,
+    and never calls ``recompile()``: the graph (what a compiler lowers) has the views, while ``module(...)``
+    still runs the old code with the copies, so a check that runs the module sees nothing wrong (breaks
+    ``differential/view-pass-recompiled``)."""
+
+    def apply(self, module: GraphModule, names: list[str], reference: GraphModule) -> None:
+        fresh = {n.name: n.meta.get("val") for n in reference.graph.nodes}
+        for node in module.graph.nodes:
+            if node.name in names:
+                node.target = COPY_TO_VIEW[node.target]
+            if fresh.get(node.name) is not None:
+                node.meta["val"] = fresh[node.name]
+        module.graph.lint()
+
+
+class RefreshesRewrittenMetaOnly(_AppliesReferenceVerdicts):
+    """Gives each node it retargets the view's own ``meta["val"]`` (and its ``getitem`` items), recompiles,
+    and leaves every other node's value as the copies made it: a pointwise op reading a transposed view is
+    transposed too, an in-place op on a view returns that view, yet their meta still says contiguous. The
+    lowering chapter, which checks the rewritten nodes only, passes it (breaks
+    ``differential/view-pass-meta``: every node downstream of a rewrite)."""
+
+    def apply(self, module: GraphModule, names: list[str], reference: GraphModule) -> None:
+        for node in module.graph.nodes:
+            if node.name in names:
+                _retarget_with_truthful_meta(node, COPY_TO_VIEW[node.target])
+        module.graph.lint()
+        module.recompile()
+
+
 RANGE_CHECKS_SOURCE_WRITES = RangeChecksSourceWrites(
     "range-checks-source-writes",
     Breaks(
@@ -235,4 +338,29 @@ DROPS_THE_SLICE_STEP = DropsTheSliceStep(
 WRITES_TO_THE_END_AS_MINUS_ONE = WritesToTheEndAsMinusOne(
     "writes-to-the-end-as-minus-one",
     Breaks(("view-pass/slicing-heavy",), LOWERING, ("-k", "view_pass_slicing_heavy_kv_cache")),
+)
+KEEPS_FIRST_ROUND_REFUSALS = KeepsFirstRoundRefusals(
+    "keeps-first-round-refusals",
+    Breaks(
+        ("differential/view-pass-report",),
+        DIFFERENTIAL,
+        ("-k", "view_pass_generated_report"),
+        strict_should=True,
+    ),
+)
+REPORTS_ITS_CANDIDATES = ReportsItsCandidates(
+    "reports-its-candidates",
+    Breaks(("view-pass/report",), DIFFERENTIAL, ("-k", "view_pass_generated_report"), strict_should=True),
+)
+FORGETS_TO_RECOMPILE = ForgetsToRecompile(
+    "forgets-to-recompile",
+    Breaks(("differential/view-pass-recompiled",), DIFFERENTIAL, ("-k", "view_pass_generated_code")),
+)
+REFRESHES_REWRITTEN_META_ONLY = RefreshesRewrittenMetaOnly(
+    "refreshes-rewritten-meta-only",
+    Breaks(("differential/view-pass-meta",), DIFFERENTIAL, ("-k", "view_pass_generated_meta")),
+)
+CLAMPS_NEGATIVE_INDICES = ClampsNegativeIndices(
+    "clamps-negative-indices",
+    Breaks(("differential/view-pass-behaviour",), DIFFERENTIAL, ("-k", "view_pass_generated_keeps")),
 )

@@ -43,6 +43,9 @@ def start_chapter(tmp_path: Path, backend: str, *select: str, chapter: str = MM_
         # The toolchain check (a compile in a fresh interpreter, ~3.5 s) is proven once, on its own, by
         # test_broken_toolchain_stops_the_run_before_any_case; these runs judge the chapters.
         "--no-preflight",
+        # Generated cases report a failure as found: shrinking it to a minimal repro (tests/
+        # test_differential_view_pass.py proves that part) costs a few hundred runs; these judge verdicts.
+        "--generated-no-shrink",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = ChapterRun(args, ROOT, env, log)

@@ -209,6 +209,8 @@ ENTRIES: tuple[Entry, ...] = (
         "nodes turned into views) and ``refused`` (node name → reason)",
         "view-pass/outcome",
         "view-pass/report",
+        "differential/view-pass-report",
+        "differential/view-pass-recompiled",
     ),
     enforced(
         VIEW_PASS,
@@ -482,9 +484,21 @@ ENTRIES: tuple[Entry, ...] = (
         "view-pass/not-viewable",
         "view-pass/slicing-heavy",
         "view-pass/*/policy",
+        "differential/view-pass-behaviour",
     ),
-    enforced("SPEC §1a", 'Update `meta["val"]` so strides are truthful.', "view-pass/truthful-strides"),
-    enforced("SPEC §1a", "Report what it did.", "view-pass/report", "view-pass/outcome"),
+    enforced(
+        "SPEC §1a",
+        'Update `meta["val"]` so strides are truthful.',
+        "view-pass/truthful-strides",
+        "differential/view-pass-meta",
+    ),
+    enforced(
+        "SPEC §1a",
+        "Report what it did.",
+        "view-pass/report",
+        "view-pass/outcome",
+        "differential/view-pass-report",
+    ),
     informative(
         "SPEC §1a",
         '`CompileSpec(key, bytes)`; key enum with `METHOD_NAME = "method_name"`;',

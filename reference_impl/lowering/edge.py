@@ -159,8 +159,12 @@ def _fake_value(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     view = COPY_TO_VIEW.get(target)
     if view is None or "out" in kwargs:
         return target(*args, **kwargs)
+    try:
+        viewed = view(*args, **kwargs)
+    except Exception:  # view_copy of a base no view fits (it reshapes): the copy op's own kernel
+        return target(*args, **kwargs)
     return torch.utils._pytree.tree_map_only(
-        torch.Tensor, lambda t: t.clone(memory_format=torch.contiguous_format), view(*args, **kwargs)
+        torch.Tensor, lambda t: t.clone(memory_format=torch.contiguous_format), viewed
     )
 
 

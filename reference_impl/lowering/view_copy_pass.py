@@ -11,10 +11,13 @@ snapshot into a live view. This pass rewrites every ``*_copy`` op that has a vie
 4. ``source-mutated``    the base (or any alias of it) is written after the node, in the graph or by the
                          program's buffer / user-input write-back;
 5. ``aliases-output``    the result or its base aliases a written-back output, or the result is returned and
-                         would alias an input, a buffer or another output;
+                         would alias an input, a buffer or another output, or itself (an ``expand``'s
+                         stride 0, overlapping windows: writing one element would change another);
 6. ``opaque-container``  the value reaches a user through something the pass cannot see through (a list
                          argument the op may write, a nested list, a ``getitem`` chain, an op without schema);
-7. ``not-viewable``      the view op itself would fail on the base's layout (``view`` on clashing strides).
+7. ``not-viewable``      the view op itself would fail on the base's layout (``view`` on clashing strides),
+                         or would once the other copies are views, or would change the layout that an
+                         ``as_strided`` downstream reads (it addresses storage, not values).
 
 Only the top-level graph is visited. Rewritten nodes get a ``meta["val"]`` with the view's real strides and
 storage offset, and the graph's fake values are refreshed downstream.
@@ -139,6 +142,13 @@ def _aliased_sets(op: OpOverload) -> set[str]:
     return {s for r in op._schema.returns if r.alias_info is not None for s in r.alias_info.before_set}
 
 
+def _may_be_returned(argument: Any, returned: set[str]) -> bool:
+    """The schema says the op's result may share this argument's memory: a return in its alias set, or a
+    wildcard (``Tensor(a -> *) self`` of ``split``/``unbind``, whose ``Tensor[]`` items are views of it)."""
+    info = argument.alias_info
+    return info is not None and bool(set(info.before_set) & returned or "*" in info.after_set)
+
+
 def _is_aliasing_op(op: Any) -> bool:
     """A view, a view-copy, or any op whose output may share an input's memory without writing it."""
     if op in COPY_TO_VIEW or op in VIEW_TO_COPY:
@@ -146,10 +156,7 @@ def _is_aliasing_op(op: Any) -> bool:
     if not isinstance(op, OpOverload):
         return False
     returned = _aliased_sets(op)
-    return any(
-        a.alias_info is not None and not a.alias_info.is_write and set(a.alias_info.before_set) & returned
-        for a in op._schema.arguments
-    )
+    return any(_may_be_returned(a, returned) and not a.alias_info.is_write for a in op._schema.arguments)
 
 
 def _returns_list(node: Node) -> bool:
@@ -219,7 +226,7 @@ class _AliasGraph:
             sources = [
                 n
                 for argument, value in _bound_arguments(node)
-                if argument.alias_info is not None and set(argument.alias_info.before_set) & returned
+                if _may_be_returned(argument, returned)
                 for n in _nodes_in(value)
             ]
             return self._union(sources) if sources else frozenset({node})
@@ -281,6 +288,7 @@ class ReplaceViewCopyWithViewPass(PassBase):
     def __init__(self, graph_signature: ExportGraphSignature | None = None) -> None:
         super().__init__()
         self._mutations = _Mutations.from_signature(graph_signature)
+        self._views: dict[Node, Any] = {}
         self.report = ViewPassReport()
 
     def call(self, graph_module: GraphModule) -> PassResult:
@@ -297,21 +305,80 @@ class ReplaceViewCopyWithViewPass(PassBase):
             if verdict is not None:
                 refused[node] = verdict
         accepted = [n for n in graph.nodes if n in views and n not in refused]
+        self._views = views
         accepted = self._drop_observable(graph, accepted, refused)
+        copies = {node: node.target for node in accepted}
+        layouts = {node: _layout_of(node) for node in graph.nodes if _reads_layout(node)}
+        for node in accepted:
+            self._retarget(node, views[node])
+        if accepted:
+            # Downstream strides can change too (a pointwise op keeps its input's layout): refresh everything,
+            # then check each layout-dependent view again on the layout its base now has.
+            _refresh(graph_module, accepted)
+            accepted = self._recheck_layouts(graph_module, accepted, refused, copies, layouts)
 
         for node in graph.nodes:
             if node in refused:
                 reason, detail = refused[node]
-                self.report.refusals.append(Refusal(node.name, str(node.target), reason, detail))
+                self.report.refusals.append(
+                    Refusal(node.name, str(copies.get(node, node.target)), reason, detail)
+                )
         if not accepted:
             return PassResult(graph_module, False)
         for node in accepted:
-            self._retarget(node, views[node])
+            self.report.rewrites.append(Rewrite(node.name, str(copies[node]), str(node.target)))
         graph.lint()
         graph_module.recompile()
-        # Downstream strides can change too (a pointwise op keeps its input's layout), so refresh everything.
-        refresh_fake_meta(graph_module)
         return PassResult(graph_module, True)
+
+    # -- rule 7 again, after the rewrites: a view's base may have taken another view's layout
+
+    @staticmethod
+    def _recheck_layouts(
+        graph_module: GraphModule,
+        accepted: list[Node],
+        refused: dict[Node, _Verdict],
+        copies: dict[Node, Any],
+        layouts: dict[Node, Any],
+    ) -> list[Node]:
+        """Put back (and refuse) every layout-dependent view that no longer fits its base's new layout (a
+        ``view`` of ``mul(transpose(x))`` once the transpose is a view), every rewrite upstream of a ``view``
+        the graph already had that no longer fits, and every rewrite upstream of an ``as_strided`` whose
+        input's layout it changed (``layouts``: those inputs' layouts before), until none is left."""
+        while True:
+            broken: dict[Node, _Verdict] = {}
+            for reader, before in layouts.items():
+                if _layout_of(reader) == before:
+                    continue
+                detail = (
+                    f"as a view it changes the memory layout of what {reader.name} ({reader.target}) reads "
+                    "through absolute strides: it would read other elements"
+                )
+                broken.update((n, (Reason.NOT_VIEWABLE, detail)) for n in _ancestors(reader) if n in accepted)
+            for node in graph_module.graph.nodes:
+                if node.op != "call_function" or node.target not in _LAYOUT_DEPENDENT_VIEWS:
+                    continue
+                try:
+                    args, kwargs = fake_arguments(node)
+                    node.target(*args, **kwargs)
+                    _view_on_meta(node.target, args, kwargs)
+                except Exception as error:  # no fake value, or the view's own error on the new layout
+                    why = f"fails on the layout its base takes once the other copies are views: {error}"
+                    why = why.splitlines()[0]
+                    if node in accepted:
+                        broken[node] = (Reason.NOT_VIEWABLE, f"{node.target} {why}")
+                    else:  # a view the graph already had: the rewrites upstream of it go back
+                        detail = f"as a view it makes {node.name} ({node.target}) fail: it {why}"
+                        broken.update(
+                            (n, (Reason.NOT_VIEWABLE, detail)) for n in _ancestors(node) if n in accepted
+                        )
+            if not broken:
+                return accepted
+            for node in broken:
+                node.target = copies[node]
+            refused.update(broken)
+            accepted = [n for n in accepted if n not in broken]
+            _refresh(graph_module, accepted)
 
     # -- rules 1, 2, 3, 6: what each user does with the value
 
@@ -336,12 +403,15 @@ class ReplaceViewCopyWithViewPass(PassBase):
                 ), None
             return None, None
         try:
-            return None, view(*args, **kwargs)
+            value = view(*args, **kwargs)
+            if view in _LAYOUT_DEPENDENT_VIEWS:
+                _view_on_meta(view, args, kwargs)
         except Exception as error:  # the view op's own error names the layout problem
             return (
                 Reason.NOT_VIEWABLE,
                 f"{view} fails on the base's layout: {str(error).splitlines()[0]}",
             ), None
+        return None, value
 
     # -- rules 4 and 5: can anyone observe the value changing?
 
@@ -395,6 +465,12 @@ class ReplaceViewCopyWithViewPass(PassBase):
         mine = [o for o in outputs if o is node or (_is_getitem(o) and o.args[0] is node)]
         if not mine:
             return None
+        if node in mine and _may_overlap_itself(self._views.get(node), node):
+            return (
+                Reason.ALIASES_OUTPUT,
+                "it is returned, and as a view some of its elements would share memory (stride 0 or "
+                "overlapping windows): writing one would change others",
+            )
         inputs = sorted(n.name for n in roots if n.op in ("placeholder", "get_attr"))
         if inputs:
             return (
@@ -409,15 +485,14 @@ class ReplaceViewCopyWithViewPass(PassBase):
             )
         return None
 
-    def _retarget(self, node: Node, view_value: Any) -> None:
-        before = node.target
-        node.target = COPY_TO_VIEW[before]  # type: ignore[index]
+    @staticmethod
+    def _retarget(node: Node, view_value: Any) -> None:
+        node.target = COPY_TO_VIEW[node.target]  # type: ignore[index]
         if view_value is not None:
             node.meta["val"] = view_value
             for user in node.users:
                 if _is_getitem(user) and isinstance(view_value, (list, tuple)):
                     user.meta["val"] = view_value[user.args[1]]  # type: ignore[index]
-        self.report.rewrites.append(Rewrite(node.name, str(before), str(node.target)))
 
 
 # ``view`` needs strides compatible with the new shape; every other twin works on any layout.
@@ -430,6 +505,84 @@ _LAYOUT_DEPENDENT_VIEWS = {
     )
     if op is not None
 }
+
+
+#: Views that can place two elements at one address (``expand``'s stride 0, overlapping windows).
+_MAY_OVERLAP = {
+    torch.ops.aten.expand.default,
+    torch.ops.aten.as_strided.default,
+    torch.ops.aten.unfold.default,
+}
+
+
+def _may_overlap_itself(value: Any, node: Node) -> bool:
+    """The view of ``node`` may hold two elements at one memory address. Exact from concrete strides: taken
+    from the smallest, each stride must step past every address the smaller ones reach. Without a fake
+    value, or with symbolic sizes, only the ops that make such layouts are suspected."""
+    layout = (*value.shape, *value.stride()) if isinstance(value, torch.Tensor) else (None,)
+    if not all(isinstance(n, int) for n in layout):
+        return COPY_TO_VIEW.get(node.target) in _MAY_OVERLAP  # type: ignore[call-overload]
+    reach = 0  # the highest offset the smaller strides reach
+    for stride, size in sorted((st, n) for n, st in zip(value.shape, value.stride(), strict=True) if n > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
+#: Ops whose values depend on how their input is laid out in memory, not only on its values: ``as_strided``
+#: addresses the input's storage with absolute strides, so a copy upstream turned view changes what it reads.
+_LAYOUT_READERS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default}
+
+
+def _reads_layout(node: Node) -> bool:
+    return node.op == "call_function" and node.target in _LAYOUT_READERS and isinstance(node.args[0], Node)
+
+
+def _layout_of(reader: Node) -> Any:
+    """(shape, strides, storage offset) of what layout reader ``reader`` reads, from its fake value."""
+    value = reader.args[0].meta.get("val")  # type: ignore[union-attr]
+    if not isinstance(value, torch.Tensor):
+        return None
+    return tuple(value.shape), value.stride(), value.storage_offset()
+
+
+def _ancestors(node: Node) -> set[Node]:
+    found: set[Node] = set()
+    todo = list(node.all_input_nodes)
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            todo.extend(current.all_input_nodes)
+    return found
+
+
+def _refresh(graph_module: GraphModule, accepted: list[Node]) -> None:
+    """Fresh fake values for the whole graph; if propagation fails, at least for every node downstream of a
+    rewrite, one op at a time in graph order (a pointwise op on a transposed view is transposed too)."""
+    downstream: set[Node] = set()
+    todo = list(accepted)
+    while todo:
+        node = todo.pop()
+        if node not in downstream:
+            downstream.add(node)
+            todo.extend(node.users)
+    refresh_fake_meta(graph_module, fallback_nodes=[n for n in graph_module.graph.nodes if n in downstream])
+
+
+def _view_on_meta(view: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run ``view`` on a meta tensor laid out as the fake base (raises where eager would). Fake tensors'
+    ``view`` (torch 2.13) accepts a size-1 dimension between two that cannot merge, e.g. ``[2, 1, 2]``
+    with strides ``(4, 2, 1)`` viewed as ``[-1]``, which eager and the meta kernel reject: trusting it alone
+    gives a graph that fails at run time. Symbolic sizes are left to the fake check."""
+    base = args[0]
+    if not isinstance(base, torch.Tensor) or not all(
+        isinstance(n, int) for n in (*base.shape, *base.stride())
+    ):
+        return
+    probe = torch.empty_strided(base.shape, base.stride(), dtype=base.dtype, device="meta")
+    view(probe, *args[1:], **kwargs)
 
 
 def _uses(node: Node) -> Iterator[tuple[Node, Node]]:

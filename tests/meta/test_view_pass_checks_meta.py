@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -309,3 +310,170 @@ def test_assert_truthful_meta_fails_one_offset_past() -> None:
     vpc.assert_truthful_meta(RULE, CALL, vpc.force_view_twins(graph(sliced(0), X), {"s"}), (X,), {"s"})
     with pytest.raises(CheckFailure, match=PREFIX + re.escape("s: meta (shape, strides, offset)")):
         vpc.assert_truthful_meta(RULE, CALL, vpc.force_view_twins(graph(sliced(1), X), {"s"}), (X,), {"s"})
+
+
+# ============================================================================================= layouts
+
+
+@covers(vpc.as_laid_out)
+def test_as_laid_out_keeps_strides_offset_and_the_storage_around_the_view() -> None:
+    storage = torch.arange(1.0, 13.0)
+    x = storage[2:10].view(2, 4)[:, 1::2].t()  # offset 3, strides (2, 4): transposed and stepped
+    fresh = vpc.as_laid_out(x)
+    assert (fresh.shape, fresh.stride(), fresh.storage_offset()) == (x.shape, x.stride(), x.storage_offset())
+    assert torch.equal(fresh, x)
+    assert fresh.untyped_storage().nbytes() == x.untyped_storage().nbytes()
+    fresh.add_(100.0)  # a copy: the caller's tensor and its storage are untouched
+    assert torch.equal(storage, torch.arange(1.0, 13.0))
+    assert x.clone().storage_offset() == 0  # what Tensor.clone would have given instead
+
+
+@covers(vpc.observe, vpc.meta_mismatches)
+def test_runs_see_each_input_laid_out_as_given() -> None:
+    """Inside: a slice of an input at storage offset 2 has offset 2 + 6 in meta and in the run. Past: the
+    same graph given a contiguous input (offset 0) disagrees by exactly those 2 elements."""
+    at_offset = torch.arange(30.0)[2:26].view(4, 6)
+
+    def view_of_input(g: Graph, xs: list[Node]) -> Node:
+        return g.call_function(aten.slice.Tensor, (xs[0], 0, 1, 3), name="s")
+
+    module = graph(view_of_input, at_offset)
+    assert vpc.meta_mismatches(module, (at_offset,), {"s"}) == []
+    assert vpc.meta_mismatches(module, (at_offset.clone(),), {"s"}) == [
+        "s: meta (shape, strides, offset) ((2, 6), (6, 1), 8), real run ((2, 6), (6, 1), 6)"
+    ]
+    assert vpc.observe(lambda t: t.storage_offset() * torch.ones(1), (at_offset,)).values[0].item() == 2
+
+
+@covers(vpc.meta_mismatches)
+def test_meta_mismatches_holds_the_dtype_and_skips_values_without_tensors() -> None:
+    def reinterpreted(g: Graph, xs: list[Node]) -> Node:
+        g.call_function(aten._foreach_add_.Scalar, ([xs[0]], 1.0), name="w")  # returns no tensor
+        return g.call_function(aten.view.dtype, (xs[0], torch.int32), name="bits")
+
+    module = graph(reinterpreted, X.clone())
+    assert vpc.meta_mismatches(module, (X,), {"bits", "w"}) == []
+    next(n for n in module.graph.nodes if n.name == "bits").meta["val"] = module.graph.find_nodes(
+        op="placeholder"
+    )[0].meta["val"]  # same layout, float32: one dtype off
+    assert vpc.meta_mismatches(module, (X,), {"bits"}) == [
+        "bits: meta dtype torch.float32, real run torch.int32"
+    ]
+
+
+def _contiguous_when_fake(t: torch.Tensor) -> torch.Tensor:
+    """A function whose fake run lays its result out otherwise than its real run (as a fake kernel that
+    disagrees with its eager one would)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return t.t().contiguous() if isinstance(t, FakeTensor) else t.t()
+
+
+@covers(vpc.unknowable_meta)
+def test_unknowable_meta_is_where_torch_own_fake_propagation_disagrees_with_a_run() -> None:
+    def body(g: Graph, xs: list[Node]) -> Node:
+        g.call_function(_contiguous_when_fake, (xs[0],), name="odd")
+        return g.call_function(aten.mul.Tensor, (xs[0], 2.0), name="plain")
+
+    module = graph(body, X)
+    assert vpc.unknowable_meta(module, (X,), {"odd", "plain"}) == {"odd"}
+    assert vpc.meta_mismatches(module, (X,), {"odd"})  # so a pass could never make it truthful
+    assert "val" in next(n for n in module.graph.nodes if n.name == "odd").meta  # the module is untouched
+
+
+@covers(vpc.downstream)
+def test_downstream_follows_users_to_the_end_but_not_the_output() -> None:
+    def body(g: Graph, xs: list[Node]) -> tuple[Node, Node]:
+        s = g.call_function(aten.slice_copy.Tensor, (xs[0], 0, 0, 2), name="s")
+        m = g.call_function(aten.mul.Tensor, (s, 2.0), name="m")
+        a = g.call_function(aten.add.Tensor, (m, m), name="a")
+        other = g.call_function(aten.neg.default, (xs[0],), name="other")
+        return a, other
+
+    module = graph(body, X)
+    assert vpc.downstream(module, {"s"}) == {"s", "m", "a"}
+    assert vpc.downstream(module, {"a"}) == {"a"}
+    assert vpc.downstream(module, {"x0"}) == {"x0", "s", "m", "a", "other"}
+    assert vpc.downstream(module, {"not-a-node"}) == set()
+
+
+# ============================================================================================= the report
+
+
+@dataclass
+class Outcome:
+    graph_module: Any
+    rewritten: Any = ()
+    refused: Any = field(default_factory=dict)
+    unmapped: Any = None
+
+
+@covers(vpc.outcome_problem)
+@pytest.mark.parametrize(
+    ("outcome", "problem"),
+    [
+        (Outcome(None), "graph_module must be a GraphModule, got None"),
+        (Outcome(..., "s"), "rewritten must be a list of node names and refused a mapping"),
+        (Outcome(..., ["s"], [("s", "why")]), "rewritten must be a list of node names and refused a mapping"),
+        (Outcome(..., [1]), "rewritten must hold node names (str), got [1]"),
+        (Outcome(..., [], {"s": 3}), "refused must map node names (str) to reasons (str), got {'s': 3}"),
+    ],
+    ids=["graph-module", "rewritten-str", "refused-list", "rewritten-not-names", "reason-not-str"],
+)
+def test_outcome_problem_names_what_breaks_the_protocol(outcome: Outcome, problem: str) -> None:
+    module = graph(sliced(0), X)
+    good = Outcome(module, ["s"], {"t": "source-mutated"})
+    assert vpc.outcome_problem(good) is None
+    assert vpc.outcome_problem(Outcome(module, ("s",), {})) is None  # any sequence of names will do
+    bad = Outcome(
+        module if outcome.graph_module is ... else outcome.graph_module, outcome.rewritten, outcome.refused
+    )
+    found = vpc.outcome_problem(bad)
+    assert found is not None
+    assert found.startswith(problem)
+
+
+@covers(vpc.report_mismatches)
+def test_report_mismatches_hold_rewritten_to_the_views_of_the_result() -> None:
+    original = graph(sliced(1), X)
+    result = vpc.force_view_twins(original, {"s"})
+    assert vpc.report_mismatches(original, result, ["s"]) == []
+    assert vpc.report_mismatches(original, result, []) == [
+        "s became aten.slice.Tensor but is not listed in rewritten"
+    ]
+    assert vpc.report_mismatches(original, original, ["s"]) == [
+        "rewritten lists s, but the result has aten.slice_copy.Tensor, not a view"
+    ]
+    assert vpc.report_mismatches(original, result, ["s", "gone"]) == [
+        "rewritten lists gone, but the result has missing, not a view"
+    ]
+
+
+@covers(vpc.report_contradictions)
+def test_report_contradictions_are_names_in_two_lists_or_in_no_graph() -> None:
+    result = vpc.force_view_twins(graph(sliced(1), X), {"s"})
+    assert vpc.report_contradictions(Outcome(result, ["s"], {})) == []
+    doubled = next(n.name for n in result.graph.nodes if n.target == aten.mul.Tensor)
+    assert vpc.report_contradictions(Outcome(result, [], {"s": "view-user"}, {doubled: "aten.mul"})) == []
+    assert vpc.report_contradictions(Outcome(result, ["s"], {"s": "not yet analysed"})) == [
+        "s listed both as rewritten and as refused"
+    ]
+    assert vpc.report_contradictions(Outcome(result, ["s"], {}, {"s": "aten.slice_copy.Tensor"})) == [
+        "s listed both as rewritten and as unmapped"
+    ]
+    assert vpc.report_contradictions(Outcome(result, ["s"], {"slice_copy": "view-user"})) == [
+        "refused names slice_copy, which the result graph does not have"
+    ]
+
+
+@covers(vpc.stale_code)
+def test_stale_code_is_a_graph_edited_without_recompile() -> None:
+    module = graph(sliced(1), X)
+    assert vpc.stale_code(module) is None
+    next(n for n in module.graph.nodes if n.name == "s").target = aten.slice.Tensor
+    stale = vpc.stale_code(module)
+    assert stale is not None
+    assert "- s = torch.ops.aten.slice_copy.Tensor(mul_tensor, 0, 1, 3)" in stale
+    assert "+ s = torch.ops.aten.slice.Tensor(mul_tensor, 0, 1, 3)" in stale
+    module.recompile()
+    assert vpc.stale_code(module) is None
