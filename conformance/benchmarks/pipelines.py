@@ -191,22 +191,17 @@ def pcie_record(
             "nvml_h2d_bytes": _nvml_metric(traffic.h2d, traffic.h2d_noise, traffic, "lower"),
             "runtime_d2h_bytes": exact_metric(counted.d2h, "B"),
             "runtime_h2d_bytes": exact_metric(counted.h2d, "B"),
-            "d2h_agreement": ratio_metric(
-                traffic.d2h,
-                traffic.d2h_noise,
-                counted.d2h,
-                what="device→host",
-                missing_reason=missing,
-                better=AGREEMENT,
-            ),
-            "h2d_agreement": ratio_metric(
-                traffic.h2d,
-                traffic.h2d_noise,
-                counted.h2d,
-                what="host→device",
-                missing_reason=missing,
-                better=AGREEMENT,
-            ),
+            **{
+                f"{d}_agreement": ratio_metric(
+                    getattr(traffic, d),
+                    getattr(traffic, f"{d}_noise"),
+                    getattr(counted, d),
+                    what=what,
+                    missing_reason=missing,
+                    better=AGREEMENT,
+                )
+                for d, what in (("d2h", "device→host"), ("h2d", "host→device"))
+            },
         },
         conditions={
             "valid": traffic.valid,
