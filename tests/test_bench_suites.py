@@ -101,11 +101,49 @@ def test_a_cpu_run_that_measures_nothing_fails_unless_allowed(tmp_path: Path, ca
     assert "no CUDA device" in loaded.notices[0]
 
 
+def test_a_suite_that_meets_a_missing_protocol_part_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    """The suites use the chapters' helpers (programs.option ...): where one finds a protocol part missing
+    (the runtime option, on a current backend) the suite is skipped with that reason, not an error."""
+    from conformance.programs import option
+    from harness.bench import BenchContext, BenchRun, run_suite
+    from harness.results import ResultJournal, new_run
+    from harness.timing import QUICK_POLICY
+    from tests.minimal_backends import MinimalBackend
+
+    backend = MinimalBackend({"runtime_options": "absent"})
+    out = tmp_path / "bench.json"
+    bench = BenchRun(str(out), new_run({}), ResultJournal(out), ["python", "-m", "harness.bench"])
+    bench.journal.start(bench.run)
+
+    def suite(ctx: BenchContext) -> None:
+        with option(ctx.backend, "skip_copy_output_to_cpu_for_method", "forward"):
+            raise AssertionError("unreachable: the option needs the part")
+
+    def context() -> BenchContext:
+        def emit(record: BenchRecord, kind: str) -> None:
+            raise AssertionError("nothing to emit")
+
+        return BenchContext(backend, "tests.minimal_backends:x", 0, True, QUICK_POLICY, emit)
+
+    fake = Suite("fake", "a suite", suite, needs_cuda=False)
+    original = SUITE_MODULES.copy()
+    SUITE_MODULES["fake"] = __name__
+    globals()["SUITES"] = {"fake": fake}
+    try:
+        assert run_suite("fake", bench, context, "") == "skipped"
+    finally:
+        SUITE_MODULES.clear()
+        SUITE_MODULES.update(original)
+        del globals()["SUITES"]
+    assert "does not implement protocol part 'runtime_options'" in bench.run.cases[0].message
+
+
 class EagerBackend:
     """A whole backend in a few lines, for the CPU suites' plumbing: a "program" names modules kept in this
     process, ``execute`` runs them eagerly. The view pass is the reference's."""
 
     name, version = "eager-bench", "0"
+
     def __init__(self) -> None:
         self.programs: dict[bytes, dict[str, Any]] = {}
 
