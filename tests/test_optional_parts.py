@@ -1,11 +1,11 @@
 """Every part the protocol calls optional is optional in every chapter, for every combination of them.
 
 A minimal backend (``tests/minimal_backends.py``: the reference's parts, any subset of the optional ones,
-``lowering_devices`` absent / cpu / cuda / both, placement keys in ``lower_options`` or not, ``mm_out_calls``,
-``mm_out_path``, ``known_failures``) must run every chapter with 0 failures and 0 errors: a case that needs
-a part the backend lacks is skipped, and says which part.
+``lowering_devices`` absent (the default: both) / cpu / cuda, placement keys in ``lower_options`` or not,
+``mm_out_calls``, ``mm_out_path``, ``known_failures``) must run every chapter with 0 failures and 0 errors:
+a case that needs a part the backend lacks is skipped, and says which part.
 
-Running the whole suite once per combination (6,144 of them) is out of the question; the proof runs each
+Running the whole suite once per combination (4,608 of them) is out of the question; the proof runs each
 case once per combination *that can make a difference to it* (``tests/part_probe.py``). A case learns which
 parts exist only by looking them up, and the minimal backend records every lookup: a run's outcome holds
 for every combination that agrees with it on what the run looked up. Each case is run, in one child
@@ -148,6 +148,35 @@ def test_the_probe_sees_what_the_suite_can_see() -> None:
     assert missing_part_reason(backend, other.value) is None
     assert missing_part_reason(backend, AttributeError("'x' object has no attribute 'execute'")) is None
     assert missing_part_reason(backend, ValueError("get_option")) is None
+
+
+def test_the_suite_reads_lowering_devices_only_through_the_protocol_helper() -> None:
+    """Why the probe need not try ``lowering_devices = ("cpu", "cuda")`` apart from an absent attribute:
+    ``protocol.lowering_devices()`` gives the default for a backend without it, and nothing else reads it."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "conformance").rglob("*.py")):
+        if path.name == "protocol.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            named = isinstance(node, ast.Attribute) and node.attr == "lowering_devices"
+            looked_up = isinstance(node, ast.Call) and any(
+                isinstance(a, ast.Constant) and a.value == "lowering_devices" for a in node.args
+            )
+            if named or looked_up:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+    from conformance.protocol import DEFAULT_LOWERING_DEVICES, lowering_devices
+
+    assert (
+        lowering_devices(MinimalBackend(parse("lowering_devices=absent")))
+        == DEFAULT_LOWERING_DEVICES
+        == (
+            "cpu",
+            "cuda",
+        )
+    )
 
 
 def test_a_missing_part_reached_by_a_case_is_a_skip_naming_it(tmp_path: Path) -> None:
