@@ -7,8 +7,8 @@ attributes) the case looked up; those are the only things the case can know abou
 so the run's outcome holds for every combination that agrees on them. Then the case runs again for every
 other setting of those dimensions, and so on for any dimension a new run looks up, until every
 combination agrees with some run on every dimension that run looked up. The suite's per-process program
-cache starts empty for every case and is kept apart per setting of ``lowering``, so that no run is decided
-by a program an earlier one left behind.
+cache is kept per setting of what ``lower`` depends on, and a program it serves counts as the ``lower`` call
+it stands for (:class:`ProgramCache`): no run is decided by a program a run of another setting left behind.
 
 ``--probe-out FILE`` gets one JSON line per case: ``{"case", "runs": [{"assignment", "looked_up",
 "outcome", "message"}]}``, and a first line ``{"case": "<session>", ...}`` with what the session's own
@@ -38,7 +38,11 @@ DATA_PARAMS = frozenset(
 )  # case: a view-pass graph; method: which method's graph or program
 #: Cheapest first; anything else after these.
 _DTYPE_COST = {"float32": 0}
-_MODEL_COST = {m: i for i, m in enumerate(("add_mul", "add", "linear", "slicing_block", "llm", "asr"))}
+_MODEL_COST = {
+    m: i
+    for i, m in enumerate(("add_mul", "add", "linear", "slicing_block", "llm", "asr", "hf_llm", "hf_whisper"))
+}
+_METHOD_COST = {"decode": 0}  # the one-token step: the smallest graph and program of a model
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,7 +63,9 @@ def _value_cost(name: str, value: object) -> int:
     if name == "dtype":
         return _DTYPE_COST.get(str(value), 1)
     if name == "model":
-        return _MODEL_COST.get(str(value), len(_MODEL_COST) + str(value).startswith("hf_"))
+        return _MODEL_COST.get(str(value), len(_MODEL_COST))
+    if name == "method":
+        return _METHOD_COST.get(str(value), 1)
     return 0  # first in collection order
 
 
@@ -82,11 +88,46 @@ def representatives(items: list[pytest.Item]) -> list[pytest.Item]:
     return [item for item in items if id(item) in keep]
 
 
+class ProgramCache(dict):  # type: ignore[type-arg]
+    """The suite's per-process program cache (``programs._LOWERED``) as the probe keeps it: one store per
+    setting of what ``lower`` depends on (``lowering``, the placement keys), and a program served from it
+    counts as the lookups the ``lower`` call it stands for would have made. So a case's runs behave, and
+    are recorded, as if every program came from the backend, at the cost of lowering each program once."""
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__()
+        self.probe = probe
+        self.stores: dict[tuple[str, str], dict[Any, Any]] = {}
+
+    def _store(self) -> dict[Any, Any]:
+        setting = (self.probe.setting("lowering"), self.probe.setting("device_placement"))
+        return self.stores.setdefault(setting, {})
+
+    def _served(self, key: Any) -> None:
+        self.probe.looked_up.add("lowering")
+        if key[-1] != "[]":  # lowered with options: what lower accepts depends on the placement keys
+            self.probe.looked_up.add("device_placement")
+
+    def __contains__(self, key: object) -> bool:
+        hit = key in self._store()
+        if hit:
+            self._served(key)
+        return hit
+
+    def __getitem__(self, key: Any) -> Any:
+        self._served(key)
+        return self._store()[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._store()[key] = value
+
+
 class PartProbe:
     def __init__(self, config: pytest.Config, out: Path) -> None:
         self.config = config
         self.out = out
         self.session_written = False
+        self.programs: ProgramCache | None = None
         out.write_text("")
 
     def _backend(self) -> MinimalBackend:
@@ -122,16 +163,14 @@ class PartProbe:
 
         self._write_session()
         probe = self._backend().probe
+        if self.programs is None:
+            self.programs = ProgramCache(probe)
         root = dict(probe.assignment)
         frontier, runs = [root], []
-        # The suite's per-process program cache, one per setting of ``lowering``, emptied for every case: a
-        # run never gets a program it did not ask this backend for (which would hide that lookup), while
-        # the case's later runs with the same setting reuse what its first one lowered.
-        programs_by_setting: dict[str, dict[Any, Any]] = {}
+        programs._LOWERED = self.programs  # type: ignore[assignment]
         while frontier:
             assignment = frontier.pop(0)
             probe.reset(assignment)
-            programs._LOWERED = programs_by_setting.setdefault(probe.setting("lowering"), {})
             # nextitem=None: everything is torn down after each run, so the next one sets up afresh.
             began = time.perf_counter()
             reports = runtestprotocol(item, log=False, nextitem=None)
@@ -145,7 +184,6 @@ class PartProbe:
                 if any(v != DIMENSIONS[d][0] for d, v in zip(new, values, strict=True)):
                     frontier.append({**assignment, **dict(zip(new, values, strict=True))})
         probe.reset(root)
-        programs._LOWERED = {}
         self._write({"case": item.nodeid, "runs": runs})
         return True
 
