@@ -109,7 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {line}", file=sys.stderr)
     if not inputs.runs:
         if not inputs.errors:
-            print(f"error: no result files in {' '.join(args.results or [DEFAULT_INPUT])}", file=sys.stderr)
+            where = " ".join(args.results or [DEFAULT_INPUT])
+            why = "no run to show (see the notes above)" if inputs.notices else "no result files"
+            print(f"error: {why} in {where}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     baseline: RunResult | None = None
