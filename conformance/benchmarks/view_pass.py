@@ -311,21 +311,21 @@ def run_view_pass(ctx: BenchContext) -> None:
 
 
 def _log(ctx: BenchContext, record: BenchRecord) -> None:
-    def shown(key: str, scale: float = 1.0, unit: str = "") -> str:
+    from harness.formatting import show_quantity
+
+    def shown(key: str) -> str:
         metric = record.metrics.get(key)
         if metric is None:
             return "omitted"
         if metric.value is None:
             return "n/a"
-        return f"{metric.value * scale:.4g}{unit}"
+        return f"{metric.value:g}" if metric.unit == "nodes" else show_quantity(metric.value, metric.unit)
 
     ctx.log(
-        f"  {record.name}: with pass {shown('time_with_pass', 1e6, ' µs')}, without "
-        f"{shown('time_without_pass', 1e6, ' µs')}, speed from pass {shown('speed_from_pass', 1, 'x')}, "
-        f"rewrites {shown('rewrites')}/{shown('copies')}, peak memory with/without "
-        f"{shown('peak_memory_with_pass', 1, ' B')}/{shown('peak_memory_without_pass', 1, ' B')}, "
-        f"DRAM util with/without "
-        f"{shown('dram_bw_util_with_pass', 1, '%')}/{shown('dram_bw_util_without_pass', 1, '%')}"
+        f"  {record.name}: with pass {shown('time_with_pass')}, without {shown('time_without_pass')}, "
+        f"speed from pass {shown('speed_from_pass')}, rewrites {shown('rewrites')}/{shown('copies')}, "
+        f"peak memory with/without {shown('peak_memory_with_pass')}/{shown('peak_memory_without_pass')}, "
+        f"DRAM util with/without {shown('dram_bw_util_with_pass')}/{shown('dram_bw_util_without_pass')}"
     )
 
 
