@@ -34,8 +34,20 @@ from tests.minimal_backends import DIMENSIONS, MinimalBackend
 SESSION = "<session>"
 #: Parameters that only choose data: a case's use of protocol parts does not depend on them.
 DATA_PARAMS = frozenset(
-    {"dtype", "model", "method", "shape", "size", "layout", "layout_self", "layout_mat2", "n", "case"}
-)  # case: a view-pass graph; method: which method's graph or program
+    {
+        "dtype",
+        "model",
+        "method",
+        "variant",
+        "shape",
+        "size",
+        "layout",
+        "layout_self",
+        "layout_mat2",
+        "n",
+        "case",
+    }
+)  # case: a view-pass graph; method: which method's graph or program; variant: which model change
 #: Cheapest first; anything else after these.
 _DTYPE_COST = {"float32": 0}
 _MODEL_COST = {
