@@ -2,7 +2,8 @@
 optional part is optional in every chapter (``tests/test_optional_parts.py``).
 
 A backend here is one point of :data:`DIMENSIONS`: each optional protocol part or attribute present or
-absent (or, for ``lowering_devices`` and the placement keys of ``lower_options``, one of a few values). The
+absent (or, for the placement keys of ``lower_options``, one of a few values), and each target it lowers
+for (``lowering_devices``) there or not. The
 parts it has delegate to the reference backend unchanged — real lowering, real programs — so whatever a
 case concludes about a present part is the reference's verdict; what differs is only which parts exist.
 
@@ -15,7 +16,7 @@ which parts exist, and what ``tests/part_probe.py`` explores.
 
 Select one with ``--backend tests.minimal_backends:<spec>``, ``<spec>`` being ``full`` or comma-separated
 ``dimension=value`` pairs (the others as the reference has them), e.g.
-``tests.minimal_backends:runtime_options=no,lowering_devices=cpu``.
+``tests.minimal_backends:runtime_options=absent,lowers_cuda=no``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from conformance.protocol import SKIP_D2H
 from reference_impl import BACKEND as REFERENCE
 
 #: Dimension → its values; the first is the reference's (what ``full`` has, and what an unassigned
-#: dimension takes). ``absent`` means the attribute does not exist. 2^8 x 3 x 3 x 2 = 4,608 combinations.
+#: dimension takes). ``absent`` means the attribute does not exist. 2^10 x 3 x 2 = 6,144 combinations.
 DIMENSIONS: dict[str, tuple[str, ...]] = {
     "mm_out": ("yes", "absent"),
     "mm_out_calls": ("yes", "absent"),  # mm_out_calls and mm_out_calls_per_execute
@@ -36,9 +37,11 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "view_pass": ("yes", "absent"),
     "preflight": ("yes", "absent"),
     "lowering": ("yes", "absent"),
-    # Absent means the protocol's default, ("cpu", "cuda"): the reference's explicit value, and the same for
-    # the suite, which reads the attribute only through protocol.lowering_devices() (a self-test checks).
-    "lowering_devices": ("absent", "cpu", "cuda"),
+    # lowering_devices, one target at a time: what a case can learn is whether the target it asks about is
+    # in it (Targets). Absent is the protocol's default, both: the same for the suite, which reads the
+    # attribute only through protocol.lowering_devices() (a self-test checks).
+    "lowers_cpu": ("yes", "no"),
+    "lowers_cuda": ("yes", "no"),
     "device_placement": ("both-keys", "h2d-key-only", "absent"),  # lower_options
     "runtime": ("yes", "absent"),
     "runtime_options": ("yes", "absent"),
@@ -53,7 +56,6 @@ ATTRIBUTE_DIMENSION: dict[str, str] = {
     "view_copy_pass": "view_pass",
     "preflight": "preflight",
     "lower": "lowering",
-    "lowering_devices": "lowering_devices",
     "lower_options": "device_placement",
     "init": "runtime",
     "execute": "runtime",
@@ -94,8 +96,6 @@ def _value(attr: str, setting: str) -> Any:
     """What attribute ``attr`` is under its dimension's ``setting``."""
     if setting == "absent":
         return _ABSENT
-    if attr == "lowering_devices":
-        return {"cpu": ("cpu",), "cuda": ("cuda",)}[setting]
     if attr == "lower_options":
         keys = REFERENCE.lower_options
         return keys if setting == "both-keys" else keys - {SKIP_D2H}
@@ -104,6 +104,34 @@ def _value(attr: str, setting: str) -> Any:
     if attr == "preflight":
         return minimal_preflight
     return getattr(REFERENCE, attr)
+
+
+class Targets(tuple):  # type: ignore[type-arg]
+    """The backend's ``lowering_devices``: asking whether it holds a target records that target's dimension
+    (``lowers_<target>``), going through all of it records both."""
+
+    probe: Probe
+
+    def __new__(cls, probe: Probe) -> Targets:
+        targets = super().__new__(cls, (t for t in TARGETS if probe.setting(f"lowers_{t}") == "yes"))
+        targets.probe = probe
+        return targets
+
+    def __contains__(self, target: object) -> bool:
+        if target in TARGETS:
+            self.probe.looked_up.add(f"lowers_{target}")
+        return super().__contains__(target)
+
+    def __iter__(self) -> Any:
+        self.probe.looked_up.update(f"lowers_{t}" for t in TARGETS)
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self.probe.looked_up.update(f"lowers_{t}" for t in TARGETS)
+        return super().__len__()
+
+
+TARGETS = ("cpu", "cuda")
 
 
 @dataclass
@@ -131,6 +159,8 @@ class MinimalBackend:
         self.probe = Probe(dict(assignment or {}))
 
     def __getattribute__(self, attr: str) -> Any:
+        if attr == "lowering_devices":  # always there; which targets it holds is recorded as they are asked
+            return Targets(object.__getattribute__(self, "probe"))
         dimension = ATTRIBUTE_DIMENSION.get(attr)
         if dimension is None:
             return object.__getattribute__(self, attr)
@@ -148,7 +178,7 @@ class MinimalBackend:
 
 
 def describe(assignment: Assignment) -> str:
-    """``runtime_options=absent,lowering_devices=cpu``; ``full`` for the reference's combination."""
+    """``runtime_options=absent,lowers_cuda=no``; ``full`` for the reference's combination."""
     shown = [f"{k}={v}" for k, v in sorted(assignment.items()) if v != DIMENSIONS[k][0]]
     return ",".join(shown) or "full"
 

@@ -1,11 +1,11 @@
 """Every part the protocol calls optional is optional in every chapter, for every combination of them.
 
 A minimal backend (``tests/minimal_backends.py``: the reference's parts, any subset of the optional ones,
-``lowering_devices`` absent (the default: both) / cpu / cuda, placement keys in ``lower_options`` or not,
+each target in ``lowering_devices`` or not, placement keys in ``lower_options`` or not,
 ``mm_out_calls``, ``mm_out_path``, ``known_failures``) must run every chapter with 0 failures and 0 errors:
 a case that needs a part the backend lacks is skipped, and says which part.
 
-Running the whole suite once per combination (4,608 of them) is out of the question; the proof runs each
+Running the whole suite once per combination (6,144 of them) is out of the question; the proof runs each
 case once per combination *that can make a difference to it* (``tests/part_probe.py``). A case learns which
 parts exist only by looking them up, and the minimal backend records every lookup: a run's outcome holds
 for every combination that agrees with it on what the run looked up. Each case is run, in one child
@@ -136,10 +136,12 @@ def test_the_probe_sees_what_the_suite_can_see() -> None:
     AttributeError of a missing attribute (name and object set), which the suite turns into a skip."""
     from conformance.parts import PART_OF_ATTRIBUTE, missing_part_reason
 
-    assert set(PART_OF_ATTRIBUTE) <= set(ATTRIBUTE_DIMENSION)
-    backend = MinimalBackend(parse("runtime_options=absent,lowering_devices=absent"))
-    assert not hasattr(backend, "lowering_devices")
-    assert backend.probe.looked_up == {"lowering_devices"}
+    assert set(PART_OF_ATTRIBUTE) <= set(ATTRIBUTE_DIMENSION) | {"lowering_devices"}  # per target: below
+    backend = MinimalBackend(parse("runtime_options=absent,lowers_cuda=no"))
+    assert "cpu" in backend.lowering_devices
+    assert backend.probe.looked_up == {"lowers_cpu"}  # it asked about one target: it learnt about that one
+    assert list(backend.lowering_devices) == ["cpu"]
+    assert backend.probe.looked_up == {"lowers_cpu", "lowers_cuda"}
     with pytest.raises(AttributeError) as missing:
         backend.get_option  # noqa: B018
     assert missing.value.name == "get_option"
@@ -157,8 +159,8 @@ def test_the_probe_sees_what_the_suite_can_see() -> None:
 
 
 def test_the_suite_reads_lowering_devices_only_through_the_protocol_helper() -> None:
-    """Why the probe need not try ``lowering_devices = ("cpu", "cuda")`` apart from an absent attribute:
-    ``protocol.lowering_devices()`` gives the default for a backend without it, and nothing else reads it."""
+    """Why the probe need not try a backend without ``lowering_devices`` apart from one that lists both
+    targets: ``protocol.lowering_devices()`` gives that default for it, and nothing else reads it."""
     import ast
 
     offenders = []
@@ -175,14 +177,8 @@ def test_the_suite_reads_lowering_devices_only_through_the_protocol_helper() -> 
     assert offenders == []
     from conformance.protocol import DEFAULT_LOWERING_DEVICES, lowering_devices
 
-    assert (
-        lowering_devices(MinimalBackend(parse("lowering_devices=absent")))
-        == DEFAULT_LOWERING_DEVICES
-        == (
-            "cpu",
-            "cuda",
-        )
-    )
+    assert lowering_devices(object()) == DEFAULT_LOWERING_DEVICES == ("cpu", "cuda")
+    assert lowering_devices(MinimalBackend()) == ("cpu", "cuda")
 
 
 def test_a_missing_part_reached_by_a_case_is_a_skip_naming_it(tmp_path: Path) -> None:
