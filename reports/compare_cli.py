@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from harness.formatting import show_quantity
+from harness.formatting import show_duration, show_quantity
 from harness.results import ResultFileError, RunResult
 from harness.run_history import RUNS_DIR
 from reports.compare import (
@@ -143,13 +143,14 @@ def ratio(before: float | None, now: float | None) -> str:
 
 
 def _row(label: str, before: float | None, now: float | None, unit: str = "s") -> str:
-    shown = f"{show_quantity(before, unit):>12} {show_quantity(now, unit):>12}"
-    return f"  {label:<52} {shown} {ratio(before, now):>8}"
+    show = show_duration if unit == "wall" else (lambda value: show_quantity(value, unit))
+    label = label if len(label) <= 64 else "…" + label[-63:]
+    return f"  {label:<64} {show(before):>12} {show(now):>12} {ratio(before, now):>8}"
 
 
 def timing_lines(baseline: RunResult, current: RunResult, slowest: int = 5) -> list[str]:
-    lines = [f"timing{'':<48} {'baseline':>12} {'this run':>12} {'ratio':>8}"]
-    lines.append(_row("wall time", wall_seconds(baseline), wall_seconds(current)))
+    lines = [f"timing{'':<60} {'baseline':>12} {'this run':>12} {'ratio':>8}"]
+    lines.append(_row("wall time", wall_seconds(baseline), wall_seconds(current), "wall"))
     per_chapter: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for index, run in enumerate((baseline, current)):
         for case in run.cases:
@@ -167,7 +168,7 @@ def timing_lines(baseline: RunResult, current: RunResult, slowest: int = 5) -> l
     )[:slowest]
     if slowed:
         lines.append("  slowed down most (of the cases in both runs):")
-        lines += [_row(f"  {case_id[-50:]}", before, now) for _, case_id, before, now in slowed]
+        lines += [_row(f"  {case_id.split('::', 1)[-1]}", before, now) for _, case_id, before, now in slowed]
     return lines
 
 
