@@ -411,9 +411,7 @@ def _worst_case_by_id(cases: Iterable[CaseResult]) -> dict[str, CaseResult]:
     return result
 
 
-if __name__ == "__main__":  # ``python -m reports.compare``: the terminal table (reports/compare_cli.py)
-    import sys
+if __name__ == "__main__":  # ``python -m reports.compare``: the terminal table, reports/compare_cli.py's
+    import runpy
 
-    from reports.compare_cli import main
-
-    sys.exit(main())
+    runpy.run_module("reports.compare_cli", run_name="__main__", alter_sys=True)

@@ -270,3 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     comparison = compare_runs(current.run, baseline.run, args.threshold_pct, narrowed=args.narrowed)
     print(render(baseline, current, comparison, args.limit))
     return EXIT_REGRESSION if args.fail_on_regression and comparison.verdict == "regression" else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
