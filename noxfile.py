@@ -24,6 +24,9 @@ from nox.command import CommandFailed
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
+# A session's venv is kept between runs; the suite sessions share one (SUITE_VENV), rebuilt only when the
+# torch pin or pyproject.toml changes, so a rerun installs nothing.
+nox.options.reuse_venv = "yes"
 
 ROOT = Path(__file__).parent
 RESULTS = ROOT / "results"
@@ -68,15 +71,6 @@ def _shown(python: str) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else python
 
 
-def _install(session: nox.Session, extras: str = "") -> None:
-    """Install the project (torch pinned first, so its unpinned dependency is already met)."""
-    if not _uses_venv(session):
-        session.log("--no-venv: using this interpreter's packages as they are (torch, pytest, xdist, ...)")
-        return
-    session.install(*shlex.split(TORCH_SPEC))
-    session.install("-e", f".[{extras}]" if extras else ".")
-
-
 def _extra(name: str) -> list[str]:
     """The requirements of pyproject's optional-dependency group ``name``."""
     try:
@@ -86,11 +80,43 @@ def _extra(name: str) -> list[str]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][name]
 
 
-def _install_executorch(session: nox.Session) -> None:
-    """Upstream ExecuTorch and exactly what its AOT path imports (pyproject's ``executorch`` extra), with
-    ``--no-deps``: its metadata would also pull coremltools, pandas, scikit-learn, torchao and more."""
-    if _uses_venv(session):
-        session.install("--no-deps", *_extra("executorch"))
+#: The one venv every suite session shares (tests, conformance and its cells, bench, conformance_executorch):
+#: one torch on disk instead of one per session. Built on first use with everything any of them needs,
+#: then reused; rebuilt only when what it was built from changes (the torch pin, pyproject.toml, Python),
+#: which a stamp inside it records.
+SUITE_VENV = ROOT / ".nox" / "_suite"
+
+
+def _suite_python(session: nox.Session) -> str:
+    """The interpreter of the shared suite venv (see ``SUITE_VENV``); under ``--no-venv`` the interpreter
+    that runs nox, with its packages as they are. A lock keeps sessions started at once on one machine
+    (CI fan-out cells) from building it twice."""
+    if not _uses_venv(session):
+        session.log("--no-venv: using this interpreter's packages as they are (torch, pytest, xdist, ...)")
+        return sys.executable
+    import fcntl
+    import hashlib
+
+    python = SUITE_VENV / "bin" / "python"
+    stamp = SUITE_VENV / "installed.txt"
+    pyproject = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    want = f"{TORCH_SPEC}\npyproject.toml {pyproject}\nPython {sys.version.split()[0]}\n"
+    SUITE_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(SUITE_VENV.parent / "_suite.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if python.exists() and stamp.exists() and stamp.read_text() == want:
+            session.log(f"reusing {_shown(str(SUITE_VENV))} (same torch pin, pyproject.toml and Python)")
+            return str(python)
+        session.log(f"building the venv the suite sessions share: {_shown(str(SUITE_VENV))}")
+        session.run(sys.executable, "-m", "venv", "--clear", str(SUITE_VENV), external=True)
+        pip = (str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check")
+        session.run(*pip, *shlex.split(TORCH_SPEC), external=True)  # first: the project's torch is then met
+        session.run(*pip, "-e", ".[test,hf]", external=True)
+        # Upstream ExecuTorch and exactly what its AOT path imports (pyproject's ``executorch`` extra), with
+        # --no-deps: its metadata would also pull coremltools, pandas, scikit-learn, torchao and more.
+        session.run(*pip, "--no-deps", *_extra("executorch"), external=True)
+        stamp.write_text(want)
+    return str(python)
 
 
 def _install_report(session: nox.Session) -> None:
@@ -143,13 +169,16 @@ def _pytest(
 
 
 def _backend_args(session: nox.Session) -> list[str]:
-    """The suite's ``--backend X`` / ``--backend=X`` from the posargs, for steps that need the same one."""
+    """The suite's ``--backend X`` and ``--backend-path DIR`` (or ``--opt=X``) from the posargs, for steps
+    that need the same backend."""
+    found: list[str] = []
     for i, arg in enumerate(session.posargs):
-        if arg.startswith("--backend="):
-            return ["--backend", arg.partition("=")[2]]
-        if arg == "--backend" and i + 1 < len(session.posargs):
-            return ["--backend", session.posargs[i + 1]]
-    return []
+        for option in ("--backend", "--backend-path"):
+            if arg.startswith(f"{option}="):
+                found += [option, arg.partition("=")[2]]
+            elif arg == option and i + 1 < len(session.posargs):
+                found += [option, session.posargs[i + 1]]
+    return found
 
 
 def _start_prelower(
@@ -280,18 +309,15 @@ def _run_suite(
     and the session exits with the run's code (``harness/run_control.py``, README "Exit codes").
     """
     RESULTS.mkdir(exist_ok=True)
-    shards = [name, f"{name}-exclusive", f"{name}-multi-gpu"]
-    # A run that stops before writing (a backend that does not load, a bad option) must not leave the last
-    # run's files to be rendered and reported as this one's.
-    for shard in shards:  # exactly this run's files, not another session's
-        for suffix in (".json", ".json.journal.jsonl", ".junit.xml", ".html", ".prelower.log"):
-            (RESULTS / f"{shard}{suffix}").unlink(missing_ok=True)
-    phases = _Phases()
     python = python or _python(session)
     try:
         door = RUN_CONTROL.FrontDoor(session.posargs, os.environ)
     except ValueError as exc:
         session.error(str(exc))
+    _check_arguments(session, python, [*selection, *door.args])
+    # Only now, with a run that can start: the last run's files move to results/runs/<its run id>/.
+    _keep_previous_run(session, python, [name, f"{name}-exclusive", f"{name}-multi-gpu"])
+    phases = _Phases()
     door.install()
     try:
         _run_phases(session, name, selection, prelower, python, phases, door)
@@ -438,6 +464,21 @@ def _report_run(
         )
 
 
+def _check_arguments(session: nox.Session, python: str, args: list[str]) -> None:
+    """Before anything is moved or written: the backend loads, every option is valid and the selection
+    selects cases (pytest's own collection, harness/check_args.py); a mistake stops the session here."""
+    try:
+        session.run(python, "-m", "harness.check_args", *args, external=True)
+    except CommandFailed:
+        session.error("nothing was run and results/ is as it was: fix the arguments above")
+
+
+def _keep_previous_run(session: nox.Session, python: str, shards: list[str]) -> None:
+    """The previous run of these shards moves to results/runs/<run id>/ (bounded: harness/run_history.py)."""
+    cmd = [python, "-m", "harness.run_history", "archive", f"--results={RESULTS}"]
+    session.run(*cmd, *(f"--name={shard}" for shard in shards), external=True)
+
+
 @nox.session(venv_backend="none")
 def browser(session: nox.Session) -> None:
     """Install a real browser for the dashboard's browser self-test: Debian's ``chromium`` via apt-get.
@@ -467,32 +508,29 @@ def _chromium() -> str | None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Self-tests of our own machinery; run on any CPU machine."""
-    _install(session, extras="test,hf")
-    _install_executorch(session)  # 19 MB: the adapter's self-tests run upstream's real pass
+    python = _suite_python(session)  # with executorch (19 MB): the adapter's self-tests run upstream's pass
     if not _chromium():
         session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
     # Several self-tests compile real artifacts or run the suite in a subprocess: spread them out.
     workers = str(min(4, os.cpu_count() or 1))
-    session.run(_python(session), "-m", "pytest", "tests", "-n", workers, *session.posargs)
+    session.run(python, "-m", "pytest", "tests", "-n", workers, *session.posargs, external=True)
 
 
 @nox.session
 def conformance(session: nox.Session) -> None:
     """The whole conformance matrix against the backend (``-- --backend module:attr`` picks another)."""
-    _install(session, extras="hf")  # transformers, for the zoo's Hugging Face architectures
-    _write_rule_coverage(session)
-    _run_suite(session, "conformance", ["conformance"])
+    python = _suite_python(session)
+    _write_rule_coverage(session, python)
+    _run_suite(session, "conformance", ["conformance"], python=python)
 
 
-def _write_rule_coverage(session: nox.Session) -> None:
+def _write_rule_coverage(session: nox.Session, python: str) -> None:
     """results/rule-coverage.json: which cases and broken backends prove each rule (read from the suite's
     code, a few seconds); the dashboard shows it as its coverage page."""
     RESULTS.mkdir(exist_ok=True)
     target = RESULTS / "rule-coverage.json"
     with open(target, "w") as out:
-        code = subprocess.run(
-            [_python(session), "-m", "conformance.rule_coverage", "--json"], stdout=out
-        ).returncode
+        code = subprocess.run([python, "-m", "conformance.rule_coverage", "--json"], stdout=out).returncode
     if code != 0:
         target.unlink(missing_ok=True)
         session.warn(
@@ -507,42 +545,11 @@ def _write_rule_coverage(session: nox.Session) -> None:
 def conformance_cell(session: nox.Session, chapter: str, dtype: str) -> None:
     """One cell of the matrix (chapter × dtype), for CI fan-out from ``nox -l --json``.
 
-    The cells share one venv (``.nox/_cells``, built on first use) instead of a torch install each."""
+    The cells share the suite's venv (``SUITE_VENV``) instead of a torch install each."""
     selection = [f"conformance/test_{chapter}.py", f"--dtype={dtype}"]
-    python = _shared_cells_python(session)
+    python = _suite_python(session)
     # No pre-lowering: a cell compiles only the programs of its chapter and dtype, as its cases need them.
     _run_suite(session, f"cell-{chapter}-{dtype}", selection, prelower=False, python=python)
-
-
-CELLS_VENV = ROOT / ".nox" / "_cells"
-
-
-def _shared_cells_python(session: nox.Session) -> str:
-    """The interpreter of the venv all cells share, (re)built when the torch pin or pyproject changes.
-
-    Under ``--no-venv`` it is this interpreter, as for every session. A lock file keeps cells started at
-    once on one machine from building it twice."""
-    if not _uses_venv(session):
-        return sys.executable
-    import fcntl
-    import hashlib
-
-    python = CELLS_VENV / "bin" / "python"
-    stamp = CELLS_VENV / "installed.txt"
-    want = f"{TORCH_SPEC}\n{hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()}\n"
-    CELLS_VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(CELLS_VENV.parent / "_cells.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if python.exists() and stamp.exists() and stamp.read_text() == want:
-            session.log(f"cells share {CELLS_VENV} (up to date)")
-            return str(python)
-        session.log(f"building the venv every cell shares: {CELLS_VENV}")
-        session.run("python", "-m", "venv", "--clear", str(CELLS_VENV))
-        pip = (str(python), "-m", "pip", "install", "-q")
-        session.run(*pip, *shlex.split(TORCH_SPEC), external=True)
-        session.run(*pip, "-e", ".[hf]", external=True)
-        stamp.write_text(want)
-    return str(python)
 
 
 @nox.session
@@ -567,13 +574,32 @@ def report(session: nox.Session) -> None:
     session.run(_python(session), "-m", "reports.dashboard", *session.posargs)
 
 
+@nox.session(name="clean-cache", venv_backend="none")
+def clean_cache(session: nox.Session) -> None:
+    """Remove the compile caches (compiled programs, inductor's, Triton's): the next run is a cold one.
+    ``-- --all`` also removes the venvs and the kept runs. ``python -m harness.caches`` lists them, sized."""
+    session.run(sys.executable, "-m", "harness.caches", "--clear", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def compare(session: nox.Session) -> None:
+    """Two runs in the terminal: newly failing, newly skipped, lost, fixed, timing ratios, benchmarks.
+
+    Default: the latest ``nox -s conformance`` run against the one before it (``results/runs/``); ``--
+    BASELINE [CURRENT]`` names others (a file, a directory, a run id), ``-- --list`` lists them. It needs
+    only the standard library, so it runs with the interpreter that runs nox (no venv)."""
+    session.run(sys.executable, "-m", "reports.compare", *session.posargs, external=True)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (mm_out vs torch.mm, thread scaling, pipelines, models, lowering costs) into
-    results/bench.json."""
-    _install(session, extras="hf")
+    results/bench.json (the previous one kept in results/runs/). Without a GPU the view-pass and lowering
+    suites run on the CPU; a run that measured nothing fails unless ``-- --allow-empty``."""
+    python = _suite_python(session)
     RESULTS.mkdir(exist_ok=True)
-    session.run(_python(session), "-m", "harness.bench", f"--out={RESULTS / 'bench.json'}", *session.posargs)
+    out = f"--out={RESULTS / 'bench.json'}"
+    session.run(python, "-m", "harness.bench", out, "--keep-runs", *session.posargs, external=True)
 
 
 @nox.session
@@ -585,13 +611,12 @@ def conformance_executorch(session: nox.Session) -> None:
     executorch is installed with ``--no-deps``: its metadata pulls coremltools, pandas, scikit-learn, torchao
     and more that the AOT path never imports; pyproject's ``executorch`` extra lists what it does import.
     """
-    _install(session)
-    _install_executorch(session)
-    session.run(_python(session), "-m", "pytest", "tests/test_upstream_executorch.py", "-q")
+    python = _suite_python(session)
+    session.run(python, "-m", "pytest", "tests/test_upstream_executorch.py", "-q", external=True)
     # The zoo cases need a runtime part, which the adapter lacks: prelowering the zoo would be lost work.
     # Upstream's known defects are declared (strict: a fixed one fails the run until its entry goes).
     known = ROOT / "upstream_executorch" / "known_failures.toml"
     selection = ["conformance/test_lowering.py", "conformance/test_differential.py"]
     selection.append("--backend=upstream_executorch:BACKEND")
     selection.append(f"--known-failures={known}")
-    _run_suite(session, "conformance-executorch", selection, prelower=False)
+    _run_suite(session, "conformance-executorch", selection, prelower=False, python=python)

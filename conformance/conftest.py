@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -13,10 +12,19 @@ import torch
 from conformance import generation, known_failures
 from conformance import outcomes as case_outcomes
 from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
-from conformance.programs import SKIP_COPY_OPTION
-from conformance.protocol import Backend, missing_attributes
+from conformance.parts import require_part
+from conformance.protocol import Backend
 from conformance.toolchain import run_preflight
-from harness.backend_loader import DEFAULT_BACKEND, BackendLoadError, backend_spec, load_backend
+from harness import progress
+from harness.backend_loader import (
+    BACKEND_PATH_ENV_VAR,
+    DEFAULT_BACKEND,
+    BackendLoadError,
+    backend_path,
+    backend_spec,
+    load_backend,
+    use_backend_path,
+)
 
 #: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
 #: slowest case of a cold H100 run (158 s: a case that waited on the zoo's compiles); twice that for the
@@ -37,6 +45,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"backend under test as module:attr (default: $CONFORMANCE_BACKEND or {DEFAULT_BACKEND})",
     )
     group.addoption(
+        "--backend-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help=f"directory holding the backend's package, when it lives outside this repository (searched "
+        f"first; repeatable; default: ${BACKEND_PATH_ENV_VAR}); carried into every repro line",
+    )
+    group.addoption(
         "--no-preflight",
         action="store_true",
         help="skip the backend's toolchain preflight (run once before any case when it has one)",
@@ -55,6 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=f"the differential chapter's oracle backend as module:attr (default: {DEFAULT_ORACLE})",
     )
+    progress.add_option(group)  # --progress-every
 
 
 @functools.cache
@@ -87,12 +104,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
         set_suite_rules(config, CASE_TIMEOUTS)
     spec = backend_spec(config.getoption("--backend"))
+    directories = backend_path(config.getoption("--backend-path"))
     try:
+        use_backend_path(directories)
         backend = load_backend(spec)
     except BackendLoadError as exc:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[BACKEND_KEY] = backend
     config.stash[SPEC_KEY] = spec
+    progress.register(config)  # a line every 30 s from here on, the preflight's compile included
     oracle_spec = config.getoption("--oracle") or DEFAULT_ORACLE
     try:
         config.stash[ORACLE_KEY] = load_backend(oracle_spec)
@@ -106,13 +126,15 @@ def pytest_configure(config: pytest.Config) -> None:
     except known_failures.KnownFailuresError as exc:
         raise pytest.UsageError(f"--known-failures: {exc}") from exc
     sources = (["backend attribute known_failures"] if known_failures.from_backend(backend) else []) + files
-    plugin = case_outcomes.CaseOutcomes(config, entries, sources)
+    plugin = case_outcomes.CaseOutcomes(config, entries, sources, backend)
     config.pluginmanager.register(plugin, "conformance-outcomes")
     if config.pluginmanager.hasplugin("harness.pytest_plugin"):
         from harness.pytest_plugin import add_run_metadata
 
-        add_run_metadata(config, "backend", {"spec": spec, "name": backend.name, "version": backend.version})
+        identity = {"spec": spec, "name": backend.name, "version": backend.version}
+        add_run_metadata(config, "backend", {**identity, **({"path": directories} if directories else {})})
         repro_args = [] if spec == DEFAULT_BACKEND else ["--backend", spec]
+        repro_args += ["--backend-path", os.pathsep.join(directories)] if directories else []
         # A known failure (xfailed, or stale) reproduces as recorded only with its file.
         repro_args += [arg for path in files for arg in ("--known-failures", path)]
         # Generated cases draw the same examples only with the same oracle, seed and budget.
@@ -196,31 +218,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 @pytest.fixture
 def runtime(backend: Backend) -> Backend:
     """The backend, for chapters that lower programs and run them (parts ``lowering`` and ``runtime``)."""
-    require_part(backend, "lowering")
-    require_part(backend, "runtime")
+    require_part(backend, "lowering", "runtime")
     return backend
-
-
-@pytest.fixture(autouse=True)
-def _restore_skip_option(backend: Backend) -> Iterator[None]:
-    """Every case leaves the skip-copy option as it found it, whatever it did or broke."""
-    if missing_attributes(backend, "runtime_options"):
-        yield
-        return
-    try:
-        before = backend.get_option(SKIP_COPY_OPTION)  # type: ignore[attr-defined]
-    except Exception:  # the case itself reports a broken get_option
-        yield
-        return
-    yield
-    backend.set_option(SKIP_COPY_OPTION, before)  # type: ignore[attr-defined]
-
-
-def require_part(backend: Backend, part: str) -> None:
-    """Skip (never fail) a chapter whose protocol part the backend does not implement."""
-    missing = missing_attributes(backend, part)
-    if missing:
-        pytest.skip(f"backend {backend.name!r} does not implement protocol part {part!r} (lacks {missing})")
 
 
 def pytest_terminal_summary(
@@ -242,6 +241,7 @@ def pytest_terminal_summary(
             per_chapter[chapter][outcome] += 1
             if outcome == "skipped" and isinstance(report.longrepr, tuple):
                 reasons[chapter][report.longrepr[2].removeprefix("Skipped: ")] += 1
+    _failed_rules_summary(terminalreporter)
     if not per_chapter:
         return
     terminalreporter.section("conformance chapters")
@@ -254,6 +254,21 @@ def pytest_terminal_summary(
             reason, n = reasons[chapter].most_common(1)[0]
             line += f" — {n} skipped because: {reason}"
         terminalreporter.write_line(line)
+
+
+def _failed_rules_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per rule that failed, with its count, most first: what a reader wants before case ids."""
+    rules: Counter[str] = Counter()
+    for outcome in ("failed", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", "call") in ("setup", "call"):
+                rule = (case_outcomes.case_result(report) or {}).get("rule")
+                rules[f"[{rule}]" if rule else "(no rule id: a crash or an error outside the checks)"] += 1
+    if not rules:
+        return
+    terminalreporter.section(f"failed rules: {len(rules)} ({sum(rules.values())} cases)", red=True)
+    for rule, count in rules.most_common():
+        terminalreporter.write_line(f"{count:>5}  {rule}")
 
 
 @pytest.fixture(autouse=True, scope="session")

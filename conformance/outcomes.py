@@ -8,7 +8,9 @@ where the case ran (each pytest-xdist worker, or the single process) and decides
   and failing the run only with ``--strict-should``;
 * ``checks.CoverageGap`` becomes ``coverage``: counted, never a failure;
 * a failure matching a declared known failure (``conformance/known_failures.py``) becomes ``xfailed``
-  with the entry's reason and link; a matching case that passes fails with ``known-failures/stale``.
+  with the entry's reason and link; a matching case that passes fails with ``known-failures/stale``;
+* an ``AttributeError`` for a protocol attribute the backend lacks (a case reached a part it did not ask
+  for) becomes a skip naming the part (``conformance/parts.py``): optional parts never fail a case.
 
 Converted reports look to pytest like xfails (``outcome = "skipped"`` plus ``wasxfail``), so the exit
 status, ``-x`` and JUnit treat them as not failed: JUnit gets ``<skipped type="pytest.xfail"
@@ -29,6 +31,7 @@ import pytest
 
 from conformance.checks import CoverageGap
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
+from conformance.parts import missing_part_reason
 from conformance.rules import Level, level_of, rule_of
 from harness.pytest_plugin import CASE_RESULT_ATTR
 
@@ -66,8 +69,15 @@ def case_result(report: pytest.TestReport | pytest.CollectReport) -> dict[str, A
 class CaseOutcomes:
     """The plugin. ``entries``: the known failures in force; ``sources``: where they came from."""
 
-    def __init__(self, config: pytest.Config, entries: Sequence[KnownFailure], sources: Sequence[str]):
+    def __init__(
+        self,
+        config: pytest.Config,
+        entries: Sequence[KnownFailure],
+        sources: Sequence[str],
+        backend: object = None,
+    ):
         self.config = config
+        self.backend = backend
         self.entries = list(entries)
         self.sources = list(sources)
         self.strict_should = bool(config.getoption("--strict-should"))
@@ -91,6 +101,11 @@ class CaseOutcomes:
         self, item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException], report: pytest.TestReport
     ) -> None:
         exc = excinfo.value
+        missing = missing_part_reason(self.backend, exc) if self.backend is not None else None  # type: ignore[arg-type]
+        if missing is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {missing}")
+            return
         message = _failure_text(report, exc)
         text = str(exc).strip() if isinstance(exc, (AssertionError, CoverageGap)) else message
         first = text.splitlines()[0] if text else type(exc).__name__

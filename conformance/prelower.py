@@ -32,7 +32,8 @@ from typing import Any
 from conformance.models import ZOO
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
-from harness.backend_loader import backend_spec, load_backend
+from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
+from harness.progress import heartbeat
 
 #: Programs beside the zoo that a chapter lowers: the metamorphic chapter's model and its variants.
 VARIANT_PREFIX = "variant:"
@@ -134,7 +135,8 @@ def _preflight(spec: str, device: str, *, force: bool) -> int:
         print(f"preflight [{device}]: toolchain OK, as an earlier run found with the same backend, torch, "
               f"$CXX and GPU ({done}; --force checks again)", flush=True)  # fmt: skip
         return 0
-    ok, lines = run_preflight(load_backend(spec), device)
+    with heartbeat(f"preflight [{device}]: the toolchain check (a compile)"):
+        ok, lines = run_preflight(load_backend(spec), device)
     print("\n".join(lines) or f"prelower: backend {spec} has no toolchain preflight", flush=True)
     if ok and lines:
         done.parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         "--backend", default=None, help="module:attr (default: $CONFORMANCE_BACKEND or the reference)"
     )
     parser.add_argument(
+        "--backend-path", action="append", default=[], metavar="DIR", help="where the backend's package is"
+    )
+    parser.add_argument(
         "--dtype", action="append", choices=list(DTYPES_BY_NAME), help="repeatable; default: all"
     )
     parser.add_argument("--model", action="append", choices=list(ZOO), help="repeatable; default: all")
@@ -169,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     spec = backend_spec(args.backend)
+    use_backend_path(backend_path(args.backend_path))  # exported: the pool's processes find it too
     if args.preflight_only:
         return _preflight(spec, (args.device or ["cuda"])[0], force=args.force)
     devices = args.device or ["cuda"]

@@ -17,6 +17,7 @@ from torch import nn
 
 from conformance.checks import fail
 from conformance.models import ZooModel, get_model
+from conformance.parts import require_part, skip_reason
 from conformance.protocol import Backend, lowering_devices
 from conformance.tolerances import DTYPES_BY_NAME
 from harness.pytest_plugin import set_case_params
@@ -106,13 +107,38 @@ def record(request: pytest.FixtureRequest, **values: object) -> None:
 
 @contextlib.contextmanager
 def option(backend: Backend, key: str, value: object) -> Iterator[None]:
-    """Set a backend option for the block and restore the previous value after it, even on failure."""
+    """Set a backend option for the block and restore the previous value after it, even on failure.
+
+    A backend without part ``runtime_options`` (deprecated upstream: a current backend has none) copies
+    every output, which is what the empty value asks for: the block runs as it is. Any other value needs
+    the part: the case is skipped with the reason."""
+    if skip_reason(backend, "runtime_options"):
+        if value != "":
+            require_part(backend, "runtime_options")
+        yield
+        return
     previous = backend.get_option(key)  # type: ignore[attr-defined]
     backend.set_option(key, value)  # type: ignore[attr-defined]
     try:
         yield
     finally:
         backend.set_option(key, previous)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def option_restored(backend: Backend, key: str = SKIP_COPY_OPTION) -> Iterator[None]:
+    """The block may set option ``key`` any way it likes (the runtime_options chapter's cases do, directly):
+    afterwards it is what it was before, whatever the block did or broke. A ``get_option`` that fails is
+    left for the case to report."""
+    try:
+        before = backend.get_option(key)  # type: ignore[attr-defined]
+    except Exception:
+        yield
+        return
+    try:
+        yield
+    finally:
+        backend.set_option(key, before)  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

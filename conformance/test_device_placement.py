@@ -47,7 +47,7 @@ import pytest
 import torch
 
 from conformance.checks import assert_raises_invalid_argument, bits, fail, snapshot
-from conformance.conftest import cuda_device_count, require_part
+from conformance.conftest import cuda_device_count
 from conformance.method_runs import (
     MODEL_METHODS,
     MethodRun,
@@ -62,6 +62,7 @@ from conformance.method_runs import (
     run_methods,
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
+from conformance.parts import require_part
 from conformance.pcie_checks import (
     COMMAND_ALLOWANCE,
     COMMAND_FACTOR,

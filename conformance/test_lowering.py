@@ -35,9 +35,9 @@ import torch
 from torch.fx import GraphModule, Node
 
 from conformance.checks import CheckFailure, assert_model_output_close, coverage_gap, fail
-from conformance.conftest import require_part
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
 from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
+from conformance.parts import require_part
 from conformance.programs import handles, lowered, record, require_lowering_device
 from conformance.protocol import Backend, missing_attributes
 from conformance.rules import Level, level_of

@@ -22,7 +22,7 @@ from conformance.checks import (
     fail,
     snapshot,
 )
-from conformance.conftest import require_part
+from conformance.parts import require_part
 from conformance.protocol import MmOutBackend
 from conformance.tolerances import DTYPES_BY_NAME
 

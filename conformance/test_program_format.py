@@ -47,6 +47,7 @@ from conformance.checks import (
     fail,
 )
 from conformance.models import get_model
+from conformance.parts import require_part
 from conformance.programs import SKIP_COPY_OPTION, lowered, option
 from conformance.protocol import Backend
 
@@ -315,6 +316,8 @@ def test_cpu_program_on_a_cuda_machine(runtime: Backend, skip_copy: str) -> None
     (the reference's rule). A clear refusal (a ValueError naming the device or target) also conforms;
     anything else — a wrong result, outputs on a GPU, another exception type — does not."""
     rule = "format/cpu-target"
+    if skip_copy == "names-the-method":
+        require_part(runtime, "runtime_options")
     lm = lowered(runtime, "add_mul", DTYPE, "cpu")
     prog = Program(lm.program, lm.eager)
     inputs = exact_inputs(prog, "forward")

@@ -1,4 +1,4 @@
-"""Chapter runtime_options — runtime options and skip-copy (SPEC §1b; protocol part ``runtime``).
+"""Chapter runtime_options — runtime options and skip-copy (SPEC §1b; parts ``runtime_options``, ``runtime``).
 
 Two sections, every check naming its rule:
 
@@ -26,11 +26,12 @@ whatever the option says; the device-specific checks are marked ``gpu``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from conformance.checks import assert_raises_invalid_argument, fail, snapshot
-from conformance.conftest import require_part
 from conformance.method_runs import (
     MODEL_METHODS,
     check_cpu_target,
@@ -45,7 +46,8 @@ from conformance.method_runs import (
     run_methods,
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE
-from conformance.programs import SKIP_COPY_OPTION, handles, lower_or_fail
+from conformance.parts import require_part
+from conformance.programs import SKIP_COPY_OPTION, handles, lower_or_fail, option_restored
 from conformance.protocol import Backend
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
@@ -61,9 +63,19 @@ MAX_KEY_CHARS, MAX_VALUE_CHARS = 63, 255
 
 
 @pytest.fixture
-def rt(backend: Backend) -> Backend:
+def rt(backend: Backend) -> Iterator[Backend]:
+    """A backend with runtime options; the case may set the option directly, and it is restored after."""
     require_part(backend, "runtime_options")
-    return backend
+    with option_restored(backend):
+        yield backend
+
+
+@pytest.fixture
+def rt_runtime(backend: Backend) -> Iterator[Backend]:
+    """The option on programs it runs: parts ``runtime_options``, ``lowering`` and ``runtime``."""
+    require_part(backend, "runtime_options", "lowering", "runtime")
+    with option_restored(backend):
+        yield backend
 
 
 def methods_named(value: object) -> set[str]:
@@ -310,10 +322,10 @@ def test_control_characters_are_kept_or_rejected(rt: Backend, label: str) -> Non
 @pytest.mark.parametrize(
     "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu-target", "cuda-target"]
 )
-def test_options_with_live_handles(runtime: Backend, device: str) -> None:
+def test_options_with_live_handles(rt_runtime: Backend, device: str) -> None:
     """options/after-init: with handles alive the option is set and read back, and executes keep working and
     stay correct (float32 ``llm``). On a CPU target outputs stay host tensors whatever the option says."""
-    rt = runtime
+    rt = rt_runtime
     lm = lower_or_fail(rt, "llm", "float32", device)
     with handles(rt, lm.program, *lm.methods) as made:
         for value in ("prefill", "prefill, decode", "decode", ""):
@@ -330,10 +342,10 @@ def test_options_with_live_handles(runtime: Backend, device: str) -> None:
 
 
 @pytest.mark.gpu
-def test_option_change_applies_to_next_execute_only(runtime: Backend) -> None:
+def test_option_change_applies_to_next_execute_only(rt_runtime: Backend) -> None:
     """options/next-execute: a change takes effect on the next execute; options/not-retroactive: outputs
     already returned stay where they are, with the same contents."""
-    rt = runtime
+    rt = rt_runtime
     lm = lower_or_fail(rt, "llm", "float32", "cuda")
     inputs = [t.detach().cpu() for t in lm.eager["prefill"][1]]
     call = "execute(prefill)"
@@ -370,10 +382,10 @@ def test_option_change_applies_to_next_execute_only(runtime: Backend) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("label", list(LIST_VALUES))
-def test_list_parsing_selects_methods(runtime: Backend, label: str) -> None:
+def test_list_parsing_selects_methods(rt_runtime: Backend, label: str) -> None:
     """options/list-parsing: set before ``init``, a list keeps exactly the methods it names on the GPU
     (tokens trimmed, empties ignored, case-sensitive, whole-name match); the others are copied out."""
-    rt = runtime
+    rt = rt_runtime
     value, expected = LIST_VALUES[label]
     lm = lower_or_fail(rt, "asr", "float32", "cuda")
     set_skip(rt, value, "options/list-parsing")
@@ -432,12 +444,12 @@ def _apply_skip(rt: Backend, model: str, value: str | None) -> None:
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_skip_copy_matrix(
-    runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+    rt_runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
     """skip-copy/*: a method named in the option returns CUDA tensors on the handle's device and moves no
     byte device→host (counter and profiler); any other returns host tensors and counts their bytes; inputs
     already on the device are not copied; values match float64 eager either way."""
-    rt = runtime
+    rt = rt_runtime
     lm = lower_or_fail(rt, model, dtype, "cuda")
     with handles(rt, lm.program, *lm.methods) as made:
         _apply_skip(rt, model, value)
@@ -456,11 +468,11 @@ def test_skip_copy_matrix(
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_skip_copy_matrix_cpu_target(
-    runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+    rt_runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
     """skip-copy/cpu-target: on a program lowered for the CPU the option changes nothing: every output is a
     host tensor, both byte counters are 0, and values match float64 eager."""
-    rt = runtime
+    rt = rt_runtime
     lm = lower_or_fail(rt, model, dtype, "cpu")
     with handles(rt, lm.program, *lm.methods) as made:
         _apply_skip(rt, model, value)

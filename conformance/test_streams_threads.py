@@ -49,6 +49,7 @@ from torch import nn
 
 from conformance.checks import assert_exact, fail
 from conformance.models import get_model
+from conformance.parts import require_part, skip_reason
 from conformance.pipelines import PIPELINE_MODELS, pipeline_params, run_greedy
 from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option, require_lowering_device
 from conformance.protocol import Backend
@@ -186,6 +187,8 @@ def test_consumer_on_another_stream_reads_finished_outputs(
     each execute, a consumer on a fresh stream summing the output as soon as execute returns reads the
     exact sum, 100 runs in a row — outputs on the GPU (skip-copy on) or copied to the CPU (off)."""
     rule = "streams/other-consumer"
+    if skip_copy == "on":
+        require_part(runtime, "runtime_options")  # outputs stay on the GPU through the runtime option
     device = torch.device("cuda", torch.cuda.current_device())
     method = zoo_method(runtime, "add_mul", "cuda")
     inputs = exact_inputs(method, device if inputs_on == "gpu" else "cpu", seed=1)
@@ -246,6 +249,8 @@ def test_chained_delegates_see_each_others_results(runtime: Backend, chain: str,
     the same chain checks the data path only (no streams)."""
     rule = "streams/chained-delegates"
     on_gpu = target == "cuda"
+    if on_gpu:
+        require_part(runtime, "runtime_options")  # mid stays on the GPU through the runtime option
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     if chain == "two-programs":
         first, second = zoo_method(runtime, "add_mul", target), zoo_method(runtime, "add", target)
@@ -263,6 +268,8 @@ def test_chained_delegates_see_each_others_results(runtime: Backend, chain: str,
     sums: list[float] = []
     if on_gpu:
         torch.cuda.synchronize(device)
+    if skip_reason(runtime, "runtime_options"):
+        skip = ""  # a CPU target, and a backend without options: the data path alone
     with (
         option(runtime, SKIP_COPY_OPTION, skip),
         handles(runtime, first.program, first.name) as (h1,),
@@ -326,14 +333,17 @@ def test_threads_match_serial_while_options_flip(
     runtime: Backend, sharing: str, target: str, threads: int, iterations: int
 ) -> None:
     """streams/threads: N threads executing one handle (or each its own handle, of two programs) with
-    per-thread inputs, while another thread flips the skip-copy option: every result, moved to the CPU,
-    equals the serial result; no exception; every thread finishes (else: deadlock)."""
+    per-thread inputs, while another thread flips the skip-copy option (for a backend with runtime
+    options; without, the threads alone): every result, moved to the CPU, equals the serial result; no
+    exception; every thread finishes (else: deadlock)."""
     rule = "streams/threads"
+    flipping_options = not skip_reason(runtime, "runtime_options")
     on_gpu = target == "cuda"
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     models = ["add_mul"] if sharing == "one-handle" else ["add_mul", "add"]
     methods = [zoo_method(runtime, model, target) for model in models]
-    call = f"{threads} threads × {iterations} executes on {sharing} ({target}) while set_option flips"
+    call = f"{threads} threads × {iterations} executes on {sharing} ({target})"
+    call += " while set_option flips" if flipping_options else " (the backend has no runtime options)"
     with contextlib.ExitStack() as stack:
         stack.enter_context(option(runtime, SKIP_COPY_OPTION, ""))
         if sharing == "one-handle":
@@ -397,7 +407,7 @@ def test_threads_match_serial_while_options_flip(
                 errors.append(f"option thread: {type(exc).__name__}: {exc}")
 
         pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-        flipping = threading.Thread(target=flipper, daemon=True)
+        flipping = threading.Thread(target=flipper if flipping_options else stop.wait, daemon=True)
         with switching_often():
             flipping.start()
             for t in pool:

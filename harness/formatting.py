@@ -110,3 +110,15 @@ def show_relative(value: float | None, spread: float | None, unit: str) -> str:
     if spread is not None and value:
         text += f" ±{100 * spread / abs(value):.1f}%"
     return text
+
+
+def show_duration(seconds: float | None) -> str:
+    """A wall-clock span as a person reads it: ``45 s``, ``2 min 10 s``; ``n/a`` for no value."""
+    value = number(seconds)
+    if value is None:
+        return "n/a"
+    value = max(0.0, value)
+    if value < 60:
+        return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+    minutes, rest = divmod(round(value), 60)
+    return f"{minutes} min {rest:02d} s"

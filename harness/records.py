@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-BETTER = ("lower", "higher")
+#: Which values of a metric are better: ``lower``, ``higher``, or ``near-1`` (a ratio that should be 1, e.g.
+#: NVML's bytes over the runtime's count: neither direction is better, closeness to 1 is).
+BETTER = ("lower", "higher", "near-1")
 
 
 class RecordError(ValueError):

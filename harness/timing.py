@@ -350,6 +350,29 @@ def time_cuda_interleaved(
     return {name: replace(m, conditions=conditions) for name, m in results.items()}
 
 
+def time_host_interleaved(
+    fns: Mapping[str, Callable[[], object]], policy: StopPolicy = StopPolicy(), warmup_calls: int = 3
+) -> dict[str, Measurement]:
+    """Wall-clock seconds per call of several competitors, one sample each per round, order alternating by
+    round: for work that runs on the host (a program lowered for the CPU), where the call is the work."""
+    names = list(fns)
+    for fn in fns.values():
+        for _ in range(warmup_calls):
+            fn()
+
+    def take_batch(round_index: int) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(policy.batch):
+            for name in interleaved_order(names, round_index * policy.batch + i):
+                began = time.perf_counter()
+                fns[name]()
+                out[name].append(time.perf_counter() - began)
+        return out
+
+    conditions = {"timing": "host wall clock per call (the work runs on the CPU)"}
+    return {name: replace(m, conditions=conditions) for name, m in run_adaptive(take_batch, policy).items()}
+
+
 def time_host_per_call(
     fns: Mapping[str, Callable[[], object]],
     device_index: int,

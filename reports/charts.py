@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,9 +75,20 @@ def bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | None) ->
     return chart_cache.cached(key, lambda: _draw_bar_chart(title, bars, unit, better), is_safe)
 
 
+#: Units drawn on a logarithmic axis: times of one suite span microseconds to seconds (a 64³ and a 8192³
+#: GEMM), and on a linear axis the short ones are invisible next to the long ones.
+LOG_UNITS = ("s",)
+#: How each ``better`` of a metric reads on an axis (harness/records.py's BETTER).
+_DIRECTION = {
+    "lower": " — lower is better",
+    "higher": " — higher is better",
+    "near-1": " — closer to 1 is better",
+}
+
+
 def _draw_bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | None) -> str | None:
     shown = list(bars[:MAX_BARS])
-    factor, shown_unit = scale_for(unit, max(abs(bar.value) for bar in shown) or 1.0)
+    log = unit in LOG_UNITS and all(bar.value > 0 for bar in shown)
     labels = [_shorten(bar.label) for bar in shown]
     has_baseline = any(bar.baseline is not None for bar in shown)
     note = bars_note(len(bars))
@@ -86,10 +98,26 @@ def _draw_bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | No
     if note:  # above the plot, left, where the baseline legend (right) leaves room
         ax.set_title(note, loc="left", fontsize=9, color=_TEXT, fontweight="bold", pad=6)
     ys = list(range(len(shown)))[::-1]
+    if log:  # raw values; every bar from one floor a decade under the shortest
+        factor, axis_unit = 1.0, "log scale"
+        extremes = [bar.value for bar in shown] + [bar.baseline for bar in shown if bar.baseline]
+        floor = 10 ** math.floor(math.log10(min(extremes)) - 1e-9)
+        ax.set_xscale("log")
+        ax.set_xlim(floor, 10 ** math.ceil(math.log10(max(extremes) * 1.05)))
+    else:
+        factor, scaled = scale_for(unit, max(abs(bar.value) for bar in shown) or 1.0)
+        floor, axis_unit = 0.0, "×" if unit == "x" else scaled
     values = [bar.value / factor for bar in shown]
-    errors = [bar.spread / factor for bar in shown]
-    ax.barh(ys, values, xerr=errors, height=0.62, color=_CURRENT, alpha=0.85, label="this run",
-            error_kw={"ecolor": _TEXT, "elinewidth": 1, "capsize": 2.5})  # fmt: skip
+    # On a log axis an error bar as large as its value has no lower end: clipped just above the floor.
+    below = [
+        min(bar.spread / factor, v - floor * 1.01) if log else bar.spread / factor
+        for bar, v in zip(shown, values, strict=True)
+    ]
+    ax.barh(
+        ys, [v - floor for v in values], left=floor, height=0.62, color=_CURRENT, alpha=0.85, label="this run"
+    )
+    ax.errorbar(values, ys, xerr=[below, [bar.spread / factor for bar in shown]], fmt="none", ecolor=_TEXT,
+                elinewidth=1, capsize=2.5)  # fmt: skip
     base = [(y, bar) for y, bar in zip(ys, shown, strict=True) if bar.baseline is not None]
     if base:
         ax.errorbar([bar.baseline / factor for _, bar in base if bar.baseline is not None],
@@ -98,14 +126,27 @@ def _draw_bar_chart(title: str, bars: Sequence[Bar], unit: str, better: str | No
                     elinewidth=1, capsize=2, label="baseline")  # fmt: skip
         # Above the plot, where it cannot hide a bar.
         ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, fontsize=8, frameon=False)
+    if log:  # ticks at decades, each in the unit it reads best in (10 µs, 1 ms)
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        ax.xaxis.set_major_locator(LogLocator(base=10))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: _decade(x, unit)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(ys, labels)
-    direction = {"lower": " — lower is better", "higher": " — higher is better"}.get(better or "", "")
-    ax.set_xlabel(f"{title} ({'×' if unit == 'x' else shown_unit}){direction}")
+    ax.set_xlabel(f"{title} ({axis_unit}){_DIRECTION.get(better or '', '')}")
     ax.grid(axis="x", color=_GRID, linewidth=0.8)
     ax.set_axisbelow(True)
+    scale = ", log scale" if log else ""
     return _inline(
-        fig, f"{title}: {len(shown)} of {len(bars)} bars" if note else f"{title}: {len(shown)} bars"
+        fig,
+        f"{title}{scale}: {len(shown)} of {len(bars)} bars" if note else f"{title}{scale}: {len(shown)} bars",
     )
+
+
+def _decade(value: float, unit: str) -> str:
+    """A tick of a log axis in the scale it reads best in: ``10 µs``, ``1 ms``, ``2 s``."""
+    factor, shown = scale_for(unit, value)
+    return f"{value / factor:g} {shown}"
 
 
 def outcome_history_chart(labels: Sequence[str], counts: Sequence[dict[str, int]]) -> str | None:

@@ -11,8 +11,21 @@ Metric verdict rules (``threshold_pct`` defaults to 5):
 * ``changed``   — as slower/faster, but the metric has no ``better`` direction: reported, never gating.
 * ``n/a``       — the two cannot be compared (a value missing or not a number, or the units differ).
 
-A metric is matched by section (benchmarks or traffic), suite, name and metric name. Only ``slower``
-and newly failing cases count as regressions.
+A metric is matched by section (benchmarks or traffic), suite, name and metric name.
+
+Case changes (by case id; a case in several shards counts with its worst outcome):
+
+* ``newly_failing`` — passed (or failed as a declared known failure) in the baseline, failing now. Failing
+  is an outcome of the result file's ``FAILING_OUTCOMES`` or one this version does not know
+  (:func:`is_failing`), so an outcome added later counts as failing until it is listed otherwise.
+* ``newly_skipped`` — passed (or xfailed) in the baseline, and now skipped, a coverage gap or not run
+  (the run stopped first): the case no longer checks anything.
+* ``lost`` — in the baseline, not in this run at all: a backend that stops collecting part of the suite.
+* ``newly_passing`` (fixed) and ``new`` — reported, never gating.
+
+Regressions (what fails the gate): ``slower`` metrics, ``newly_failing`` cases and, unless the comparison
+is *narrowed* (this run is a deliberate subset of the baseline: a ``-k`` or ``--dtype`` selection, one
+chapter, another machine), ``newly_skipped`` and ``lost`` cases.
 """
 
 from __future__ import annotations
@@ -24,21 +37,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.formatting import number, show_quantity
-from harness.results import FAILING_OUTCOMES, CaseResult, RunResult
+from harness.results import FAILING_OUTCOMES, OUTCOMES, CaseResult, RunResult
 
 DEFAULT_THRESHOLD_PCT = 5.0
 METRIC_VERDICTS: tuple[str, ...] = ("slower", "ambiguous", "changed", "faster", "same", "n/a")
-CASE_CHANGES: tuple[str, ...] = ("newly_failing", "newly_passing", "new", "removed")
+CASE_CHANGES: tuple[str, ...] = ("newly_failing", "newly_skipped", "lost", "newly_passing", "new")
+#: How a page or a table names each change.
+CASE_CHANGE_LABELS: dict[str, str] = {
+    "newly_failing": "newly failing",
+    "newly_skipped": "newly skipped",
+    "lost": "lost",
+    "newly_passing": "fixed",
+    "new": "new",
+}
+#: Changes that fail the gate only when the comparison is not narrowed.
+COVERAGE_CHANGES: tuple[str, ...] = ("newly_skipped", "lost")
 OK_OUTCOMES = frozenset({"passed", "xfailed"})
-#: Outcomes that mean "wrong". should-failed (a policy/performance rule) and coverage are not among them:
-#: they never gate, so a case moving to them is not "newly failing".
+#: Failing outcomes: the result file's own list (a backend did something wrong), and any outcome this
+#: version does not know (added to the result file later): it fails until it is listed as not failing.
+#: should-failed (a policy/performance rule) and coverage never gate; a skip checked nothing.
 BAD_OUTCOMES = frozenset(FAILING_OUTCOMES)
-# When one id appears in several shards, the worst outcome speaks for it.
+#: The outcomes of a case that no longer checks anything: skipped, a coverage gap, or not run at all (the
+#: run stopped before it: deadline, SIGTERM).
+NOT_CHECKING = frozenset({"skipped", "coverage", "not-run"})
+# When one id appears in several shards, the worst outcome speaks for it; unknown outcomes rank worst.
 _SEVERITY_ORDER = (
     "passed", "xfailed", "coverage", "skipped", "not-run", "should-failed", "xpassed", "failed", "error",
     "crashed", "device-fault", "timeout",
 )  # fmt: skip
 _OUTCOME_SEVERITY = {outcome: rank for rank, outcome in enumerate(_SEVERITY_ORDER)}
+
+
+def is_failing(outcome: str | None) -> bool:
+    """Whether a recorded outcome is a failure (see the module docstring)."""
+    return outcome is not None and (outcome in BAD_OUTCOMES or outcome not in OUTCOMES)
+
+
+def severity(outcome: str) -> int:
+    """Rank for "the worst outcome speaks for the case"; an outcome this version does not know, worst."""
+    return _OUTCOME_SEVERITY.get(outcome, len(_SEVERITY_ORDER))
 
 
 @dataclass(frozen=True)
@@ -81,7 +118,11 @@ class CaseChange:
 
     def one_line(self) -> str:
         before, now = self.baseline_outcome or "absent", self.current_outcome or "absent"
-        return f"{self.change.replace('_', ' ')}: {self.id} ({before} → {now})"
+        return f"{CASE_CHANGE_LABELS[self.change]}: {self.id} ({before} → {now})"
+
+
+#: Gate lines listed one by one per kind of change; beyond, one line says how many more.
+GATE_LIST_LIMIT = 20
 
 
 @dataclass(frozen=True)
@@ -91,6 +132,8 @@ class Comparison:
     threshold_pct: float
     metrics: list[MetricComparison] = field(default_factory=list)
     cases: list[CaseChange] = field(default_factory=list)
+    #: The run is a deliberate subset of the baseline: lost and newly skipped cases do not gate.
+    narrowed: bool = False
 
     def metric_counts(self) -> dict[str, int]:
         counts = dict.fromkeys(METRIC_VERDICTS, 0)
@@ -104,17 +147,31 @@ class Comparison:
             counts[item.change] += 1
         return counts
 
+    def gating_changes(self) -> tuple[str, ...]:
+        """The case changes that fail the gate in this comparison."""
+        return ("newly_failing",) if self.narrowed else ("newly_failing", *COVERAGE_CHANGES)
+
     def regressions(self) -> list[str]:
-        """One line per slower metric and per newly failing case: what ``--fail-on-regression`` prints."""
+        """What ``--fail-on-regression`` prints: one line per slower metric and per gating case change (at
+        most :data:`GATE_LIST_LIMIT` of each kind, then how many more), each kind's count first."""
         lines = [m.one_line() for m in self.metrics if m.verdict == "slower"]
-        lines += [c.one_line() for c in self.cases if c.change == "newly_failing"]
+        for change in self.gating_changes():
+            items = [c for c in self.cases if c.change == change]
+            if not items:
+                continue
+            why = " (not in this run; if it is a deliberate subset, compare with --narrowed)"
+            head = f"{len(items)} case(s) {CASE_CHANGE_LABELS[change]}" + (why if change == "lost" else "")
+            lines.append(head)
+            lines += [c.one_line() for c in items[:GATE_LIST_LIMIT]]
+            if len(items) > GATE_LIST_LIMIT:
+                lines.append(f"… and {len(items) - GATE_LIST_LIMIT} more {CASE_CHANGE_LABELS[change]}")
         return lines
 
     @property
     def verdict(self) -> str:
         """regression > ambiguous > improved > unchanged: the first that applies."""
         metrics, cases = self.metric_counts(), self.case_counts()
-        if metrics["slower"] or cases["newly_failing"]:
+        if metrics["slower"] or any(cases[change] for change in self.gating_changes()):
             return "regression"
         if metrics["ambiguous"]:
             return "ambiguous"
@@ -128,17 +185,31 @@ class Comparison:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
         """The inverse of ``to_dict``; raises KeyError/TypeError on anything else."""
+        # Stored before "lost" and ``narrowed`` existed: "removed" was lost's name, and neither it nor a
+        # newly skipped case gated; read as narrowed, so a verdict in the history stays what it was.
+        cases = [
+            CaseChange(**{**item, "change": _RENAMED.get(item["change"], item["change"])})
+            for item in data["cases"]
+        ]
         return cls(
             baseline_run_id=str(data["baseline_run_id"]),
             baseline_started_at=str(data["baseline_started_at"]),
             threshold_pct=float(data["threshold_pct"]),
             metrics=[MetricComparison(**item) for item in data["metrics"]],
-            cases=[CaseChange(**item) for item in data["cases"]],
+            cases=[c for c in cases if c.change in CASE_CHANGES],
+            narrowed=bool(data.get("narrowed", True)),
         )
 
 
+_RENAMED = {"removed": "lost"}
+
+
 def compare_runs(
-    current: RunResult, baseline: RunResult, threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    current: RunResult,
+    baseline: RunResult,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    *,
+    narrowed: bool = False,
 ) -> Comparison:
     metrics: list[MetricComparison] = []
     for section in ("benchmarks", "traffic"):
@@ -152,6 +223,7 @@ def compare_runs(
         threshold_pct=threshold_pct,
         metrics=metrics,
         cases=compare_cases(current.cases, baseline.cases),
+        narrowed=narrowed,
     )
 
 
@@ -231,22 +303,32 @@ def relative_change_pct(baseline: float, current: float) -> float:
     return (current - baseline) / abs(baseline) * 100.0
 
 
+def case_change(baseline: str | None, current: str | None) -> str | None:
+    """The change (one of :data:`CASE_CHANGES`) from one outcome of a case to another; None: none worth
+    reporting. None for an outcome means the run lacks the case."""
+    if baseline is None:
+        return "new" if current is not None else None
+    if current is None:
+        return "lost"
+    if baseline in OK_OUTCOMES and is_failing(current):
+        return "newly_failing"
+    if baseline in OK_OUTCOMES and current in NOT_CHECKING:
+        return "newly_skipped"
+    if is_failing(baseline) and current in OK_OUTCOMES:
+        return "newly_passing"
+    return None
+
+
 def compare_cases(current: Iterable[CaseResult], baseline: Iterable[CaseResult]) -> list[CaseChange]:
-    """Newly failing, newly passing, new and removed cases, in that order, by case id."""
+    """Every case change, grouped in :data:`CASE_CHANGES` order, by case id within a group."""
     now, before = _outcomes_by_id(current), _outcomes_by_id(baseline)
     buckets: dict[str, list[CaseChange]] = {change: [] for change in CASE_CHANGES}
-    for case_id, (chapter, outcome) in now.items():
-        if case_id not in before:
-            buckets["new"].append(CaseChange(case_id, chapter, "new", None, outcome))
-            continue
-        old = before[case_id][1]
-        if old in OK_OUTCOMES and outcome in BAD_OUTCOMES:
-            buckets["newly_failing"].append(CaseChange(case_id, chapter, "newly_failing", old, outcome))
-        elif old in BAD_OUTCOMES and outcome in OK_OUTCOMES:
-            buckets["newly_passing"].append(CaseChange(case_id, chapter, "newly_passing", old, outcome))
-    for case_id, (chapter, outcome) in before.items():
-        if case_id not in now:
-            buckets["removed"].append(CaseChange(case_id, chapter, "removed", outcome, None))
+    for case_id in sorted(now.keys() | before.keys()):
+        chapter, outcome = now.get(case_id, (None, None))
+        old_chapter, old = before.get(case_id, (None, None))
+        change = case_change(old, outcome)
+        if change is not None:
+            buckets[change].append(CaseChange(case_id, chapter or old_chapter or "", change, old, outcome))
     return [item for change in CASE_CHANGES for item in buckets[change]]
 
 
@@ -254,7 +336,7 @@ def _outcomes_by_id(cases: Iterable[CaseResult]) -> dict[str, tuple[str, str]]:
     result: dict[str, tuple[str, str]] = {}
     for case in cases:
         known = result.get(case.id)
-        if known is None or _OUTCOME_SEVERITY.get(case.outcome, 0) > _OUTCOME_SEVERITY.get(known[1], 0):
+        if known is None or severity(case.outcome) > severity(known[1]):
             result[case.id] = (case.chapter, case.outcome)
     return result
 
@@ -290,8 +372,8 @@ class SideBySideCase:
 
 
 def side_by_side_group(a_outcome: str | None, b_outcome: str | None) -> str:
-    """``only_a_fails`` / ``only_b_fails``: one run fails it (failed, error, crashed, xpassed), the other
-    does not; ``different``: both fail it differently, or neither fails and the outcomes differ (passed
+    """``only_a_fails`` / ``only_b_fails``: one run fails it (:func:`is_failing`), the other does not;
+    ``different``: both fail it differently, or neither fails and the outcomes differ (passed
     vs skipped, should-failed, coverage ...); ``same``; ``only_in_a`` / ``only_in_b``."""
     if a_outcome is None or b_outcome is None:
         if a_outcome is None and b_outcome is None:
@@ -299,7 +381,7 @@ def side_by_side_group(a_outcome: str | None, b_outcome: str | None) -> str:
         return "only_in_b" if a_outcome is None else "only_in_a"
     if a_outcome == b_outcome:
         return "same"
-    a_bad, b_bad = a_outcome in BAD_OUTCOMES, b_outcome in BAD_OUTCOMES
+    a_bad, b_bad = is_failing(a_outcome), is_failing(b_outcome)
     if a_bad and not b_bad:
         return "only_a_fails"
     if b_bad and not a_bad:
@@ -324,6 +406,12 @@ def _worst_case_by_id(cases: Iterable[CaseResult]) -> dict[str, CaseResult]:
     result: dict[str, CaseResult] = {}
     for case in cases:
         known = result.get(case.id)
-        if known is None or _OUTCOME_SEVERITY.get(case.outcome, 0) > _OUTCOME_SEVERITY.get(known.outcome, 0):
+        if known is None or severity(case.outcome) > severity(known.outcome):
             result[case.id] = case
     return result
+
+
+if __name__ == "__main__":  # ``python -m reports.compare``: the terminal table, reports/compare_cli.py's
+    import runpy
+
+    runpy.run_module("reports.compare_cli", run_name="__main__", alter_sys=True)

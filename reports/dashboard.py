@@ -21,7 +21,9 @@ a result file. The table reaches the dashboard as that file only: nothing here i
 Exit status:
 
 * 0 — site written; no regression gate, or nothing regressed.
-* 1 — ``--fail-on-regression`` and a metric is "slower" or a case newly fails (one line each on stdout).
+* 1 — ``--fail-on-regression`` and a metric is "slower", a case newly fails, or a case of the baseline is
+  lost (not in this run) or newly skipped — the last two unless ``--narrowed`` says this run is a
+  deliberate subset of the baseline (one line each on stdout; ``reports/compare.py`` has the rules).
 * 2 — an input (a result file, or the rule coverage file) could not be read: each bad file is named on one
   line on stderr. The readable inputs are still rendered, with the bad files listed on the index page, so
   a CI job keeps a dashboard to look at while the job fails loudly. With no readable input, or an
@@ -66,7 +68,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit 1 when a metric is 'slower' or a case newly fails against the baseline",
+        help="exit 1 when, against the baseline, a metric is 'slower', a case newly fails, or a baseline "
+        "case is lost or newly skipped (see --narrowed)",
+    )
+    p.add_argument(
+        "--narrowed",
+        action="store_true",
+        help="this run is a deliberate subset of the baseline (a -k or --dtype selection, one chapter, "
+        "another machine): lost and newly skipped cases are listed but are not regressions",
     )
     p.add_argument(
         "--side-by-side",
@@ -100,7 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {line}", file=sys.stderr)
     if not inputs.runs:
         if not inputs.errors:
-            print(f"error: no result files in {' '.join(args.results or [DEFAULT_INPUT])}", file=sys.stderr)
+            where = " ".join(args.results or [DEFAULT_INPUT])
+            why = "no run to show (see the notes above)" if inputs.notices else "no result files"
+            print(f"error: {why} in {where}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     baseline: RunResult | None = None
@@ -117,7 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     new_runs = [
         SiteRun(
             loaded,
-            None if baseline is None else compare_runs(loaded.run, baseline, args.threshold_pct),
+            None
+            if baseline is None
+            else compare_runs(loaded.run, baseline, args.threshold_pct, narrowed=args.narrowed),
             is_new=True,
         )
         for loaded in inputs.runs

@@ -1,5 +1,8 @@
 """Finding and loading the result files a dashboard is built from, and grouping shards into runs.
 
+A bench run that measured nothing (every suite skipped, e.g. ``nox -s bench --allow-empty`` on a machine
+without what the suites need) is not a run: it is left out with a notice giving the skip reasons.
+
 A directory contributes its ``*.json`` files plus any journal (``X.json.journal.jsonl``) whose final file
 is missing — a run that was killed. Explicitly named files are read as given; ``*.junit.xml`` and other
 non-JSON files are skipped with a notice, so ``results/*`` works from a shell. A rule coverage table
@@ -83,8 +86,28 @@ def load_inputs(paths: Sequence[str | os.PathLike[str]], merge_all: bool = False
             loaded.append((str(path), load_results(path)))
         except ResultFileError as exc:
             inputs.errors.append(str(exc))
-    inputs.runs = group_runs(loaded, merge_all)
+    runs = group_runs(loaded, merge_all)
+    inputs.runs = [run for run in runs if not measured_nothing(run.run)]
+    for run in runs:
+        if measured_nothing(run.run):
+            skipped = (
+                "; ".join(sorted({c.message.splitlines()[0] for c in run.run.cases if c.message})) or "none"
+            )
+            inputs.notices.append(
+                f"{', '.join(run.sources)}: a bench run that measured nothing is not shown as a run "
+                f"(every suite skipped: {skipped})"
+            )
     return inputs
+
+
+def measured_nothing(run: RunResult) -> bool:
+    """A bench run with no figure and no suite that ran: all it says is why every suite skipped."""
+    return (
+        run.metadata.get("kind") == "bench"
+        and not run.benchmarks
+        and not run.traffic
+        and all(case.outcome == "skipped" for case in run.cases)
+    )
 
 
 def group_runs(loaded: Sequence[tuple[str, RunResult]], merge_all: bool = False) -> list[LoadedRun]:

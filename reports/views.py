@@ -18,9 +18,13 @@ from typing import Any
 from harness import formatting
 from harness.formatting import ShownValue, show_bytes, show_metric, show_quantity
 from harness.phases import phases_from_metadata, run_wall
+from harness.records import BETTER
 from harness.results import OUTCOMES, CaseResult, RunResult
 from reports import charts
 from reports.compare import (
+    CASE_CHANGE_LABELS,
+    CASE_CHANGES,
+    COVERAGE_CHANGES,
     SIDE_BY_SIDE_GROUPS,
     Comparison,
     MetricComparison,
@@ -199,7 +203,9 @@ def verdict_detail(comparison: Comparison | None) -> str:
     if comparison is None:
         return ""
     parts = [f"{n} {v}" for v, n in comparison.metric_counts().items() if n and v != "same"]
-    parts += [f"{n} {c.replace('_', ' ')}" for c, n in comparison.case_counts().items() if n]
+    parts += [f"{n} {CASE_CHANGE_LABELS[c]}" for c, n in comparison.case_counts().items() if n]
+    if comparison.narrowed and any(comparison.case_counts()[c] for c in COVERAGE_CHANGES):
+        parts.append("narrowed: lost and newly skipped cases do not gate")
     return ", ".join(parts) or "no changes beyond the threshold"
 
 
@@ -263,6 +269,20 @@ class MetricColumn:
     unit: str
     better: str | None
 
+    @property
+    def header(self) -> str:
+        """The name with a break opportunity after each ``_`` (a zero-width space), so headers wrap."""
+        return self.name.replace("_", "_\u200b")
+
+    @property
+    def direction(self) -> str:
+        """What ``better`` means, in words (header tooltips, chart axes)."""
+        return BETTER_WORDS.get(self.better or "", "")
+
+
+#: How each ``better`` of a metric reads.
+BETTER_WORDS = {"lower": "lower is better", "higher": "higher is better", "near-1": "closer to 1 is better"}
+
 
 @dataclass(frozen=True)
 class MetricCell:
@@ -270,11 +290,21 @@ class MetricCell:
     verdict: str
     verdict_title: str
     change: str
+    #: 1-based number of the suite note (below its table) this cell's note is, 0 for none: a long note
+    #: (why a figure is missing) is written once per suite, not in every cell it applies to.
+    note_ref: int = 0
 
 
 #: A row's conditions are shown in the row itself only when they are this few and this short; otherwise
 #: they fold into a ``<details>``, so a record with twenty conditions is still one line of the table.
 INLINE_CONDITIONS, INLINE_CONDITION_CHARS = 2, 40
+
+
+#: A suite table shows at most this many metric columns (the primary figure and the ratios first); each row
+#: folds the rest into "more figures", so a suite of twelve metrics still fits a laptop screen.
+MAX_METRIC_COLUMNS = 4
+#: A note longer than this becomes a numbered note below the table instead of text in the cell.
+INLINE_NOTE_CHARS = 24
 
 
 @dataclass(frozen=True)
@@ -284,6 +314,7 @@ class RecordRow:
     metrics: list[MetricCell | None]
     conditions: list[tuple[str, str]]  # the ones not shared by every row of the suite
     warnings: list[str]
+    more: list[tuple[MetricColumn, MetricCell]] = field(default_factory=list)  # the folded metrics
 
     @property
     def conditions_inline(self) -> bool:
@@ -306,10 +337,21 @@ class SuiteView:
     suite: str
     anchor: str
     param_names: list[str]
-    metrics: list[MetricColumn]
+    metrics: list[MetricColumn]  # the columns shown; the others fold into each row's ``more``
     rows: list[RecordRow]
     charts: list[ChartView] = field(default_factory=list)
     common_conditions: list[tuple[str, str]] = field(default_factory=list)  # the same in every row
+    notes: list[str] = field(default_factory=list)  # numbered notes below the table (MetricCell.note_ref)
+
+    @property
+    def show_names(self) -> bool:
+        """Record names repeat the suite and the parameters (``mm_out[bfloat16-64x64x64]``): shown only
+        where there are no parameter columns to tell the rows apart."""
+        return not self.param_names
+
+    @property
+    def has_more(self) -> bool:
+        return any(row.more for row in self.rows)
 
 
 @dataclass(frozen=True)
@@ -639,11 +681,14 @@ def suite_views(
     views = []
     for number, (suite, entries) in enumerate(by_suite.items(), start=1):
         columns = _metric_columns([record for _, record in entries])
+        shown = _shown_columns(columns)
         param_names = list(dict.fromkeys(k for _, r in entries for k in _mapping(r.get("params"))))
+        notes: list[str] = []
         rows = [
-            _record_row(section, suite, key_name, r, columns, param_names, verdicts)
+            _record_row(section, suite, key_name, r, columns, param_names, verdicts, notes)
             for key_name, r in entries
         ]
+        rows = [_fold_metrics(row, columns, shown) for row in rows]
         rows, common = _split_common_conditions(rows)
         views.append(
             SuiteView(
@@ -651,13 +696,44 @@ def suite_views(
                 suite=suite or "(no suite)",
                 anchor=f"{section}-{number}",
                 param_names=param_names,
-                metrics=columns,
+                metrics=shown,
                 rows=rows,
                 charts=_suite_charts(section, suite, entries, columns, verdicts),
                 common_conditions=common,
+                notes=notes,
             )
         )
     return views
+
+
+def _shown_columns(columns: Sequence[MetricColumn]) -> list[MetricColumn]:
+    """The metric columns a suite table shows: the primary figure, then the ratios (unit "x": what a
+    reader compares first), then the others in record order, :data:`MAX_METRIC_COLUMNS` at most."""
+    if not columns:
+        return []
+    ordered = [
+        columns[0],
+        *[c for c in columns[1:] if c.unit == "x"],
+        *[c for c in columns[1:] if c.unit != "x"],
+    ]
+    return ordered[:MAX_METRIC_COLUMNS]
+
+
+def _fold_metrics(
+    row: RecordRow, columns: Sequence[MetricColumn], shown: Sequence[MetricColumn]
+) -> RecordRow:
+    """``row`` with one cell per shown column (in their order) and the rest in ``more``."""
+    cells = dict(zip((c.name for c in columns), row.metrics, strict=True))
+    names = {c.name for c in shown}
+    more = [(c, cell) for c in columns if c.name not in names and (cell := cells[c.name]) is not None]
+    return dataclasses.replace(row, metrics=[cells[c.name] for c in shown], more=more)
+
+
+def _note_ref(note: str, notes: list[str]) -> int:
+    """The number of ``note`` among the suite's notes (added if new)."""
+    if note not in notes:
+        notes.append(note)
+    return notes.index(note) + 1
 
 
 def _split_common_conditions(rows: list[RecordRow]) -> tuple[list[RecordRow], list[tuple[str, str]]]:
@@ -693,7 +769,7 @@ def _metric_columns(records: Sequence[Mapping[str, Any]]) -> list[MetricColumn]:
         metric = _mapping(metric)
         better = metric.get("better")
         columns[name] = MetricColumn(
-            name, str(metric.get("unit") or ""), better if better in ("lower", "higher") else None
+            name, str(metric.get("unit") or ""), better if better in BETTER else None
         )
     return list(columns.values())
 
@@ -706,6 +782,7 @@ def _record_row(
     columns: Sequence[MetricColumn],
     param_names: Sequence[str],
     verdicts: Mapping[tuple[str, str, str, str], Any],
+    notes: list[str],
 ) -> RecordRow:
     metrics = _mapping(record.get("metrics"))
     params = _mapping(record.get("params"))
@@ -716,12 +793,19 @@ def _record_row(
             cells.append(None)
             continue
         verdict = verdicts.get((section, suite, key_name, column.name))
+        shown, ref = show_metric(metric), 0
+        if shown.note and (shown.value == shown.note or len(shown.note) > INLINE_NOTE_CHARS):
+            # A missing figure reads "n/a", its reason once below the table.
+            ref = _note_ref(shown.note, notes)
+            missing = shown.value == shown.note
+            shown = dataclasses.replace(shown, value="n/a" if missing else shown.value, note="")
         cells.append(
             MetricCell(
-                shown=show_metric(metric),
+                shown=shown,
                 verdict=verdict.verdict if verdict else "",
                 verdict_title=verdict_title(verdict) if verdict else "",
                 change=_change_text(verdict),
+                note_ref=ref,
             )
         )
     conditions, warnings = _conditions(_mapping(record.get("conditions")))
@@ -816,8 +900,8 @@ def comparison_view(comparison: Comparison | None) -> ComparisonView | None:
     rank = {verdict: i for i, verdict in enumerate(_VERDICT_ORDER)}
     changed = sorted((m for m in comparison.metrics if m.verdict != "same"), key=lambda m: rank[m.verdict])
     groups = [
-        (change.replace("_", " "), [c for c in comparison.cases if c.change == change])
-        for change in ("newly_failing", "newly_passing", "new", "removed")
+        (CASE_CHANGE_LABELS[change], [c for c in comparison.cases if c.change == change])
+        for change in CASE_CHANGES
     ]
     return ComparisonView(
         comparison=comparison,

@@ -1,7 +1,8 @@
 """The bench suites' plumbing on the CPU, without compiles: the registry resolves every suite into
-``conformance.benchmarks``, ``harness`` stays free of static ``conformance`` imports, each suite skips with
-"no CUDA device" here, and the records each suite builds (from synthetic figures) have the documented shape.
-The lowering suite's worker processes run for real against a fake backend on the CPU."""
+``conformance.benchmarks``, ``harness`` stays free of static ``conformance`` imports, the CUDA suites skip
+with "no CUDA device" here (a run that measured nothing fails unless allowed) while the view-pass and
+lowering suites run on the CPU, and the records each suite builds (from synthetic figures) have the
+documented shape. The lowering suite's worker processes run for real against a fake backend on the CPU."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_registry_resolves_every_suite(name: str) -> None:
     assert isinstance(suite, Suite)
     assert suite.name == name
     assert callable(suite.run)
-    assert suite.needs_cuda
+    assert suite.needs_cuda == (name not in ("view_pass", "lowering"))  # those two run on the CPU too
     assert all(isinstance(a, str) for a in suite.needs_backend)
 
 
@@ -72,20 +73,126 @@ def test_harness_imports_no_conformance_or_backend_statically() -> None:
     assert not (ROOT / "harness" / "bench_mm.py").exists()
 
 
-def test_cpu_run_skips_each_new_suite(tmp_path: Path) -> None:
+def test_a_cpu_run_that_measures_nothing_fails_unless_allowed(tmp_path: Path, capsys) -> None:
+    """`nox -s bench` on a CPU machine used to exit 0 having measured nothing; it says so and fails now."""
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the suites would run for real")
     out = tmp_path / "bench.json"
-    assert main(["--out", str(out), "--quick", "--suite", ",".join(NEW_SUITES)]) == 0
+    cuda_only = [name for name in NEW_SUITES if resolve_suite(name).needs_cuda]
+    assert cuda_only == ["pipelines", "models"]
+    assert main(["--out", str(out), "--quick", "--suite", ",".join(cuda_only)]) == 1
+    assert "bench: measured nothing, every suite skipped" in capsys.readouterr().err
     run = load_results(out)
     assert run.benchmarks == []
     assert run.traffic == []
     for case in run.cases:
         assert case.outcome == "skipped", case
         assert case.message.startswith("no CUDA device"), case.message
-    assert [c.id for c in run.cases] == [f"bench::{n}" for n in NEW_SUITES]
+    assert [c.id for c in run.cases] == [f"bench::{n}" for n in cuda_only]
+    # Asked for: exit 0; and the dashboard does not show such a file as a run, it says why.
+    assert main(["--out", str(out), "--quick", "--suite", ",".join(cuda_only), "--allow-empty"]) == 0
+    from reports.inputs import load_inputs
+
+    loaded = load_inputs([out])
+    assert loaded.runs == []
+    assert "a bench run that measured nothing is not shown as a run" in loaded.notices[0]
+    assert "no CUDA device" in loaded.notices[0]
+
+
+def test_a_suite_that_meets_a_missing_protocol_part_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    """The suites use the chapters' helpers (programs.option ...): where one finds a protocol part missing
+    (the runtime option, on a current backend) the suite is skipped with that reason, not an error."""
+    from conformance.programs import option
+    from harness.bench import BenchContext, BenchRun, run_suite
+    from harness.results import ResultJournal, new_run
+    from harness.timing import QUICK_POLICY
+    from tests.minimal_backends import MinimalBackend
+
+    backend = MinimalBackend({"runtime_options": "absent"})
+    out = tmp_path / "bench.json"
+    bench = BenchRun(str(out), new_run({}), ResultJournal(out), ["python", "-m", "harness.bench"])
+    bench.journal.start(bench.run)
+
+    def suite(ctx: BenchContext) -> None:
+        with option(ctx.backend, "skip_copy_output_to_cpu_for_method", "forward"):
+            raise AssertionError("unreachable: the option needs the part")
+
+    def context() -> BenchContext:
+        def emit(record: BenchRecord, kind: str) -> None:
+            raise AssertionError("nothing to emit")
+
+        return BenchContext(backend, "tests.minimal_backends:x", 0, True, QUICK_POLICY, emit)
+
+    fake = Suite("fake", "a suite", suite, needs_cuda=False)
+    original = SUITE_MODULES.copy()
+    SUITE_MODULES["fake"] = __name__
+    globals()["SUITES"] = {"fake": fake}
+    try:
+        assert run_suite("fake", bench, context, "") == "skipped"
+    finally:
+        SUITE_MODULES.clear()
+        SUITE_MODULES.update(original)
+        del globals()["SUITES"]
+    assert "does not implement protocol part 'runtime_options'" in bench.run.cases[0].message
+
+
+class EagerBackend:
+    """A whole backend in a few lines, for the CPU suites' plumbing: a "program" names modules kept in this
+    process, ``execute`` runs them eagerly. The view pass is the reference's."""
+
+    name, version = "eager-bench", "0"
+
+    def __init__(self) -> None:
+        self.programs: dict[bytes, dict[str, Any]] = {}
+
+    def lower(self, methods: Any, *, device: str, options: Any = None) -> bytes:
+        program = f"eager:{device}:{len(self.programs)}:{','.join(methods)}".encode()
+        self.programs[program] = {name: entry[0] for name, entry in methods.items()}
+        return program
+
+    def view_copy_pass(self, graph_module: Any) -> Any:
+        from reference_impl import BACKEND
+
+        return BACKEND.view_copy_pass(graph_module)
+
+    def init(self, program: bytes, method: str) -> object:
+        return (self.programs.get(program, {}).get(method), method)
+
+    def execute(self, handle: Any, inputs: Any, outputs: Any = None) -> list[Any]:
+        result = handle[0](*inputs)
+        return list(result) if isinstance(result, (tuple, list)) else [result]
+
+    def destroy(self, handle: object) -> None:
+        pass
+
+    def execute_stats(self, handle: object) -> dict[str, int]:
+        return {"h2d_bytes": 0, "d2h_bytes": 0}
+
+
+EAGER_BACKEND = EagerBackend()
+
+
+def test_the_view_pass_and_lowering_suites_run_on_the_cpu(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the suites run there on the GPU")
+    assert not resolve_suite("view_pass").needs_cuda
+    assert not resolve_suite("lowering").needs_cuda
+    out = tmp_path / "bench.json"
+    backend = "tests.test_bench_suites:EAGER_BACKEND"
+    assert main(["--out", str(out), "--quick", "--suite", "view_pass", "--backend", backend]) == 0
+    (record,) = load_results(out).benchmarks
+    assert record["name"] == "view_pass[slicing_block-float32-cpu]"  # never compared with a GPU's record
+    assert record["metrics"]["time_with_pass"]["value"] > 0
+    assert record["metrics"]["time_without_pass"]["value"] > 0
+    assert record["conditions"]["timing"] == "host wall clock per call (the work runs on the CPU)"
+    assert record["conditions"]["outputs"] == "CPU target: outputs are host tensors, nothing to copy"
+    costs = bench_lowering.ModelCosts("linear", cold_s=[1.0], warm_s=[0.1], first_load_s=[0.1])
+    named = bench_lowering.lowering_record(costs, bench_lowering.QUICK_REPEATS, device="cpu")
+    assert named.name == "lowering[linear-float32-cpu]"
 
 
 # ---------------------------------------------------------------------------------------------- shared

@@ -140,6 +140,9 @@ def test_case_changes() -> None:
         case("f", "skipped"),
         case("g", "xfailed"),
         case("gone", "passed"),
+        case("h", "passed"),
+        case("i", "passed"),
+        case("j", "passed"),
     ]
     now = [
         case("a", "failed"),
@@ -150,6 +153,9 @@ def test_case_changes() -> None:
         case("f", "failed"),  # skipped before: not "newly failing" (it did not pass then)
         case("g", "xpassed"),  # an expected failure that now passes unexpectedly
         case("new", "failed"),
+        case("h", "skipped"),
+        case("i", "coverage"),  # no longer checked: the backend stopped covering it
+        case("j", "timeout"),  # an outcome this version does not know: failing until listed as not
     ]
     changes = {(c.id, c.change) for c in compare_cases(now, base)}
     assert changes == {
@@ -157,9 +163,12 @@ def test_case_changes() -> None:
         ("b", "newly_failing"),
         ("c", "newly_failing"),
         ("g", "newly_failing"),
+        ("j", "newly_failing"),
         ("d", "newly_passing"),
         ("new", "new"),
-        ("gone", "removed"),
+        ("gone", "lost"),
+        ("h", "newly_skipped"),
+        ("i", "newly_skipped"),
     }
 
 
@@ -232,6 +241,61 @@ def test_fail_on_regression_passes_on_noise_improvements_and_the_threshold(tmp_p
     slower = run([case("t::a", "passed")], [record("mm_out", "m", time=time(1.3))])
     assert gate(tmp_path, baseline_file, slower, "--fail-on-regression", "--threshold-pct", "40") == 0
     assert gate(tmp_path, baseline_file, slower, "--fail-on-regression", "--threshold-pct", "20") == 1
+
+
+def test_lost_cases_fail_the_gate_unless_the_comparison_is_narrowed(tmp_path, capsys) -> None:
+    """A `-k mm_out` run against a full baseline: every case it did not run is lost, and the gate fails
+    (it read "unchanged · 798 removed" and passed); with --narrowed the same run passes, lost cases listed."""
+    full = [case(f"conformance/test_lowering.py::t[{n}]", "passed") for n in range(30)]
+    full += [case("conformance/test_mm_out.py::t", "passed")]
+    baseline = write(tmp_path / "base.json", run(full, []))
+    narrowed = run([case("conformance/test_mm_out.py::t", "passed")], [])
+    assert gate(tmp_path, baseline, narrowed, "--fail-on-regression") == 1
+    out = capsys.readouterr().out
+    assert "30 case(s) lost (not in this run; if it is a deliberate subset, compare with --narrowed)" in out
+    assert "lost: conformance/test_lowering.py::t[0] (passed → absent)" in out
+    assert "… and 10 more lost" in out  # 20 listed, then a count
+    assert gate(tmp_path, baseline, narrowed, "--fail-on-regression", "--narrowed") == 0
+    assert "REGRESSION" not in capsys.readouterr().out
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "30 lost" in index
+    assert "narrowed: lost and newly skipped cases do not gate" in index
+    # Both sides: the full run again passes the gate without the flag.
+    assert gate(tmp_path, baseline, run(full, []), "--fail-on-regression") == 0
+
+
+def test_passed_to_skipped_fails_the_gate_unless_the_comparison_is_narrowed(tmp_path, capsys) -> None:
+    """A backend that starts skipping what it passed (a part it stopped providing) no longer passes."""
+    baseline = write(tmp_path / "base.json", run([case("t::a", "passed"), case("t::b", "skipped")], []))
+    skipping = run([case("t::a", "skipped"), case("t::b", "skipped")], [])
+    assert gate(tmp_path, baseline, skipping, "--fail-on-regression") == 1
+    assert "newly skipped: t::a (passed → skipped)" in capsys.readouterr().out
+    assert gate(tmp_path, baseline, skipping, "--fail-on-regression", "--narrowed") == 0
+    # Both sides: a case skipped before and after is no change; one that runs again is no regression.
+    again = run([case("t::a", "passed"), case("t::b", "passed")], [])
+    assert gate(tmp_path, baseline, again, "--fail-on-regression") == 0
+
+
+def test_a_stored_comparison_from_before_lost_cases_gated_keeps_its_verdict() -> None:
+    """History written before "lost" existed named it "removed" and never gated on it."""
+    old = {
+        "baseline_run_id": "b",
+        "baseline_started_at": "2026-01-01T00:00:00+00:00",
+        "threshold_pct": 5.0,
+        "metrics": [],
+        "cases": [
+            {
+                "id": "t::x",
+                "chapter": "t",
+                "change": "removed",
+                "baseline_outcome": "passed",
+                "current_outcome": None,
+            }
+        ],
+    }
+    comparison = Comparison.from_dict(old)
+    assert [c.change for c in comparison.cases] == ["lost"]
+    assert comparison.verdict == "unchanged"
 
 
 def test_unreadable_baseline_exits_2(tmp_path, capsys) -> None:

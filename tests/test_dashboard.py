@@ -125,7 +125,7 @@ def test_run_page_shows_environment_matrix_failures_skips_benchmarks_traffic(bui
     assert '<span class="badge skipped">2</span> <span class="reason">large shapes need 40 GiB' in skips
     # Benchmarks: every metric as value ± spread with unit; verdicts against the baseline; charts.
     bench = html[html.index('id="benchmarks"') : html.index('id="traffic"')]
-    assert '1.312 <span class="spread">± 0.013</span> ms<span class="n">n=50</span>' in bench
+    assert '<span class="value">1.312 ms</span><span class="spread-line">± 0.013 · n=50</span>' in bench
     assert "TFLOP/s" in bench
     assert "×" in bench
     for verdict in ("slower", "faster", "ambiguous"):
@@ -442,7 +442,7 @@ def test_charts_of_more_than_max_bars_say_how_many_they_show() -> None:
     (chart,) = suite.charts
     assert chart.note == "showing the first 40 of 45"
     assert ">showing the first 40 of 45<" in chart.svg
-    assert 'aria-label="time: 40 of 45 bars"' in chart.svg
+    assert 'aria-label="time, log scale: 40 of 45 bars"' in chart.svg  # times: a log axis
     (small,) = views.suite_views("benchmarks", sweep(12), {})
     assert small.charts[0].note == ""
     assert "showing" not in small.charts[0].svg
@@ -518,3 +518,41 @@ def test_cpu_only_workers_are_not_said_to_use_gpus() -> None:
     assert [(r.worker, r.pinned_to, r.gpu) for r in views.worker_rows(run)] == [
         ("gw0", "not pinned", "CPU only")
     ]
+
+
+def test_a_suite_table_keeps_to_a_few_columns_and_writes_each_long_note_once() -> None:
+    """Issue 27: one column per metric made a 12-metric suite 12,723 px wide, and a figure's missing-value
+    reason filled each of its cells. Now: the primary figure and the ratios (four columns at most), the
+    rest folded into the row; a missing figure reads n/a with a numbered note below the table."""
+    from reports import views
+
+    why = "invalid: missed polls: two counter samples were 278.3 ms apart, more than the safe 33.6 ms"
+    metrics = {
+        "nvml_bytes": {"unit": "B", "value": None, "spread": None, "better": "lower", "note": why},
+        "runtime_bytes": {"unit": "B", "value": 100.0, "spread": 0.0, "better": "lower"},
+        "agreement": {"unit": "x", "value": None, "spread": None, "better": "near-1", "note": why},
+        "speed": {"unit": "x", "value": 1.5, "spread": 0.1, "better": "higher"},
+        **{
+            f"extra_{n}": {"unit": "s", "value": 0.001 * n, "spread": 0.0, "better": "lower"}
+            for n in range(4)
+        },
+    }
+    records = [
+        {
+            "suite": "t",
+            "name": f"t[{n}]",
+            "params": {"n": str(n)},
+            "primary": "nvml_bytes",
+            "metrics": metrics,
+        }
+        for n in range(9)
+    ]
+    (suite,) = views.suite_views("traffic", records, {})
+    assert [c.name for c in suite.metrics] == ["nvml_bytes", "agreement", "speed", "runtime_bytes"]
+    assert suite.metrics[1].direction == "closer to 1 is better"  # not "lower is better"
+    assert suite.notes == [why]  # once, for eighteen cells
+    row = suite.rows[0]
+    assert row.metrics[0].shown.value == "n/a"
+    assert row.metrics[0].note_ref == 1
+    assert [column.name for column, _ in row.more] == [f"extra_{n}" for n in range(4)]
+    assert not suite.show_names  # the parameters tell the rows apart

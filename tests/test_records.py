@@ -180,13 +180,16 @@ def test_bench_cpu_run_records_skips(tmp_path: Path, capsys: pytest.CaptureFixtu
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the bench would run for real")
     out = tmp_path / "bench.json"
-    assert main(["--out", str(out), "--quick"]) == 0
+    # The suites that need CUDA (view_pass and lowering run on the CPU: tests/test_bench_suites.py); they
+    # measure nothing here, which fails the bench unless allowed.
+    cuda_only = [name for name in SUITE_MODULES if name not in ("view_pass", "lowering")]
+    assert main(["--out", str(out), "--quick", "--suite", ",".join(cuda_only), "--allow-empty"]) == 0
     run = load_results(out)
     assert run.complete
     assert run.benchmarks == []
     outcomes = {case.id: (case.outcome, case.message) for case in run.cases}
-    assert set(outcomes) == {f"bench::{name}" for name in SUITE_MODULES}
-    for name in SUITE_MODULES:
+    assert set(outcomes) == {f"bench::{name}" for name in cuda_only}
+    for name in cuda_only:
         outcome, message = outcomes[f"bench::{name}"]
         assert outcome == "skipped"
         assert message.startswith("no CUDA device")

@@ -90,8 +90,27 @@ def test_fan_out_matrix_is_exactly_the_cells_that_select_cases() -> None:
     assert len(listed) == len(set(listed)), "a cell is listed twice"
 
 
-def test_the_ci_entry_point_runs_the_readmes_test_command() -> None:
+def readme_commands() -> list[str]:
+    """The README's two commands: the lines of the first code block under "## The two commands"."""
     readme = (ROOT / "README.md").read_text()
-    command = "python3 -m nox -s tests"
-    assert command in readme
-    assert command in (ROOT / ".ci" / "run").read_text()
+    section = readme.split("## The two commands", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_ci_entry_point_runs_the_readmes_test_command() -> None:
+    """CI runs the README's self-test command exactly as a user types it (comment and all)."""
+    commands = readme_commands()
+    assert len(commands) == 2, commands
+    assert [c for c in commands if c.split("#")[0].rstrip().endswith("-s tests")], commands
+    tests = next(c for c in commands if c.split("#")[0].rstrip().endswith("-s tests"))
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_readmes_commands_need_no_pip_install_outside_a_venv() -> None:
+    """Debian's and Ubuntu's python3 refuse `pip install` outside a venv (externally managed): the two
+    commands must put nox in a venv of their own before anything is installed."""
+    for command in readme_commands():
+        first = command.split("&&")[0].strip()
+        assert first.startswith("python3 -m venv "), command
+        assert "python3 -m pip install" not in command, command

@@ -1,4 +1,5 @@
-"""Suite ``lowering``: what lowering and loading cost, for the zoo's ``linear`` and ``llm`` (float32, CUDA).
+"""Suite ``lowering``: what lowering and loading cost, for the zoo's ``linear`` and ``llm`` (float32, CUDA;
+the CPU target on a machine without CUDA).
 
 Every measurement runs in a fresh subprocess (``python -m conformance.benchmarks.lowering compile|load``),
 so "cold" and "first" mean what a new process on a new machine sees, and the user's caches are never
@@ -296,9 +297,10 @@ def cost_timings(costs: ModelCosts) -> dict[str, Metric]:
 
 
 def lowering_record(
-    costs: ModelCosts, repeats: Repeats, conditions: Mapping[str, Any] | None = None
+    costs: ModelCosts, repeats: Repeats, conditions: Mapping[str, Any] | None = None, device: str = "cuda"
 ) -> BenchRecord:
-    params = {"model": costs.model, "dtype": DTYPE_NAME}
+    # The CPU target's records are named apart (lowering[linear-float32-cpu]): never compared with a GPU's.
+    params = {"model": costs.model, "dtype": DTYPE_NAME, **({"device": device} if device != "cuda" else {})}
     sizes = sorted(set(costs.program_bytes))
     if not sizes:
         size = Metric.missing("B", "lower", "no program was produced")
@@ -344,13 +346,16 @@ def run_lowering(ctx: BenchContext) -> None:
     from harness.gpu_state import capture_gpu_state
 
     repeats = QUICK_REPEATS if ctx.quick else FULL_REPEATS
+    on_gpu = ctx.device == "cuda"
     for model in MODELS:
         try:
-            costs = measure_model(ctx.backend_spec, model, ctx.device_index, repeats, ctx.log)
+            index = ctx.device_index if on_gpu else -1  # -1: the workers lower for the CPU
+            costs = measure_model(ctx.backend_spec, model, index, repeats, ctx.log)
         except (WorkerFailed, OSError, ValueError, KeyError) as exc:
             ctx.fail(f"lowering[{model}]: {exc}")
             continue
-        record = lowering_record(costs, repeats, capture_gpu_state(ctx.device_index).to_conditions())
+        machine = capture_gpu_state(ctx.device_index).to_conditions() if on_gpu else {}
+        record = lowering_record(costs, repeats, machine, ctx.device)
         ctx.emit(record, "benchmark")
         m = record.metrics
         ctx.log(
@@ -376,6 +381,7 @@ SUITES: dict[str, Suite] = {
             "process) and warm load, for linear and llm"
         ),
         run=run_lowering,
+        needs_cuda=False,
         needs_backend=NEEDS,
     ),
 }

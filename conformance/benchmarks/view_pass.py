@@ -3,7 +3,10 @@
 The zoo's ``slicing_block`` (float32, CUDA) is lowered twice: as the backend always does (``with_pass``:
 the same program the conformance chapters use) and with the view-copy pass switched off
 (``without_pass``). Both programs run the same device-resident inputs with their outputs kept on the GPU
-(option ``skip_copy_output_to_cpu_for_method`` = ``forward``), so the figures are the method's own.
+(option ``skip_copy_output_to_cpu_for_method`` = ``forward``, where the backend has runtime options;
+without, the outputs are copied out and the conditions say so), so the figures are the method's own.
+On a machine without CUDA the suite lowers for the CPU instead and times each execute on the host clock
+(no device memory or DRAM figures there).
 
 Switching the pass off is not part of the protocol's ``lower(methods, *, device)``. A backend that wants
 this suite accepts an ``options`` keyword: ``lower(methods, *, device, options={"view_pass": False})``
@@ -102,9 +105,11 @@ def view_pass_record(
     dram: Mapping[str, float | None] | None = None,
     peak_bytes: Mapping[str, list[int]] | None = None,
     conditions: Mapping[str, Any] | None = None,
+    device: str = "cuda",
 ) -> BenchRecord:
-    """The suite's record; ``without_pass`` None (``unsupported`` says why) leaves those figures missing."""
-    params = {"model": MODEL, "dtype": DTYPE_NAME}
+    """The suite's record; ``without_pass`` None (``unsupported`` says why) leaves those figures missing.
+    The CPU target's record is named apart (``view_pass[slicing_block-float32-cpu]``)."""
+    params = {"model": MODEL, "dtype": DTYPE_NAME, **({"device": device} if device != "cuda" else {})}
     metrics: dict[str, Metric] = {"time_with_pass": with_pass.to_metric("lower")}
     if without_pass is None:
         why = unsupported or "not measured"
@@ -141,7 +146,11 @@ def view_pass_record(
             "refusals": None if isinstance(rewrites, str) else rewrites[2],
             "converged": with_pass.converged and (without_pass is None or without_pass.converged),
             "stop_reason": with_pass.stop_reason,
-            "timing": "CUDA events around one execute, L2 flushed before each sample, outputs kept on GPU",
+            "timing": (
+                "CUDA events around one execute, L2 flushed before each sample"
+                if with_pass.conditions.get("timing") is None
+                else with_pass.conditions["timing"]
+            ),
             "spread": "IQR of per-sample values; speed_from_pass from per-round ratios",
         },
     )
@@ -214,18 +223,33 @@ def _dram_utilisation(
     return out, reason
 
 
+def _keeping_outputs(ctx: BenchContext) -> tuple[contextlib.AbstractContextManager[object], str]:
+    """(the block that keeps ``forward``'s outputs where they were computed, what it means): on a GPU, the
+    runtime option where the backend has it; otherwise the outputs are what execute returns."""
+    from conformance.parts import skip_reason
+    from conformance.programs import option
+
+    if ctx.device != "cuda":
+        return contextlib.nullcontext(), "CPU target: outputs are host tensors, nothing to copy"
+    if skip_reason(ctx.backend, "runtime_options"):
+        return contextlib.nullcontext(), "copied to the host: the backend has no runtime option to keep them"
+    return option(ctx.backend, SKIP_COPY_OPTION, METHOD), "kept on the GPU (runtime skip-copy option)"
+
+
 def run_view_pass(ctx: BenchContext) -> None:
     import torch
 
     from conformance.models import get_model
-    from conformance.programs import handles, lowered, option
-    from harness.timing import time_cuda_interleaved
+    from conformance.programs import handles, lowered
+    from harness.timing import time_cuda_interleaved, time_host_interleaved
 
     dtype = getattr(torch, DTYPE_NAME)
     rewrites = count_rewrites(ctx.backend, dtype)
     accepts, unsupported = lower_accepts_options(ctx.backend)
-    with torch.cuda.device(ctx.device_index):
-        model = lowered(ctx.backend, MODEL, dtype, "cuda")
+    on_gpu = ctx.device == "cuda"
+    keep, outputs_where = _keeping_outputs(ctx)
+    with torch.cuda.device(ctx.device_index) if on_gpu else contextlib.nullcontext():
+        model = lowered(ctx.backend, MODEL, dtype, ctx.device)
         programs = {"with_pass": model.program}
         sizes = {"with_pass": len(model.program)}
         lower_s: dict[str, float] = {}
@@ -234,13 +258,13 @@ def run_view_pass(ctx: BenchContext) -> None:
             spec = {n: (mod, ins, entry.dynamic_shapes_for(n)) for n, (mod, ins) in model.eager.items()}
             start = time.perf_counter()
             programs["without_pass"] = ctx.backend.lower(
-                spec, device="cuda", options=dict(WITHOUT_PASS_OPTIONS)
+                spec, device=ctx.device, options=dict(WITHOUT_PASS_OPTIONS)
             )
             lower_s["without_pass"] = time.perf_counter() - start
             sizes["without_pass"] = len(programs["without_pass"])
         inputs = list(model.eager[METHOD][1])
         names = list(programs)
-        with option(ctx.backend, SKIP_COPY_OPTION, METHOD), contextlib.ExitStack() as stack:
+        with keep, contextlib.ExitStack() as stack:
             made = {
                 name: stack.enter_context(handles(ctx.backend, programs[name], METHOD))[0] for name in names
             }
@@ -253,9 +277,13 @@ def run_view_pass(ctx: BenchContext) -> None:
                         f"{MODEL}: outputs with and without the view-copy pass differ: max relative "
                         f"difference {diff:.2e} > {OUTPUT_TOLERANCE}"
                     )
-            timed = time_cuda_interleaved(fns, ctx.device_index, ctx.policy)
-            peak_bytes = _peak_memory(fns, ctx.device_index)
-            dram, dram_reason = _dram_utilisation(ctx, fns, {name: m.value for name, m in timed.items()})
+            if on_gpu:
+                timed = time_cuda_interleaved(fns, ctx.device_index, ctx.policy)
+                peak_bytes = _peak_memory(fns, ctx.device_index)
+                dram, dram_reason = _dram_utilisation(ctx, fns, {name: m.value for name, m in timed.items()})
+            else:  # a CPU target: wall clock per call; device memory and DRAM counters do not apply
+                timed, peak_bytes = time_host_interleaved(fns, ctx.policy), {}
+                dram, dram_reason = {}, "CPU target: no GPU counters"
     record = view_pass_record(
         timed["with_pass"],
         timed.get("without_pass"),
@@ -269,7 +297,9 @@ def run_view_pass(ctx: BenchContext) -> None:
             "lower_without_pass_s": lower_s.get("without_pass"),
             "without_pass_options": dict(WITHOUT_PASS_OPTIONS),
             "dram_bw_reason": dram_reason,
+            "outputs": outputs_where,
         },
+        device=ctx.device,
     )
     ctx.emit(record, "benchmark")
     _log(ctx, record)
@@ -281,21 +311,21 @@ def run_view_pass(ctx: BenchContext) -> None:
 
 
 def _log(ctx: BenchContext, record: BenchRecord) -> None:
-    def shown(key: str, scale: float = 1.0, unit: str = "") -> str:
+    from harness.formatting import show_quantity
+
+    def shown(key: str) -> str:
         metric = record.metrics.get(key)
         if metric is None:
             return "omitted"
         if metric.value is None:
             return "n/a"
-        return f"{metric.value * scale:.4g}{unit}"
+        return f"{metric.value:g}" if metric.unit == "nodes" else show_quantity(metric.value, metric.unit)
 
     ctx.log(
-        f"  {record.name}: with pass {shown('time_with_pass', 1e6, ' µs')}, without "
-        f"{shown('time_without_pass', 1e6, ' µs')}, speed from pass {shown('speed_from_pass', 1, 'x')}, "
-        f"rewrites {shown('rewrites')}/{shown('copies')}, peak memory with/without "
-        f"{shown('peak_memory_with_pass', 1, ' B')}/{shown('peak_memory_without_pass', 1, ' B')}, "
-        f"DRAM util with/without "
-        f"{shown('dram_bw_util_with_pass', 1, '%')}/{shown('dram_bw_util_without_pass', 1, '%')}"
+        f"  {record.name}: with pass {shown('time_with_pass')}, without {shown('time_without_pass')}, "
+        f"speed from pass {shown('speed_from_pass')}, rewrites {shown('rewrites')}/{shown('copies')}, "
+        f"peak memory with/without {shown('peak_memory_with_pass')}/{shown('peak_memory_without_pass')}, "
+        f"DRAM util with/without {shown('dram_bw_util_with_pass')}/{shown('dram_bw_util_without_pass')}"
     )
 
 
@@ -307,6 +337,7 @@ SUITES: dict[str, Suite] = {
             "peak device memory per execute, DRAM utilisation (GPM) where supported"
         ),
         run=run_view_pass,
+        needs_cuda=False,
         needs_backend=NEEDS,
     ),
 }

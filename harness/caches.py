@@ -1,0 +1,96 @@
+"""Where a run keeps what makes the next one fast, how big it is, and how to clear it.
+
+``python -m harness.caches`` lists them with their sizes; ``--clear`` removes the compile caches (the next
+run is a cold one again: 10-11 minutes for a CPU run on two cores instead of about a minute and a half).
+``nox -s clean-cache`` runs ``--clear``. Nothing here imports torch, so it runs with any Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.formatting import show_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Cache:
+    name: str
+    path: Path
+    what: str
+    cleared_by_default: bool  # --clear removes it; the others need --all
+
+
+def caches() -> list[Cache]:
+    """Every cache a run fills, where it is on this machine (the environment variables honoured)."""
+    user = getpass.getuser()
+    artifacts = os.environ.get("CONFORMANCE_CACHE_DIR") or str(Path.home() / ".cache" / "aoti-conformance")
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
+        Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+    )
+    triton = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
+    what = {
+        "artifacts": "compiled programs by content, preflight and pre-lowering stamps, the CPU ISA verdict "
+        "($CONFORMANCE_CACHE_DIR)",
+        "inductor": "torch inductor's own compile cache ($TORCHINDUCTOR_CACHE_DIR)",
+        "triton": "Triton kernels, GPU runs only ($TRITON_CACHE_DIR)",
+        "venvs": "the nox venvs: torch and the project, reused between runs",
+        "runs": "earlier runs kept for `nox -s compare` ($CONFORMANCE_KEEP_RUNS)",
+    }
+    return [
+        Cache("artifacts", Path(artifacts), what["artifacts"], True),
+        Cache("inductor", Path(inductor), what["inductor"], True),
+        Cache("triton", Path(triton), what["triton"], True),
+        Cache("venvs", ROOT / ".nox", what["venvs"], False),
+        Cache("runs", ROOT / "results" / "runs", what["runs"], False),
+    ]
+
+
+def size_of(path: Path) -> int:
+    """Bytes under ``path`` (0 when it does not exist); links are not followed."""
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.caches", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--clear", action="store_true", help="remove the compile caches (artifacts, inductor, triton)"
+    )
+    parser.add_argument("--all", action="store_true", help="with --clear: the venvs and the kept runs too")
+    args = parser.parse_args(argv)
+    total = 0
+    for cache in caches():
+        size = size_of(cache.path)
+        total += size
+        clear = args.clear and (cache.cleared_by_default or args.all)
+        state = "cleared" if clear and cache.path.exists() else ("absent" if not cache.path.exists() else "")
+        print(f"{cache.name:<10} {show_bytes(size):>10}  {cache.path}  {state}".rstrip())
+        print(f"{'':<10} {'':>10}  {cache.what}")
+        if clear:
+            shutil.rmtree(cache.path, ignore_errors=True)
+    print(f"{'total':<10} {show_bytes(total):>10}")
+    if not args.clear:
+        print("clear the compile caches: nox -s clean-cache (or python -m harness.caches --clear [--all])")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

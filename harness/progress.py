@@ -1,0 +1,161 @@
+"""A long run is never silent: a line at least every :data:`INTERVAL_S` seconds with how far it got and an
+estimate of what is left.
+
+* :class:`ProgressReporter` — a pytest plugin for the process that gathers reports (the xdist controller,
+  or the single process): cases done of selected, outcomes so far, elapsed, an ETA at the pace so far, and
+  the case that has been running longest. ``conformance/conftest.py`` registers it; ``--progress-every S``
+  sets the interval (0: off).
+* :func:`heartbeat` — for one long step (the toolchain preflight's compile): ``<label>: still running
+  (N s)`` every interval until the step ends.
+
+A daemon thread prints, so a line comes even while no case finishes (a long compile, a stuck case).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from harness.formatting import show_duration as duration
+
+INTERVAL_S = 30.0
+PROGRESS_OUTCOMES = ("passed", "failed", "error", "skipped")
+
+
+class _Ticker:
+    """Calls ``emit`` every ``interval`` seconds on a daemon thread until stopped."""
+
+    def __init__(self, interval: float, emit: Callable[[], None]) -> None:
+        self.interval, self.emit = interval, emit
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(Exception):  # a progress line must never break a run
+                self.emit()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@contextlib.contextmanager
+def heartbeat(
+    label: str, interval: float = INTERVAL_S, write: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """``<label>: still running (N s)`` every ``interval`` seconds while the block runs."""
+    start = time.monotonic()
+    out = write or (lambda line: print(line, file=sys.stdout, flush=True))
+    ticker = _Ticker(interval, lambda: out(f"{label}: still running ({duration(time.monotonic() - start)})"))
+    ticker.start()
+    try:
+        yield
+    finally:
+        ticker.stop()
+
+
+class ProgressReporter:
+    """The pytest plugin (see the module docstring)."""
+
+    def __init__(self, config: pytest.Config, interval: float) -> None:
+        self.config = config
+        self.interval = interval
+        self.start = time.monotonic()
+        self.cases_start: float | None = None
+        self.total: int | None = None
+        self.counts: Counter[str] = Counter()
+        self.running: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.ticker = _Ticker(interval, self.emit)
+
+    def _write(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            print(line, flush=True)
+            return
+        reporter.ensure_newline()
+        reporter.write_line(line)
+        reporter.flush()
+
+    # -- what the run has selected and done -------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.total = len(session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.total = len(ids)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        with self.lock:
+            self.running[nodeid] = time.monotonic()
+            if self.cases_start is None:
+                self.cases_start = time.monotonic()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            with self.lock:
+                self.running.pop(report.nodeid, None)
+                self.counts["done"] += 1
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            outcome = "error" if report.when == "setup" and report.failed else report.outcome
+            with self.lock:
+                self.counts[outcome] += 1
+
+    def pytest_sessionfinish(self) -> None:
+        self.ticker.stop()
+
+    # -- the line -----------------------------------------------------------------------------------
+
+    def line(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            done, counts, running = self.counts["done"], dict(self.counts), dict(self.running)
+            cases_start = self.cases_start
+        elapsed = now - self.start
+        if cases_start is None:
+            return f"progress: {duration(elapsed)} in, no case finished yet (starting: preflight, collection)"
+        shown = ", ".join(f"{counts.get(o, 0)} {o}" for o in PROGRESS_OUTCOMES if counts.get(o, 0))
+        of = f"/{self.total}" if self.total else ""
+        pct = f" ({100 * done / self.total:.0f}%)" if self.total else ""
+        text = f"progress: {done}{of} cases{pct} in {duration(elapsed)}" + (f" — {shown}" if shown else "")
+        if self.total and done:
+            pace = (now - cases_start) / done
+            text += f"; ETA ≈ {duration(pace * (self.total - done))} at this pace"
+        if running:
+            nodeid, since = min(running.items(), key=lambda item: item[1])
+            text += f"; longest running: {nodeid.split('::', 1)[-1]} ({duration(now - since)})"
+        return text
+
+    def emit(self) -> None:
+        self._write(self.line())
+
+
+def add_option(group: pytest.OptionGroup) -> None:
+    group.addoption(
+        "--progress-every",
+        type=float,
+        default=INTERVAL_S,
+        metavar="S",
+        help="print a progress line (cases done, ETA, the longest-running case) every S seconds; 0: never "
+        "(default: %(default)s)",
+    )
+
+
+def register(config: pytest.Config) -> None:
+    """Register the reporter where reports gather (not in xdist workers), unless switched off."""
+    interval = float(config.getoption("--progress-every"))
+    if interval > 0 and not hasattr(config, "workerinput") and not config.getoption("collectonly"):
+        reporter = ProgressReporter(config, interval)
+        config.pluginmanager.register(reporter, "harness-progress")
+        reporter.ticker.start()  # now: the preflight (session start) is already a long step
