@@ -685,6 +685,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             return  # the oracle refuses these (e.g. a method that takes device inputs): nothing to compare
         results: dict[int, Outcome] = {}
         inputs = {i: build_inputs(spec, p, device) for i, p in enumerate(plans)}
+        before = {i: _snapshot(_flat_tensors(args)) for i, args in inputs.items()}
+        values = {i: [t.clone() for t in _flat_tensors(args)] for i, args in inputs.items()}
         barrier = threading.Barrier(len(plans))
 
         def worker(i: int) -> None:
@@ -702,12 +704,32 @@ class ProtocolMachine(RuleBasedStateMachine):
                 t.join()
         finally:
             sys.setswitchinterval(interval)
-        for i, plan in enumerate(plans):
-            text = f"execute(<handle of {handle.method!r}>, {plan!r}) in thread {i} of {len(plans)}"
+        # What a racing call did wrong is named by the rule it breaks: its inputs written, results that
+        # share memory with another thread's, and only then values or errors that differ from a lone call.
+        texts = [
+            f"execute(<handle of {handle.method!r}>, {p!r}) in thread {i} of {len(plans)}"
+            for i, p in enumerate(plans)
+        ]
+        for i, text in enumerate(texts):
+            if not _unchanged(before[i], _flat_tensors(inputs[i])):
+                fail("differential/inputs-untouched", text, "changed its inputs; execute never writes them")
+        storages: dict[int, int] = {}
+        for i, text in enumerate(texts):
+            outs = _flat_tensors(results[i].value) if results[i].ok else []
+            for out in outs:
+                other = storages.setdefault(out.untyped_storage().data_ptr(), i)
+                if other != i and out.numel():
+                    fail(
+                        "differential/outputs-owned",
+                        text,
+                        f"returned an output sharing memory with thread {other}'s results; returned tensors "
+                        "belong to their caller",
+                    )
+        for i, text in enumerate(texts):
             outcome = results[i]
             if not outcome.ok:
                 fail("differential/threads", text, f"a valid execute racing others {outcome.describe()}")
-            expected = eager_float64(spec, _flat_tensors(inputs[i]))
+            expected = eager_float64(spec, values[i])
             for index, (out, ref) in enumerate(zip(outcome.value, expected, strict=False)):
                 assert_model_output_close(
                     "differential/threads", f"{text}: output {index}", out, _as(ref, out)

@@ -349,6 +349,7 @@ def test_threads_match_serial_while_options_flip(
         if sharing == "one-handle":
             (shared,) = stack.enter_context(handles(runtime, methods[0].program, "forward"))
         jobs: list[Job] = []
+        returned_serially: list[list[torch.Tensor]] = []
         for i in range(threads):
             method = methods[i % len(methods)]
             # On a GPU, every other pair of threads passes device inputs (used in place), the rest CPU inputs.
@@ -358,10 +359,23 @@ def test_threads_match_serial_while_options_flip(
                 handle = shared
             else:
                 (handle,) = stack.enter_context(handles(runtime, method.program, "forward"))
-            serial = [o.cpu() for o in runtime.execute(handle, inputs)]  # type: ignore[attr-defined]
+            returned = runtime.execute(handle, inputs)  # type: ignore[attr-defined]
+            serial = [o.cpu().clone() for o in returned]
             for got, want in zip(serial, eager_outputs(method, inputs), strict=True):
                 assert_exact(rule, f"serial execute of thread {i}'s inputs", got, want)
             jobs.append(Job(handle, inputs, serial))
+            returned_serially.append(list(returned))
+        # Outputs belong to the caller: the serial executes of the other threads' inputs (on this handle or
+        # others) must not have written what an earlier one returned. Checked before any thread starts, so
+        # a runtime that hands every caller one buffer fails here deterministically, not only by a race.
+        for i, (outs, job) in enumerate(zip(returned_serially, jobs, strict=True)):
+            if not all(torch.equal(o.cpu(), s) for o, s in zip(outs, job.serial, strict=False)):
+                fail(
+                    rule,
+                    call,
+                    f"the outputs the serial execute of thread {i}'s inputs returned changed when the other "
+                    "threads' inputs were executed after it (outputs belong to the caller)",
+                )
         if on_gpu:
             torch.cuda.synchronize(device)
 
