@@ -19,8 +19,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-#: Heavy modules every chapter run imports; the fork server imports them once.
-PRELOAD = ["torch", "transformers"]
+#: Heavy modules every chapter run imports; the fork server imports them once. Inductor and dynamo (the
+#: lowering and the compiler check import them, ~2.8 s) and Hypothesis (the generated cases, ~2 s) cost more
+#: than a short chapter's cases do.
+PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "torch._inductor",
+    "torch.export",
+    "hypothesis",
+    "hypothesis.stateful",
+    "transformers",
+]
 
 _context = None
 
