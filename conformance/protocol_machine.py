@@ -833,11 +833,21 @@ def machine_for(backend: Any, oracle: Any, device: str) -> type[ProtocolMachine]
     # Each model lowered once, plainly, before any example: what the backend can lower at all (a model it
     # cannot is a coverage gap, not this chapter's finding), and a baseline that a later refusal of the
     # same model (a failure that stuck) is judged against.
+    # Only a clean refusal is a gap: the protocol's ValueError naming what the backend lacks. A crash of
+    # any other kind on a model the oracle lowers is this chapter's finding (conformance/oracle.py).
     probe = machine()
-    machine.lowerable = frozenset(
-        model
-        for model in MENU
-        if probe._lower("backend", backend, LowerPlan(model)).ok
-        and probe._lower("oracle", oracle, LowerPlan(model)).ok
-    )
+    lowerable = set()
+    for model in MENU:
+        got = probe._lower("backend", backend, LowerPlan(model))
+        want = probe._lower("oracle", oracle, LowerPlan(model))
+        if got.ok and want.ok:
+            lowerable.add(model)
+        elif want.ok and got.kind != "invalid-argument":
+            fail(
+                "differential/error-class",
+                f"lower({{'forward': <{model}>}}, device={device!r})",
+                f"{got.describe()}; a backend that cannot lower a model raises ValueError naming what it "
+                "lacks (the oracle lowers it)",
+            )
+    machine.lowerable = frozenset(lowerable)
     return machine

@@ -172,6 +172,8 @@ def _tree(path: Path) -> ast.Module:
 def _function_def(func: Callable[..., Any]) -> ast.FunctionDef | None:
     """The AST of a function defined at module level in ``conformance/``, or of a method of a class defined
     there (a state machine's rules), None for anything else."""
+    # A Hypothesis test (``@given``) keeps the function it wraps there, not in ``__wrapped__``.
+    func = getattr(getattr(func, "hypothesis", None), "inner_test", None) or func
     func = inspect.unwrap(func)
     module_name = getattr(func, "__module__", "") or ""
     if not module_name.startswith("conformance.") or not inspect.isfunction(func):

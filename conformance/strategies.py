@@ -285,7 +285,7 @@ def option_values(method_names: Sequence[str]) -> st.SearchStrategy[object]:
         lambda n, c: n + c, st.sampled_from(names), st.sampled_from(("\0", "\x01", "\x1f", "\x7f", "\x00x"))
     )
     not_strings = st.sampled_from((None, False, True, 0, 1, 1.5, [], list(names), b"forward", {"m": True}))
-    return st.one_of(lists, variant, limits, bad_chars, not_strings)
+    return st.one_of(lists, lists, variant, limits, bad_chars, not_strings)
 
 
 @functools.cache  # built once per argument: building a strategy costs more than drawing
