@@ -310,6 +310,7 @@ class CaseWatchdog:
         self._lock = threading.Lock()
         self.current: Running | None = None
         self._oom = False
+        self._fault: str | None = None  # a device fault found right after the case's call phase
         self.cases = 0
         self.overhead_s = 0.0  # this plugin's own time per case, summed: what the green path pays
 
@@ -327,7 +328,7 @@ class CaseWatchdog:
         limit, source = self.limit_of(item)
         running = Running(item.nodeid, limit, source)
         with self._lock:
-            self.current, self._oom = running, False
+            self.current, self._oom, self._fault = running, False, None
         if limit is not None:
             self.files.start_case(running)
             self._timer.arm(limit, running)
@@ -360,6 +361,14 @@ class CaseWatchdog:
         report: pytest.TestReport = yield
         if call.when == "call" and call.excinfo is not None and is_out_of_memory(call.excinfo.value):
             self._oom = True
+        if call.when == "call" and self.worker and self.probe is not None:
+            # Probe as soon as the case's own code is done and leave the verdict on disk before teardown
+            # runs: freeing device memory under a sticky error can abort the process (seen on an H100),
+            # and the controller then still finds what happened (a probe is a few microseconds).
+            error = self.probe()
+            if error:
+                self._fault = error
+                self.files.write_verdict(self._fault_verdict(item, error))
         if call.when == "teardown":
             self._after_case(item, report)
             with self._lock:  # from here its report goes out: the timer must not end this worker
@@ -377,7 +386,7 @@ class CaseWatchdog:
     def _check_after_case(self, item: pytest.Item, report: pytest.TestReport) -> None:
         release_after_failure()
         held = memory_held_after_oom() if self._oom else 0
-        error = self.probe() if self.probe is not None else None
+        error = self._fault or (self.probe() if self.probe is not None else None)
         if error:
             self._device_fault(item, report, error)
         elif self._oom and held > OOM_HELD_LIMIT and self.worker:
@@ -387,14 +396,18 @@ class CaseWatchdog:
             )
             self._end_worker(Verdict(item.nodeid, None, note, None, "teardown"))
 
-    def _device_fault(self, item: pytest.Item, report: pytest.TestReport, error: str) -> None:
+    def _fault_verdict(self, item: pytest.Item, error: str) -> Verdict:
         then = (
             "its process was ended so that a fresh CUDA context runs the next case"
             if self.worker
             else "without pytest-xdist no fresh process can take over, so the run stopped here"
         )
         message = f"device fault after this case: {first_line(error)}; {then}"
-        verdict = Verdict(item.nodeid, "device-fault", message, truncate(error), "teardown")
+        return Verdict(item.nodeid, "device-fault", message, truncate(error), "teardown")
+
+    def _device_fault(self, item: pytest.Item, report: pytest.TestReport, error: str) -> None:
+        verdict = self._fault_verdict(item, error)
+        message = verdict.message
         if self.worker:
             self._end_worker(verdict)
         assert self.on_verdict is not None

@@ -266,6 +266,20 @@ def _live_runner(handle: object, what: str = "handle") -> Any:
         return handle._runner
 
 
+#: Runners whose release would abort the process (their device is faulted): kept until it ends.
+_KEPT_AFTER_DEVICE_FAULT: list[Any] = []
+
+
+def _device_faulted(device: torch.device) -> bool:
+    """Whether ``device`` holds a sticky error (every later call on it fails). A stream query, not a
+    synchronize: it never waits for other threads' work."""
+    try:
+        torch.cuda.current_stream(device).query()
+    except Exception:  # torch raises AcceleratorError / RuntimeError for a sticky error
+        return True
+    return False
+
+
 def destroy(handle: DelegateHandle) -> None:
     """Release the handle's runner and staging memory. A second destroy is an error (it names the handle)."""
     _live_runner(handle)
@@ -275,7 +289,13 @@ def destroy(handle: DelegateHandle) -> None:
                 f"handle: the handle of method {handle.method_name!r} was already destroyed"
             )
         handle._destroyed = True
-        handle._runner = None
+        runner, handle._runner = handle._runner, None
+    if runner is not None and handle.device.type == "cuda" and _device_faulted(handle.device):
+        # The runner's destructor frees device memory; under a sticky CUDA error (a kernel that faulted)
+        # that aborts the process. The context is lost anyway: keep the runner, so that the caller's
+        # process survives to report the fault.
+        _KEPT_AFTER_DEVICE_FAULT.append(runner)
+    del runner
     with handle._staging_lock:  # an execute staging right now finishes first
         handle._staging = None
         handle._staging_event = None
