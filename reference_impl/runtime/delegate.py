@@ -290,15 +290,14 @@ def destroy(handle: DelegateHandle) -> None:
             )
         handle._destroyed = True
         runner, handle._runner = handle._runner, None
-    if runner is not None and handle.device.type == "cuda" and _device_faulted(handle.device):
-        # The runner's destructor frees device memory; under a sticky CUDA error (a kernel that faulted)
-        # that aborts the process. The context is lost anyway: keep the runner, so that the caller's
-        # process survives to report the fault.
-        _KEPT_AFTER_DEVICE_FAULT.append(runner)
-    del runner
     with handle._staging_lock:  # an execute staging right now finishes first
-        handle._staging = None
-        handle._staging_event = None
+        staging, handle._staging = handle._staging, None
+        event, handle._staging_event = handle._staging_event, None
+    if handle.device.type == "cuda" and _device_faulted(handle.device):
+        # Releasing the runner, the staging buffers or their event frees device resources; under a sticky
+        # CUDA error (a kernel that faulted) that aborts the process (seen on an H100 and an H200). The
+        # context is lost anyway: keep them, so that the caller's process survives to report the fault.
+        _KEPT_AFTER_DEVICE_FAULT.append((runner, staging, event))
 
 
 def execute_stats(handle: DelegateHandle) -> dict[str, int]:
