@@ -511,8 +511,9 @@ def tests(session: nox.Session) -> None:
     python = _suite_python(session)  # with executorch (19 MB): the adapter's self-tests run upstream's pass
     if not _chromium():
         session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
-    # Several self-tests compile real artifacts or run the suite in a subprocess: spread them out.
-    workers = str(min(4, os.cpu_count() or 1))
+    # Several self-tests compile real artifacts or run the suite in a subprocess; others wait on purpose
+    # (hangs, deadlines, signals): one worker more than cores keeps the CPU busy while they wait.
+    workers = str(min(4, (os.cpu_count() or 1) + 1))
     session.run(python, "-m", "pytest", "tests", "-n", workers, *session.posargs, external=True)
 
 
