@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,21 +29,13 @@ RACERS = (
 
 
 def one_run(spec: str, chapter: str, select: tuple[str, ...]) -> bool:
-    """Whether one run of the chapter's selection fails the backend."""
+    """Whether one run of the chapter's selection fails the backend (a child of the self-tests' warm fork
+    server: a fresh process and pytest session each time)."""
+    from tests.test_suite_catches_broken_backends import run_chapter
+
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "pytest", chapter, *select, f"--backend={spec}", "-q"]
-        cmd += [
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "harness.pytest_plugin",
-            f"--results-json={out}",
-            "--no-preflight",
-        ]
-        subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        cases = json.loads(out.read_text())["cases"] if out.exists() else []
-    return any(c["outcome"] in ("failed", "error", "crashed") for c in cases)
+        _, run, _ = run_chapter(Path(tmp), spec, *select, chapter=chapter)
+    return any(c.outcome in ("failed", "error", "crashed", "timeout") for c in run.cases)
 
 
 def main(argv: list[str] | None = None) -> int:
