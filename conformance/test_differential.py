@@ -32,9 +32,9 @@ from conformance.conftest import require_part
 from conformance.generation import budget
 from conformance.graph_strategies import GeneratedGraph, graphs
 from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
-from conformance.programs import require_lowering_device
+from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, missing_attributes
-from conformance.protocol_machine import machine_for
+from conformance.protocol_machine import compare_read_back, machine_for, option_calls
 from conformance.strategies import MmOutPlan, mm_out_plans
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
@@ -133,6 +133,38 @@ def test_protocol_calls_agree_with_the_oracle(
     require_part(runtime, "runtime")
     machine = machine_for(runtime, oracle, device)
     run_machine(machine, examples=30, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
+
+
+# ============================================================================================== options
+
+
+def test_option_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend) -> None:
+    """``set_option`` on generated keys and values (lists spaced every way, names in other forms, limits,
+    forbidden characters, values that are not strings), each call then ``get_option``: the same calls are
+    errors, of the same kind, naming the same argument; what is read back is what the oracle reads back.
+    No program is needed, so this case tries many more values than the state machine can (rules
+    ``differential/*``); the option is restored afterwards."""
+    require_part(runtime, "runtime_options")
+    if missing_attributes(oracle, "runtime_options"):
+        pytest.skip(f"the oracle {oracle.name!r} lacks protocol part 'runtime_options'")
+    saved = (runtime.get_option(SKIP_COPY_OPTION), oracle.get_option(SKIP_COPY_OPTION))  # type: ignore[attr-defined]
+
+    @given(key_value=option_calls())
+    @budget(examples=200)
+    def check(key_value: tuple[object, object]) -> None:
+        key, value = key_value
+        text = f"set_option({key!r}, {value!r})"
+        judge("set_option", text, call(runtime.set_option, key, value), call(oracle.set_option, key, value))  # type: ignore[attr-defined]
+        compare_read_back(runtime, oracle, f"get_option({key!r}) after {text}", key)
+        if key != SKIP_COPY_OPTION:
+            after = f"get_option({SKIP_COPY_OPTION!r}) after {text}"
+            compare_read_back(runtime, oracle, after, SKIP_COPY_OPTION)
+
+    try:
+        run_generated(check)
+    finally:
+        runtime.set_option(SKIP_COPY_OPTION, saved[0])  # type: ignore[attr-defined]
+        oracle.set_option(SKIP_COPY_OPTION, saved[1])  # type: ignore[attr-defined]
 
 
 # =============================================================================================== mm_out
