@@ -492,20 +492,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         """``set_option`` with an odd value for the known key, or an odd key with a good value (one broken
         argument per call), then the read-back, then every live handle executes once (options take effect
         on the next execute)."""
-        key, value = key_value
-        text = f"set_option({key!r}, {value!r})"
-        got = call(self.backend.set_option, key, value)
-        want = call(self.oracle.set_option, key, value)
-        judge("set_option", text, got, want)
-        self._compare_read_back(f"get_option({key!r}) after {text}", key)
-        if key != SKIP_COPY_OPTION:
-            self._compare_read_back(f"get_option({SKIP_COPY_OPTION!r}) after {text}", SKIP_COPY_OPTION)
+        text = compare_option_call(self.backend, self.oracle, *key_value)
         # Options take effect on the next execute: run every live handle once (where outputs go, values).
         for handle in [h for h in self.live if not h.destroyed][:3]:
             self._execute(handle, InputsPlan(seed=len(text)), OutputsPlan())
-
-    def _compare_read_back(self, text: str, key: object) -> None:
-        compare_read_back(self.backend, self.oracle, text, key)
 
     # -- execute -------------------------------------------------------------------------------------
 
@@ -672,8 +662,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             return  # the oracle refuses these (e.g. a method that takes device inputs): nothing to compare
         results: dict[int, Outcome] = {}
         inputs = {i: build_inputs(spec, p, device) for i, p in enumerate(plans)}
-        before = {i: _snapshot(_flat_tensors(args)) for i, args in inputs.items()}
-        values = {i: [t.clone() for t in _flat_tensors(args)] for i, args in inputs.items()}
+        # The inputs as given (values for the eager reference, bits for the untouched check).
+        before = {i: [t.clone() for t in _flat_tensors(args)] for i, args in inputs.items()}
         barrier = threading.Barrier(len(plans))
 
         def worker(i: int) -> None:
@@ -698,7 +688,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             for i, p in enumerate(plans)
         ]
         for i, text in enumerate(texts):
-            if not _unchanged(before[i], _flat_tensors(inputs[i])):
+            if not _unchanged([bits(t) for t in before[i]], _flat_tensors(inputs[i])):
                 fail("differential/inputs-untouched", text, "changed its inputs; execute never writes them")
         storages: dict[int, int] = {}
         for i, text in enumerate(texts):
@@ -716,7 +706,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             outcome = results[i]
             if not outcome.ok:
                 fail("differential/threads", text, f"a valid execute racing others {outcome.describe()}")
-            expected = eager_float64(spec, values[i])
+            expected = eager_float64(spec, before[i])
             for index, (out, ref) in enumerate(zip(outcome.value, expected, strict=False)):
                 assert_model_output_close(
                     "differential/threads", f"{text}: output {index}", out, _as(ref, out)
@@ -742,7 +732,19 @@ def _as(ref: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 # ========================================================================================= strategies
 
 
-def compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None:
+def compare_option_call(backend: Any, oracle: Any, key: object, value: object) -> str:
+    """``set_option(key, value)`` on both sides, judged, then the read-back of ``key`` (and of the known
+    key, where ``key`` is another): the same outcomes and the same values. Returns the call's text."""
+    text = f"set_option({key!r}, {value!r})"
+    judge("set_option", text, call(backend.set_option, key, value), call(oracle.set_option, key, value))
+    _compare_read_back(backend, oracle, f"get_option({key!r}) after {text}", key)
+    if key != SKIP_COPY_OPTION:
+        after = f"get_option({SKIP_COPY_OPTION!r}) after {text}"
+        _compare_read_back(backend, oracle, after, SKIP_COPY_OPTION)
+    return text
+
+
+def _compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None:
     """``get_option(key)`` on both sides: the same outcome, and the same value."""
     got = call(backend.get_option, key)
     want = call(oracle.get_option, key)

@@ -34,7 +34,7 @@ from conformance.graph_strategies import GeneratedGraph, graphs
 from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
 from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, missing_attributes
-from conformance.protocol_machine import compare_read_back, machine_for, option_calls
+from conformance.protocol_machine import compare_option_call, machine_for, option_calls
 from conformance.strategies import MmOutPlan, mm_out_plans
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
@@ -152,13 +152,7 @@ def test_option_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend) -
     @given(key_value=option_calls())
     @budget(examples=200)
     def check(key_value: tuple[object, object]) -> None:
-        key, value = key_value
-        text = f"set_option({key!r}, {value!r})"
-        judge("set_option", text, call(runtime.set_option, key, value), call(oracle.set_option, key, value))  # type: ignore[attr-defined]
-        compare_read_back(runtime, oracle, f"get_option({key!r}) after {text}", key)
-        if key != SKIP_COPY_OPTION:
-            after = f"get_option({SKIP_COPY_OPTION!r}) after {text}"
-            compare_read_back(runtime, oracle, after, SKIP_COPY_OPTION)
+        compare_option_call(runtime, oracle, *key_value)
 
     try:
         run_generated(check)

@@ -320,11 +320,13 @@ OPTION_VALUES = ("forward", "", " forward , other", "other", "forward,forward")
 
 @dataclass
 class Job:
-    """What one worker thread executes, and the serial result it must get every time."""
+    """What one worker thread executes, the serial result it must get every time (``serial``, copied to
+    the CPU) and that serial execute's outputs as returned (which no later execute may write)."""
 
     handle: object
     inputs: list[torch.Tensor]
     serial: list[torch.Tensor]
+    returned: list[torch.Tensor]
 
 
 @pytest.mark.parametrize(("target", "threads", "iterations"), THREAD_CASES)
@@ -349,7 +351,6 @@ def test_threads_match_serial_while_options_flip(
         if sharing == "one-handle":
             (shared,) = stack.enter_context(handles(runtime, methods[0].program, "forward"))
         jobs: list[Job] = []
-        returned_serially: list[list[torch.Tensor]] = []
         for i in range(threads):
             method = methods[i % len(methods)]
             # On a GPU, every other pair of threads passes device inputs (used in place), the rest CPU inputs.
@@ -363,13 +364,12 @@ def test_threads_match_serial_while_options_flip(
             serial = [o.cpu().clone() for o in returned]
             for got, want in zip(serial, eager_outputs(method, inputs), strict=True):
                 assert_exact(rule, f"serial execute of thread {i}'s inputs", got, want)
-            jobs.append(Job(handle, inputs, serial))
-            returned_serially.append(list(returned))
+            jobs.append(Job(handle, inputs, serial, list(returned)))
         # Outputs belong to the caller: the serial executes of the other threads' inputs (on this handle or
         # others) must not have written what an earlier one returned. Checked before any thread starts, so
         # a runtime that hands every caller one buffer fails here deterministically, not only by a race.
-        for i, (outs, job) in enumerate(zip(returned_serially, jobs, strict=True)):
-            if not all(torch.equal(o.cpu(), s) for o, s in zip(outs, job.serial, strict=False)):
+        for i, job in enumerate(jobs):
+            if not all(torch.equal(o.cpu(), s) for o, s in zip(job.returned, job.serial, strict=False)):
                 fail(
                     rule,
                     call,

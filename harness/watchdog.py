@@ -16,7 +16,9 @@ runs, pushes it back by the time it gives gdb). The process's SIGALRM is the wat
 its own alarm would end its worker.
 
 **Device faults.** After each case's teardown, before its teardown report goes out, the device probe
-(``harness/device_probe.py``) checks the devices this process used. A sticky error is the case's
+(``harness/device_probe.py``) checks the devices this process used; an xdist worker probes also right
+after the case's call and writes the verdict to disk before teardown, since freeing device memory under a
+sticky error may abort the process. A sticky error is the case's
 ``device-fault``; an xdist worker then ends at once, so pytest-xdist blames exactly this case (it is still
 the worker's current one) and starts a fresh worker, with a fresh CUDA context, for the rest. A CUDA
 out-of-memory stays the case's own failure: pytest's hold on its traceback (``sys.last_*``) is dropped and
@@ -362,18 +364,26 @@ class CaseWatchdog:
         if call.when == "call" and call.excinfo is not None and is_out_of_memory(call.excinfo.value):
             self._oom = True
         if call.when == "call" and self.worker and self.probe is not None:
-            # Probe as soon as the case's own code is done and leave the verdict on disk before teardown
-            # runs: freeing device memory under a sticky error can abort the process (seen on an H100),
-            # and the controller then still finds what happened (a probe is a few microseconds).
-            error = self.probe()
-            if error:
-                self._fault = error
-                self.files.write_verdict(self._fault_verdict(item, error))
+            self._probe_after_call(item)
         if call.when == "teardown":
             self._after_case(item, report)
             with self._lock:  # from here its report goes out: the timer must not end this worker
                 self.current = None
         return report
+
+    def _probe_after_call(self, item: pytest.Item) -> None:
+        """Probe as soon as the case's own code is done and leave the verdict on disk before teardown runs:
+        freeing device memory under a sticky error can abort the process (seen on an H100 and an H200),
+        and the controller then still finds what happened. Counted in the watchdog's overhead."""
+        start = time.perf_counter()
+        try:
+            assert self.probe is not None
+            error = self.probe()
+            if error:
+                self._fault = error
+                self.files.write_verdict(self._fault_verdict(item, error))
+        finally:
+            self.overhead_s += time.perf_counter() - start
 
     def _after_case(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """After the teardown ran, before its report goes out: is the device still usable?"""
@@ -407,13 +417,12 @@ class CaseWatchdog:
 
     def _device_fault(self, item: pytest.Item, report: pytest.TestReport, error: str) -> None:
         verdict = self._fault_verdict(item, error)
-        message = verdict.message
         if self.worker:
             self._end_worker(verdict)
         assert self.on_verdict is not None
         # In one process the teardown report itself carries the verdict (harness/run_end.py shapes it).
         report.outcome = "failed"
-        report.longrepr = FaultRepr(message, verdict.evidence)  # type: ignore[assignment]
+        report.longrepr = FaultRepr(verdict.message, verdict.evidence)  # type: ignore[assignment]
         report.user_properties = [*report.user_properties, ("conformance:outcome", "device-fault")]
         set_case_result(report, verdict)
         self.on_verdict(verdict, False)

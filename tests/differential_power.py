@@ -20,6 +20,7 @@ from pathlib import Path
 
 from conformance.rule_coverage import broken_backends
 from conformance.rules import Level, level_of
+from harness.results import FAILING_OUTCOMES
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "conformance/test_differential.py"
@@ -34,7 +35,7 @@ def run_one(spec: str, selection: list[str]) -> dict[str, object]:
         start = time.perf_counter()
         code, run, _ = run_chapter(Path(tmp), spec, *selection, chapter=CHAPTER)
         wall = time.perf_counter() - start
-    failed = [c for c in run.cases if c.outcome in ("failed", "error", "crashed", "timeout")]
+    failed = [c for c in run.cases if c.outcome in FAILING_OUTCOMES]
     return {
         "backend": spec,
         "caught": bool(failed),

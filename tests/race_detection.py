@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from conformance.rule_coverage import broken_backends
+from harness.results import FAILING_OUTCOMES
 
 ROOT = Path(__file__).resolve().parent.parent
 RACERS = (
@@ -35,7 +36,7 @@ def one_run(spec: str, chapter: str, select: tuple[str, ...]) -> bool:
 
     with tempfile.TemporaryDirectory() as tmp:
         _, run, _ = run_chapter(Path(tmp), spec, *select, chapter=chapter)
-    return any(c.outcome in ("failed", "error", "crashed", "timeout") for c in run.cases)
+    return any(c.outcome in FAILING_OUTCOMES for c in run.cases)
 
 
 def main(argv: list[str] | None = None) -> int:
