@@ -18,6 +18,7 @@ import copy
 import inspect
 import sys
 import threading
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -34,6 +35,7 @@ from conformance.oracle import Outcome, call, describe_args, judge
 from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
 from conformance.strategies import (
     LAYOUTS,
+    NAME_SETS,
     NAME_VARIANTS,
     NameVariant,
     TensorRecipe,
@@ -45,7 +47,9 @@ from conformance.strategies import (
 )
 
 __all__ = [
+    "EXECUTE_FOCUSES",
     "MENU",
+    "PLACEMENT_FOCUSES",
     "CorruptPlan",
     "HandlePair",
     "InputsPlan",
@@ -340,7 +344,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         return torch.device("cpu")
 
     def _lower(self, side: str, who: Any, plan: LowerPlan) -> Outcome:
-        key = (side, repr(plan))  # option values may be unhashable (dicts, lists)
+        # Keyed by the plan and the runtime option as this side holds it (a placement may conflict with
+        # it, and lower must say so); reprs: option values may be unhashable (dicts, lists).
+        key = (side, repr(plan), repr(self._runtime_option(who)))
         cached = self.lowered.get(key)
         probe = side == "backend" and self.lower_failed
         if cached is not None and not probe:
@@ -351,6 +357,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         if outcome.ok or cached is None:
             self.lowered[key] = outcome
         return outcome
+
+    def _runtime_option(self, who: Any) -> object:
+        """``who``'s skip-copy option now (None without the part): what a placement may conflict with."""
+        return call(who.get_option, SKIP_COPY_OPTION).value if self.has_options else None
 
     def _methods(self, plan: LowerPlan) -> dict[str, tuple]:
         if plan.model == OPAQUE:
@@ -431,9 +441,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(
         index=st.integers(0, 7),
         which=st.integers(0, 1),
-        name=st.sampled_from(
-            NAME_VARIANTS[:1] * 6 + NAME_VARIANTS[1:] + ("nfd", "nfkc", "upper", "trailing-space")
-        ),
+        name=st.deferred(lambda: INIT_NAMES),
         corrupt=st.one_of(
             st.just(CorruptPlan()),
             st.just(CorruptPlan()),
@@ -646,6 +654,48 @@ class ProtocolMachine(RuleBasedStateMachine):
                     _as(ref, dst),
                 )
 
+    # -- focused calls (driven by the chapter's generated cases, not by the machine's rules) -----------
+
+    def open_every_method(self) -> None:
+        """A program of every menu model both sides lower, and a handle of each of its methods."""
+        for model in sorted(self.lowerable):
+            self.lower(LowerPlan(model))
+        for index, program in enumerate(self.programs):
+            for which in range(len(program.plan.method_names())):
+                self.init(index, which, "exact", CorruptPlan())
+
+    def execute_call(self, index: int, named: bool, inputs: InputsPlan, outputs: OutputsPlan) -> None:
+        """One execute on live handle ``index`` (see :meth:`open_every_method`), the skip-copy option first
+        naming its method or not (``named``; it takes effect on this execute), judged like the machine's."""
+        handle = self._handle(index)
+        if self.has_options:
+            value = handle.method if named else ""
+            if self._runtime_option(self.oracle) != value:
+                compare_option_call(self.backend, self.oracle, SKIP_COPY_OPTION, value)
+        self._execute(handle, inputs, outputs)
+
+    def lower_under_option(
+        self, option: object, option_first: bool, plan: LowerPlan, which: int, name: str
+    ) -> None:
+        """``set_option`` of the skip-copy option (judged) before or after ``lower(plan)``, then ``init`` of
+        one of its methods by ``name`` (a :class:`NameVariant` kind) and one execute: a placement is checked
+        against the option at ``lower`` *and* at ``init``, whichever came first. Leaves no handle behind."""
+        try:
+            if self.has_options and option_first:
+                compare_option_call(self.backend, self.oracle, SKIP_COPY_OPTION, option)
+            self.lower(plan)
+            if self.has_options and not option_first:
+                compare_option_call(self.backend, self.oracle, SKIP_COPY_OPTION, option)
+            if self.programs:
+                self.init(0, which, name, CorruptPlan())
+                if self.live:
+                    self._execute(self.live[0], InputsPlan(seed=which), OutputsPlan())
+        finally:  # also after a failure: its replay (and the shrinking) must start from the same state
+            self.teardown()
+            self.programs.clear()
+            self.live.clear()
+            self.held.clear()
+
     # -- threads -------------------------------------------------------------------------------------
 
     @precondition(lambda self: self.live)
@@ -783,6 +833,86 @@ def lower_plans() -> st.SearchStrategy[LowerPlan]:
         return LowerPlan(model, names, tuple(sorted(options.items())))
 
     return plans()
+
+
+#: ``init`` name kinds: mostly the exact name, then every way a caller gets it wrong (the Unicode forms and
+#: spacing, the slips that pass most easily, twice).
+INIT_NAMES = st.sampled_from(
+    NAME_VARIANTS[:1] * 6 + NAME_VARIANTS[1:] + ("nfd", "nfkc", "upper", "trailing-space")
+)
+
+
+#: What a round of :func:`placement_rounds` aims at: method names (renamed at ``lower``, misspelt at
+#: ``init``), placement values written every way, and a placement against the runtime option set before the
+#: ``lower`` or after it (a conflict is an error at ``lower`` and at ``init``).
+PLACEMENT_FOCUSES: tuple[str, ...] = ("names", "unicode-names", "values", "option-first", "option-after")
+#: The lower name sets with a name that another Unicode normal form writes differently.
+UNICODE_NAME_SETS = {
+    n: tuple(s for s in sets if any(unicodedata.normalize("NFKD", m) != m for m in s))
+    for n, sets in NAME_SETS.items()
+}
+
+
+def placement_rounds(focus: str) -> st.SearchStrategy[tuple[object, bool, LowerPlan, int, str]]:
+    """Arguments of :meth:`ProtocolMachine.lower_under_option` for one of :data:`PLACEMENT_FOCUSES`."""
+
+    @st.composite
+    def rounds(draw: st.DrawFn) -> tuple[object, bool, LowerPlan, int, str]:
+        model = draw(st.sampled_from(MENU))
+        zoo = LowerPlan(model).zoo_methods()
+        if focus == "unicode-names":  # names whose normal forms differ, asked for in each form
+            names: tuple[str, ...] | None = draw(st.sampled_from(UNICODE_NAME_SETS[len(zoo)]))
+        elif focus == "names" or draw(st.booleans()):
+            names = draw(lower_name_sets(len(zoo)))
+        else:
+            names = None
+        shown = tuple(names if names is not None else zoo)
+        known = tuple(n for n in shown if n) or ("forward",)
+        if focus in ("names", "unicode-names"):
+            options: dict[str, object] = {}
+        elif focus == "values":
+            options = {k: draw(placement_values(shown)) for k in (SKIP_H2D, SKIP_D2H) if draw(st.booleans())}
+        else:  # a valid placement (bools, or mappings of the program's own names), to meet the option
+            flags = st.one_of(
+                st.booleans(), st.dictionaries(st.sampled_from(known), st.booleans(), max_size=3)
+            )
+            options = {k: draw(flags) for k in (SKIP_H2D, SKIP_D2H) if draw(st.booleans()) or k == SKIP_D2H}
+        plan = LowerPlan(model, names, tuple(sorted(options.items())))
+        some = st.one_of(st.sampled_from(known), st.just(", ".join(known)))
+        option = draw(some) if focus.startswith("option") else ""
+        kinds = {"names": NAME_VARIANTS, "unicode-names": ("exact", "nfd", "nfkc", "upper")}
+        name = draw(st.sampled_from(kinds.get(focus, ("exact",))))
+        return option, focus != "option-after", plan, draw(st.integers(0, 1)), name
+
+    return rounds()
+
+
+#: What a call of :func:`execute_calls` breaks: one way of breaking ``inputs`` or ``outputs=``, or nothing.
+EXECUTE_FOCUSES: tuple[str, ...] = (
+    *BAD_INPUTS,
+    *(f"outputs-{k}" for k in OUTPUT_KINDS if k not in ("none", "provided")),
+    "valid",
+)
+
+
+def execute_calls(handles: int, focus: str) -> st.SearchStrategy[tuple[int, bool, InputsPlan, OutputsPlan]]:
+    """Arguments of :meth:`ProtocolMachine.execute_call` over ``handles`` live handles for one of
+    :data:`EXECUTE_FOCUSES`: the handle, the option naming its method or not, the inputs and outputs."""
+    if focus == "valid":
+        calls = st.tuples(valid_inputs_plans(), st.sampled_from(("none", "provided")).map(OutputsPlan))
+    elif focus.startswith("outputs-"):
+        calls = st.tuples(valid_inputs_plans(), st.just(OutputsPlan(focus.removeprefix("outputs-"))))
+    else:
+        broken = st.builds(
+            InputsPlan,
+            seed=st.integers(0, 2**16),
+            size=st.sampled_from(SIZES),
+            bad=st.just(focus),
+            bad_index=st.integers(0, 3),
+            on_device=st.booleans(),
+        )
+        calls = st.tuples(broken, st.just(OutputsPlan()))
+    return st.tuples(st.sampled_from(range(handles)), st.booleans(), calls).map(lambda c: (c[0], c[1], *c[2]))
 
 
 def valid_inputs_plans() -> st.SearchStrategy[InputsPlan]:

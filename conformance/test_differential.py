@@ -34,7 +34,19 @@ from conformance.graph_strategies import GeneratedGraph, graphs
 from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
 from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, missing_attributes
-from conformance.protocol_machine import compare_option_call, machine_for, option_calls
+from conformance.protocol_machine import (
+    EXECUTE_FOCUSES,
+    PLACEMENT_FOCUSES,
+    InputsPlan,
+    LowerPlan,
+    OutputsPlan,
+    ProtocolMachine,
+    compare_option_call,
+    execute_calls,
+    machine_for,
+    option_calls,
+    placement_rounds,
+)
 from conformance.strategies import MmOutPlan, mm_out_plans
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
@@ -159,6 +171,78 @@ def test_option_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend) -
     finally:
         runtime.set_option(SKIP_COPY_OPTION, saved[0])  # type: ignore[attr-defined]
         oracle.set_option(SKIP_COPY_OPTION, saved[1])  # type: ignore[attr-defined]
+
+
+# ========================================================================================= focused calls
+# The state machine spends most of its steps making programs and handles, so any one kind of call comes a
+# few times a run. A slip hides just beside the examples (a dtype converted, an empty or oversized input, a
+# placement whose unknown names carry False, a conflict met only at init): these cases draw many calls of
+# one kind on the machine's own steps and judge them the same way.
+
+
+#: Examples per focus (each way of breaking an execute; each aim of a placement round: the lowers cost).
+EXECUTE_EXAMPLES = 10
+PLACEMENT_EXAMPLES = 15
+
+
+def _machine(runtime: Backend, oracle: Backend, device: str) -> type[ProtocolMachine]:
+    for part in ("lowering", "runtime"):
+        if missing_attributes(oracle, part):
+            pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")
+    require_lowering_device(runtime, device)
+    require_lowering_device(oracle, device)
+    return machine_for(runtime, oracle, device)
+
+
+@pytest.mark.parametrize("device", TARGETS)
+def test_execute_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend, device: str) -> None:
+    """Executes on a handle of every method of the menu's models, broken one way (a dtype, a rank, a size
+    past a ``Dim``'s bound or empty, an element, ``outputs=``) or valid in any layout and size, with the
+    skip-copy option naming the method or not: the same calls are errors as for the oracle, and every other
+    observable is judged as in the state machine (rules ``differential/*``)."""
+    machine = _machine(runtime, oracle, device)()
+    machine.remember_options()
+    try:
+        machine.open_every_method()
+        if not machine.live:
+            pytest.skip("no menu model that both the backend and the oracle lower (coverage)")
+
+        for focus in EXECUTE_FOCUSES:  # every way of breaking a call gets its share, not what a draw gives
+
+            @given(plan=execute_calls(len(machine.live), focus))
+            @budget(examples=EXECUTE_EXAMPLES)
+            def check(plan: tuple[int, bool, InputsPlan, OutputsPlan]) -> None:
+                machine.execute_call(*plan)
+
+            run_generated(check)
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.parametrize("device", TARGETS)
+def test_placement_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend, device: str) -> None:
+    """Rounds of ``lower`` → ``init`` → one execute, each aimed at one thing (``PLACEMENT_FOCUSES``): methods
+    renamed at ``lower`` and misspelt at ``init``; placement values written every way (falsy values,
+    mappings whose unknown, misspelt or spaced names carry ``False``); a valid placement against the runtime
+    skip-copy option set before the ``lower`` or after it. The same calls are errors as for the oracle (a
+    conflict is one at ``lower`` and at ``init``), naming the same argument (rules ``differential/*``)."""
+    require_part(runtime, "device_placement")
+    machine = _machine(runtime, oracle, device)()
+    if not machine.placement_keys:
+        pytest.skip(f"the oracle {oracle.name!r} lacks protocol part 'device_placement'")
+    machine.remember_options()
+
+    try:
+        for focus in PLACEMENT_FOCUSES:
+
+            @given(round_=placement_rounds(focus))
+            @budget(examples=PLACEMENT_EXAMPLES)
+            def check(round_: tuple[object, bool, LowerPlan, int, str]) -> None:
+                machine.lower_under_option(*round_)
+
+            run_generated(check)
+    finally:
+        machine.teardown()
 
 
 # =============================================================================================== mm_out

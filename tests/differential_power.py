@@ -57,23 +57,29 @@ def planted_specs() -> list[str]:
     ]
 
 
+def _chosen(spec: str, only: list[str]) -> bool:
+    return not only or any(part in spec for part in only)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("-k", dest="only", default="")
+    parser.add_argument(
+        "-k", dest="only", action="append", default=[], help="only backends whose spec has this (repeatable)"
+    )
     parser.add_argument(
         "--select", default="not cuda", help="pytest -k for the chapter (default: every case a CPU runs)"
     )
     args = parser.parse_args(argv)
     targets = [
         b.spec for b in broken_backends(ROOT)
-        if not b.breaks.cuda and not b.breaks.strict_should and args.only in b.spec
+        if not b.breaks.cuda and not b.breaks.strict_should and _chosen(b.spec, args.only)
         and all(level_of(r) is Level.MUST for r in b.breaks.rules)
     ]  # fmt: skip
-    targets += [spec for spec in planted_specs() if args.only in spec]
+    targets += [spec for spec in planted_specs() if _chosen(spec, args.only)]
     selection = ["-k", args.select]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda spec: run_one(spec, selection), targets))
