@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from conformance.checks import fail
-from harness.nvml_traffic import COUNTER_MODULUS, TrafficMeasurement, TrafficMeter
+from harness.nvml_counters import COUNTER_MODULUS
+from harness.nvml_traffic import TrafficMeasurement, TrafficMeter
 from harness.pytest_plugin import set_case_params
 
 pytestmark = [pytest.mark.gpu, pytest.mark.traffic, pytest.mark.slow]

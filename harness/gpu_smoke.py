@@ -19,12 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.environment import capture_environment
-from harness.nvml_traffic import (
-    CounterPoller,
-    CounterSample,
-    TrafficMeter,
-    integrate,
-)
+from harness.nvml_counters import CounterSample, integrate
+from harness.nvml_poller import CounterPoller
+from harness.nvml_traffic import TrafficMeter
 from harness.results import new_run, utc_now, write_results
 
 GiB = 1 << 30

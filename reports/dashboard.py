@@ -43,8 +43,11 @@ from reports.compare import DEFAULT_THRESHOLD_PCT, Comparison, compare_runs
 from reports.coverage import COVERAGE_FILE, CoverageFileError, load_coverage
 from reports.history import HistoryRun, load_history, run_slug, save_to_history
 from reports.inputs import LoadedRun, load_inputs
-from reports.site import SiteInfo, SiteRun, side_by_side_path, write_site
-from reports.views import CoveragePage, coverage_page, run_backend, side_by_side_backends_differ
+from reports.page_common import run_backend
+from reports.page_coverage import CoveragePage, coverage_page
+from reports.page_side_by_side import side_by_side_backends_differ
+from reports.pages import SiteInfo, SiteRun, side_by_side_path
+from reports.site import write_site
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_INPUT = "results"

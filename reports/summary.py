@@ -1,6 +1,6 @@
 """A plain single-page HTML summary of one run (or merged shards): what ``python -m reports`` writes.
 
-It renders the same view model as the dashboard's run page (``reports.views.run_page``), with the same
+It renders the same view model as the dashboard's run page (``reports.page_run.run_page``), with the same
 Jinja environment (``reports.site.environment``: autoescaping, strict); only the layout is its own.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from harness.results import RunResult
 from reports.inputs import LoadedRun
+from reports.page_run import run_page
 from reports.site import environment
-from reports.views import run_page
 
 # The notable outcomes listed after the problems, in this order: not wrong (they never fail a run by
 # default), but worth reading. Field of ``RunPage`` and section title.

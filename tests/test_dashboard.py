@@ -430,11 +430,11 @@ def test_charts_escape_labels_and_degrade_without_matplotlib(monkeypatch: pytest
 
 def test_charts_of_more_than_max_bars_say_how_many_they_show() -> None:
     """A suite of 45 records draws 40 bars: the chart says so on itself, the page under it."""
-    from reports import views
+    from reports import suite_tables
 
     assert charts.bars_note(charts.MAX_BARS) == ""
     assert charts.bars_note(45) == "showing the first 40 of 45"
-    (suite,) = views.suite_views("benchmarks", sweep(45), {})
+    (suite,) = suite_tables.suite_views("benchmarks", sweep(45), {})
     assert len(suite.rows) == 45  # the table keeps every record
     if not charts.available():
         assert suite.charts == []
@@ -443,7 +443,7 @@ def test_charts_of_more_than_max_bars_say_how_many_they_show() -> None:
     assert chart.note == "showing the first 40 of 45"
     assert ">showing the first 40 of 45<" in chart.svg
     assert 'aria-label="time, log scale: 40 of 45 bars"' in chart.svg  # times: a log axis
-    (small,) = views.suite_views("benchmarks", sweep(12), {})
+    (small,) = suite_tables.suite_views("benchmarks", sweep(12), {})
     assert small.charts[0].note == ""
     assert "showing" not in small.charts[0].svg
 
@@ -460,9 +460,9 @@ def test_run_page_says_under_a_chart_what_it_leaves_out(tmp_path: Path) -> None:
 def test_conditions_shared_by_a_suite_are_shown_once_and_long_ones_fold() -> None:
     """Twenty conditions per record made every benchmark row 600 px tall: the ones every record shares go
     above the table once, the rest fold into a <details> unless they are few and short."""
-    from reports import views
+    from reports import suite_tables
 
-    suites = views.suite_views("benchmarks", benchmarks(hostile=False), {})
+    suites = suite_tables.suite_views("benchmarks", benchmarks(hostile=False), {})
     mm_out = next(s for s in suites if s.suite == "mm_out")
     common = dict(mm_out.common_conditions)
     assert common["gpu_uuid"] == "GPU-cb0b0038-3f41-ae94-266e-db7ebcd5ac4b"
@@ -482,7 +482,7 @@ def test_shards_of_one_machine_count_each_gpu_once_and_show_the_worker_pinning()
     import dataclasses as _dc
 
     from harness.results import CaseResult, merge_runs, new_run
-    from reports import views
+    from reports import page_common, page_run
 
     env = {
         "hostname": "gpu-box",
@@ -498,8 +498,8 @@ def test_shards_of_one_machine_count_each_gpu_once_and_show_the_worker_pinning()
     )
     multi = _dc.replace(new_run(env, {}), cases=[_dc.replace(case, id="t::c")])
     run = merge_runs([pinned, multi])
-    assert views.gpu_summary(run) == "2× NVIDIA H200"
-    rows = {(r.worker, r.pinned_to, r.gpu) for r in views.worker_rows(run)}
+    assert page_common.gpu_summary(run) == "2× NVIDIA H200"
+    rows = {(r.worker, r.pinned_to, r.gpu) for r in page_run.worker_rows(run)}
     assert rows == {
         ("shard1/gw0", "CUDA_VISIBLE_DEVICES=0", "NVIDIA H200 GPU-a"),
         ("shard1/gw1", "CUDA_VISIBLE_DEVICES=1", "NVIDIA H200 GPU-b"),
@@ -511,11 +511,11 @@ def test_cpu_only_workers_are_not_said_to_use_gpus() -> None:
     import dataclasses as _dc
 
     from harness.results import CaseResult, new_run
-    from reports import views
+    from reports import page_run
 
     case = CaseResult("t::a", "mm_out", {}, "passed", "", "", 0.1, "gw0")
     run = _dc.replace(new_run({"hostname": "laptop", "gpus": []}, {}), cases=[case])
-    assert [(r.worker, r.pinned_to, r.gpu) for r in views.worker_rows(run)] == [
+    assert [(r.worker, r.pinned_to, r.gpu) for r in page_run.worker_rows(run)] == [
         ("gw0", "not pinned", "CPU only")
     ]
 
@@ -524,7 +524,7 @@ def test_a_suite_table_keeps_to_a_few_columns_and_writes_each_long_note_once() -
     """Issue 27: one column per metric made a 12-metric suite 12,723 px wide, and a figure's missing-value
     reason filled each of its cells. Now: the primary figure and the ratios (four columns at most), the
     rest folded into the row; a missing figure reads n/a with a numbered note below the table."""
-    from reports import views
+    from reports import suite_tables
 
     why = "invalid: missed polls: two counter samples were 278.3 ms apart, more than the safe 33.6 ms"
     metrics = {
@@ -547,7 +547,7 @@ def test_a_suite_table_keeps_to_a_few_columns_and_writes_each_long_note_once() -
         }
         for n in range(9)
     ]
-    (suite,) = views.suite_views("traffic", records, {})
+    (suite,) = suite_tables.suite_views("traffic", records, {})
     assert [c.name for c in suite.metrics] == ["nvml_bytes", "agreement", "speed", "runtime_bytes"]
     assert suite.metrics[1].direction == "closer to 1 is better"  # not "lower is better"
     assert suite.notes == [why]  # once, for eighteen cells

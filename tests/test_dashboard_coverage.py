@@ -13,7 +13,7 @@ import pytest
 
 from reports.coverage import COVERAGE_FILE, CoverageFileError, load_coverage
 from reports.dashboard import main
-from reports.views import coverage_page
+from reports.page_coverage import coverage_page
 from tests.dashboard_samples import HOSTILE, RULE_COVERAGE, sample_run, write_rule_coverage, write_run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

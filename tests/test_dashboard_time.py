@@ -1,5 +1,6 @@
 """Where a run's time went: the phase table from ``metadata["phases"]`` and case-seconds per chapter, on the
-dashboard's run page and on the summary page, both from the one view model (``reports.views.time_view``)."""
+dashboard's run page and on the summary page, both from the one view model
+(``reports.page_run.time_view``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from harness.results import merge_runs
 from reports.dashboard import main
 from reports.history import run_slug
 from reports.inputs import LoadedRun
+from reports.page_run import run_page, time_view
 from reports.summary import render_summary
-from reports.views import run_page, time_view
 from tests.dashboard_samples import PHASES, case, sample_run, write_run
 
 

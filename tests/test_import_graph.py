@@ -376,7 +376,7 @@ def test_the_project_scan_sees_what_it_must() -> None:
     found = {(e.source, e.target, e.lazy) for e in EDGES}
     assert ("conformance.checks", "conformance.tolerances", False) in found
     assert ("conformance.models.zoo", "conformance.models.hf_llm", True) in found
-    assert ("reports.views", "harness.results", False) in found
+    assert ("reports.page_run", "harness.results", False) in found
     assert len({e.source for e in EDGES}) > 50
 
 

@@ -19,24 +19,23 @@ import pynvml
 import pytest
 
 from harness.locks import LockTimeout, gpu_lock, lock_path
-from harness.nvml_traffic import (
+from harness.nvml_calibration import calibrate_from, infer_h2d_counter
+from harness.nvml_counters import (
     COUNTER_MODULUS,
     SAFE_GAP_S,
     CalibrationError,
-    CounterPoller,
     CounterSample,
     CounterUnsupported,
-    TrafficMeter,
-    calibrate_from,
-    device_memory,
     drift_from_samples,
-    infer_h2d_counter,
     integrate,
     is_settled,
     pcie_counter_reader,
     subtract_drift,
     unwrap,
 )
+from harness.nvml_memory import device_memory
+from harness.nvml_poller import CounterPoller
+from harness.nvml_traffic import TrafficMeter
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -110,7 +109,7 @@ def test_fewer_than_two_samples_is_invalid() -> None:
 
 
 def test_safe_gap_leaves_margin_over_the_poll_period() -> None:
-    from harness.nvml_traffic import POLL_PERIOD_S
+    from harness.nvml_poller import POLL_PERIOD_S
 
     assert POLL_PERIOD_S <= 1e-3  # at least 1 kHz
     assert SAFE_GAP_S >= 20 * POLL_PERIOD_S
@@ -176,7 +175,7 @@ def test_is_settled() -> None:
 
 
 def test_update_interval_and_settle_window() -> None:
-    from harness.nvml_traffic import SETTLE_MAX_S, SETTLE_WINDOW_S, settle_window, update_interval
+    from harness.nvml_counters import SETTLE_MAX_S, SETTLE_WINDOW_S, settle_window, update_interval
 
     # Polled every 1 ms, but the value only changes every 10 ms: the driver publishes at 100 Hz.
     steps = [i // 10 * 1000 for i in range(100)]
@@ -575,7 +574,7 @@ def test_lock_file_name_is_per_uuid(tmp_path: Path) -> None:
 
 
 def test_drift_noise_is_the_rate_variation_not_the_rate() -> None:
-    from harness.nvml_traffic import Drift, drift_noise_bytes
+    from harness.nvml_counters import Drift, drift_noise_bytes
 
     # A fast but steady idle rate is corrected away; only its variation is uncertain.
     drift = Drift(

@@ -14,8 +14,9 @@ import pytest
 from harness.results import CaseResult, RunResult, new_run, write_results
 from reports.__main__ import main
 from reports.dashboard import main as dashboard_main
+from reports.page_common import backend_label
+from reports.page_run import environment_facts
 from reports.summary import render_summary
-from reports.views import backend_label, environment_facts
 
 HOSTILE = "<script>alert(1)</script>"
 REPO_ROOT = Path(__file__).resolve().parents[1]

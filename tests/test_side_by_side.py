@@ -13,7 +13,8 @@ from reports.dashboard import main
 from reports.history import run_slug
 from reports.inputs import LoadedRun
 from reports.matrix import build_matrices
-from reports.views import run_page, side_by_side_page
+from reports.page_run import run_page
+from reports.page_side_by_side import side_by_side_page
 from tests.dashboard_samples import HOSTILE, other_backend_run, sample_run, write_run
 
 

@@ -192,7 +192,7 @@ def _dram_utilisation(
 
     from harness.gpu_state import NvmlUnavailable, nvml_handle, nvml_session, torch_device_uuid
     from harness.locks import gpu_lock
-    from harness.nvml_traffic import GpmDramBandwidth
+    from harness.nvml_memory import GpmDramBandwidth
 
     window = QUICK_DRAM_WINDOW_S if ctx.quick else DRAM_WINDOW_S
     out: dict[str, float | None] = {}
