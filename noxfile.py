@@ -579,6 +579,9 @@ def lint(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """Render the dashboard from result files (default: results/*.json) into site/.
 
+    Files of one run id are one run: a run's phases, and CI cells run on several runners with one
+    ``$CONFORMANCE_RUN_ID`` whose files were gathered into one folder (``-- results``).
+
     ``-- --baseline DIR_OR_JSON --fail-on-regression`` compares with a baseline and exits non-zero on a
     regression or a newly failing case, so CI can gate on it.
     """
