@@ -250,6 +250,14 @@ EXCLUSIVE = "traffic or timing"
 RUN_ID_ENV = "CONFORMANCE_RUN_ID"
 
 
+def _run_id(name: str) -> str:
+    """The id every shard of this session records: ``$CONFORMANCE_RUN_ID`` when CI set one, so cells run on
+    several runners (README "Sharding the matrix over several CI runners") merge into one run on the
+    dashboard; else a new one, sortable by time and unique per session."""
+    shared = os.environ.get(RUN_ID_ENV, "").strip()
+    return shared or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid():x}-{name}"
+
+
 def _modules_marking(selection: list[str], marks: tuple[str, ...]) -> list[str] | None:
     """The chapter modules under ``selection``'s directories whose source applies one of ``marks``
     (``pytest.mark.<mark>``), with ``selection``'s options; None (use ``selection`` as it is) when it names
@@ -301,8 +309,9 @@ def _run_suite(
     cases that need their GPU alone (``EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the
     cases that need several at once, in one unpinned worker. (0) and (1) are skipped for a narrowed
     selection (``-k``, ``-m``, a file or a case id). Each pytest run writes a shard
-    (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id, so every report merges them into
-    one run. The per-phase table is printed at the end and stored in each shard.
+    (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI
+    sets it, so cells on several runners share it too), so every report merges them into one run. The
+    per-phase table is printed at the end and stored in each shard.
 
     ``--run-deadline S`` (or ``$CONFORMANCE_RUN_DEADLINE``) bounds the whole run: each phase gets what is
     left; after the deadline, or a SIGTERM / SIGINT, the result files, JUnit and the page are still written
@@ -340,7 +349,9 @@ def _run_phases(
 ) -> None:
     """The phases of ``_run_suite``, noted in ``phases`` (shards started, the pre-lowering while it runs)."""
     gpus = _cuda_device_count(session, python)
-    env = {RUN_ID_ENV: f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid():x}-{name}"}
+    run_id = _run_id(name)
+    env = {RUN_ID_ENV: run_id}
+    session.log(f"run id {run_id}" + (f" (${RUN_ID_ENV})" if os.environ.get(RUN_ID_ENV, "").strip() else ""))
     pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))} if gpus >= 2 else {}
     failures = phases.failures
 
@@ -544,9 +555,12 @@ def _write_rule_coverage(session: nox.Session, python: str) -> None:
 @nox.session(tags=["matrix"])
 @nox.parametrize(("chapter", "dtype"), MATRIX_CELLS)
 def conformance_cell(session: nox.Session, chapter: str, dtype: str) -> None:
-    """One cell of the matrix (chapter × dtype), for CI fan-out from ``nox -l --json``.
+    """One cell of the matrix (chapter × dtype), for CI fan-out from ``nox -l --json -t matrix``.
 
-    The cells share the suite's venv (``SUITE_VENV``) instead of a torch install each."""
+    The cells share the suite's venv (``SUITE_VENV``) instead of a torch install each. Each writes
+    ``results/cell-<chapter>-<dtype>*.json``, a name no other cell uses, so the files of every runner can be
+    gathered into one folder; with one ``$CONFORMANCE_RUN_ID`` for all of them, ``nox -s report`` shows them
+    as one run (README "Sharding the matrix over several CI runners")."""
     selection = [f"conformance/test_{chapter}.py", f"--dtype={dtype}"]
     python = _suite_python(session)
     # No pre-lowering: a cell compiles only the programs of its chapter and dtype, as its cases need them.
@@ -564,6 +578,9 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def report(session: nox.Session) -> None:
     """Render the dashboard from result files (default: results/*.json) into site/.
+
+    Files of one run id are one run: a run's phases, and CI cells run on several runners with one
+    ``$CONFORMANCE_RUN_ID`` whose files were gathered into one folder (``-- results``).
 
     ``-- --baseline DIR_OR_JSON --fail-on-regression`` compares with a baseline and exits non-zero on a
     regression or a newly failing case, so CI can gate on it.

@@ -108,7 +108,9 @@ def utc_now() -> str:
 
 
 #: Set by the front door for every pytest run of one ``nox -s conformance``: its shards share one run id, so
-#: every reader (the report, the dashboard) merges them into one run without being told.
+#: every reader (the report, the dashboard) merges them into one run without being told. A CI system that
+#: spreads the matrix cells over several runners sets it itself, one value for all of them: the front door
+#: then passes it on, and the cells' files merge into one run too.
 RUN_ID_ENV = "CONFORMANCE_RUN_ID"
 
 

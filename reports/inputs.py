@@ -86,7 +86,9 @@ def load_inputs(paths: Sequence[str | os.PathLike[str]], merge_all: bool = False
             loaded.append((str(path), load_results(path)))
         except ResultFileError as exc:
             inputs.errors.append(str(exc))
-    runs = group_runs(loaded, merge_all)
+    groups = group_shards(loaded, merge_all)
+    runs = [merge_shards(group) for group in groups]
+    inputs.notices += [line for group in groups for line in repeated_cases(group)]
     inputs.runs = [run for run in runs if not measured_nothing(run.run)]
     for run in runs:
         if measured_nothing(run.run):
@@ -110,12 +112,32 @@ def measured_nothing(run: RunResult) -> bool:
     )
 
 
-def group_runs(loaded: Sequence[tuple[str, RunResult]], merge_all: bool = False) -> list[LoadedRun]:
-    """Group by run_id (first appearance order) and merge each group's shards."""
+def group_shards(
+    loaded: Sequence[tuple[str, RunResult]], merge_all: bool = False
+) -> list[list[tuple[str, RunResult]]]:
+    """The shards of each run: by run_id (all of them with ``merge_all``), in first appearance order."""
     groups: dict[str, list[tuple[str, RunResult]]] = {}
     for source, run in loaded:
         groups.setdefault("*" if merge_all else run.run_id, []).append((source, run))
-    return [merge_shards(group) for group in groups.values()]
+    return list(groups.values())
+
+
+def repeated_cases(shards: Sequence[tuple[str, RunResult]]) -> list[str]:
+    """One notice per pair of shard files that recorded the same case: the shards of one run select
+    disjoint cases (phases by marker, CI cells by chapter × dtype), so a repeat means one shard's files
+    were gathered twice (two artifact folders, a re-run's copy) and its cases count twice on the page."""
+    first_seen: dict[str, str] = {}
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for source, run in shards:
+        for case in run.cases:
+            earlier = first_seen.setdefault(case.id, source)
+            if earlier != source:
+                pairs.setdefault((earlier, source), []).append(case.id)
+    return [
+        f"{a} and {b} record the same {len(ids)} case(s) (e.g. {ids[0]}): the same shard gathered twice? "
+        "Its cases are counted twice"
+        for (a, b), ids in pairs.items()
+    ]
 
 
 def merge_shards(shards: Sequence[tuple[str, RunResult]]) -> LoadedRun:

@@ -60,6 +60,8 @@ class ShardView:
     run_id: str
     host: str
     gpus: str
+    #: The environment facts this shard does not share with every other (e.g. another runner's torch).
+    own: str
     complete: bool
     reason: str
 
@@ -240,15 +242,19 @@ def time_view(run: RunResult) -> TimeView | None:
 
 def environment_facts(run: RunResult) -> list[tuple[str, str]]:
     """Label/value pairs; for merged shards, the facts they share (the rest is in the shard table)."""
-    env = run.environment
+    rows = [("Host", ", ".join(hosts(run))), ("GPUs", gpu_summary(run))]
+    return [row for row in rows if row[1]] + machine_facts(run.environment)
+
+
+def machine_facts(env: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Label/value pairs of one environment record beyond its host and GPUs: the same rows for the run's
+    shared facts and for what one shard has of its own (shards from different CI runners)."""
     rows: list[tuple[str, str]] = []
 
     def add(label: str, value: object) -> None:
         if value is not None and value != "":
             rows.append((label, str(value)))
 
-    add("Host", ", ".join(hosts(run)))
-    add("GPUs", gpu_summary(run))
     add("Driver", env.get("driver_version"))
     add("torch", env.get("torch"))
     if "torch" in env:
@@ -331,6 +337,8 @@ def shard_views(loaded: LoadedRun) -> list[ShardView]:
     if len(environments) < 2:
         return []
     metas = [m if isinstance(m, dict) else {} for m in as_list(run.metadata.get("shards"))]
+    facts = [machine_facts(env) for env in environments]
+    shared = set.intersection(*(set(f) for f in facts))
     views = []
     for number, env in enumerate(environments, start=1):
         meta = metas[number - 1] if number <= len(metas) else {}
@@ -346,6 +354,9 @@ def shard_views(loaded: LoadedRun) -> list[ShardView]:
                 run_id=str(meta.get("run_id", "")),
                 host=str(env.get("hostname") or "unknown host"),
                 gpus="; ".join(names) or "no GPU",
+                own="; ".join(
+                    f"{label} {value}" for label, value in facts[number - 1] if (label, value) not in shared
+                ),
                 complete=not meta.get("incomplete_reason"),
                 reason=str(meta.get("incomplete_reason") or ""),
             )
