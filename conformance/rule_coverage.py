@@ -267,7 +267,7 @@ def _strings_in(value: Any, depth: int = 0) -> Iterator[str]:
 def _local_env(func: ast.FunctionDef, env: dict[str, Any], module: ModuleType) -> dict[str, Any]:
     """``env`` plus the function's simple local assignments of strings (``rule = f"x/{y}"``), in order."""
     local = dict(env)
-    for node in ast.walk(func):
+    for node in _nodes(func):
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
         target, value = node.targets[0], node.value
@@ -328,21 +328,52 @@ def rules_of(
     return frozenset(found)
 
 
-def _walk(func: Callable, env: dict[str, Any], found: set[str], seen: set[tuple], fixtures: Mapping) -> None:
+#: What a walk from (function, arguments, fixtures) found, when it met no call already being walked above
+#: it (a cycle's partial answer is not kept): a thousand cases share the helpers they call.
+_WALKED: dict[tuple, frozenset[str]] = {}
+
+
+@functools.cache
+def _nodes(node: ast.FunctionDef) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(node))
+
+
+def _walk(func: Callable, env: dict[str, Any], found: set[str], seen: set[tuple], fixtures: Mapping) -> bool:
+    """Add what ``func`` called with ``env`` can fail with to ``found``; False if a cycle cut the walk."""
     node = _function_def(func)
     if node is None:
-        return
-    key = (func, tuple(sorted((k, repr(v)) for k, v in env.items())))
+        return True
+    key = (func, tuple(sorted((k, repr(v)) for k, v in env.items())), frozenset(fixtures.items()))
+    if key in _WALKED:
+        found.update(_WALKED[key])
+        return True
     if key in seen:
-        return
+        return False
     seen.add(key)
+    mine: set[str] = set()
+    complete = _walk_body(func, node, env, mine, seen, fixtures)
+    found.update(mine)
+    if complete:
+        _WALKED[key] = frozenset(mine)
+    return complete
+
+
+def _walk_body(
+    func: Callable,
+    node: ast.FunctionDef,
+    env: dict[str, Any],
+    found: set[str],
+    seen: set[tuple],
+    fixtures: Mapping,
+) -> bool:
+    complete = True
     module = _module(inspect.unwrap(func).__module__)
     env = _local_env(node, env, module)
     for param in node.args.args:  # fixtures the function asks for, defined in the chapter
         fixture = fixtures.get(param.arg)
         if fixture is not None:
-            _walk(fixture, {}, found, seen, fixtures)
-    for sub in ast.walk(node):
+            complete &= _walk(fixture, {}, found, seen, fixtures)
+    for sub in _nodes(node):
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and is_rule_id(sub.value):
             found.add(sub.value)
         elif isinstance(sub, ast.JoinedStr):
@@ -359,11 +390,12 @@ def _walk(func: Callable, env: dict[str, Any], found: set[str], seen: set[tuple]
             if isinstance(value, (Mapping, list, tuple)):
                 found.update(s for s in _strings_in(value) if is_rule_id(s))
             for method in _methods(value):  # a class the case builds on: its methods run too
-                _walk(method, {}, found, seen, fixtures)
+                complete &= _walk(method, {}, found, seen, fixtures)
         if isinstance(sub, ast.Call):
             callee = _resolve(sub.func, env, module)
             if callable(callee) and _function_def(callee) is not None:
-                _walk(callee, _bind(callee, sub, env, module), found, seen, fixtures)
+                complete &= _walk(callee, _bind(callee, sub, env, module), found, seen, fixtures)
+    return complete
 
 
 # --- expanding parametrize like pytest does (checked against pytest's own collection by a self-test)
