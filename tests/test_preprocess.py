@@ -8,9 +8,11 @@ it goes through the suite's default artifact cache (``$CONFORMANCE_CACHE_DIR`` o
 from __future__ import annotations
 
 import copy
+import io
 import os
 import shutil
 import types
+import zipfile
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from torch import nn
 
 from conformance.models.zoo import get_model
 from reference_impl.lowering import fallback_kernels
+from reference_impl.lowering import preprocess as preprocess_module
 from reference_impl.lowering.blob import unpack_blob
 from reference_impl.lowering.compile_spec import method_name_spec
 from reference_impl.lowering.edge import to_edge_graph
@@ -324,3 +327,30 @@ def test_lower_program_checks_its_methods(linear_methods) -> None:
         lower_program({"bad\0name": (module, inputs)}, device="cpu")
     with pytest.raises(ValueError, match="dynamic_shapes"):
         lower_program({"forward": (module, inputs)}, device="cpu", dynamic_shapes={"other": None})
+
+
+def _package(**entries: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in entries.items():
+            archive.writestr(f"artifact/data/aotinductor/model/{name}", text)
+    return buffer.getvalue()
+
+
+def test_a_damaged_package_is_compiled_again_never_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AOTInductor packages kernel files other processes may be rewriting: an empty ``*_metadata.json``
+    (seen on an H100) is compiled again; one damaged every time is an error naming the entry."""
+    good = _package(**{"k.kernel_metadata.json": '{"AOTI_DEVICE_KEY": "cpu"}', "k.kernel.cpp": "int x;"})
+    damaged = _package(**{"k.kernel_metadata.json": "", "k.kernel.cpp": "int"})
+    assert preprocess_module.package_problems(good) == []
+    assert preprocess_module.package_problems(damaged) == [
+        "artifact/data/aotinductor/model/k.kernel_metadata.json is not JSON (0 bytes)"
+    ]
+    made = iter([damaged, good])
+    monkeypatch.setattr(preprocess_module, "_compile_package", lambda *args: next(made))
+    assert preprocess_module.compile_artifact(None, device=torch.device("cpu")) == good  # type: ignore[arg-type]
+    monkeypatch.setattr(preprocess_module, "_compile_package", lambda *args: damaged)
+    with pytest.raises(
+        RuntimeError, match=r"damaged package 3 times \(.*k\.kernel_metadata\.json is not JSON"
+    ):
+        preprocess_module.compile_artifact(None, device=torch.device("cpu"))  # type: ignore[arg-type]

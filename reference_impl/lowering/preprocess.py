@@ -36,10 +36,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import io
+import json
 import os
 import pickle
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,7 +158,51 @@ def compile_artifact(
     inductor_configs: Mapping[str, Any] | None = None,
     cxx: str | None = None,
 ) -> bytes:
-    """AOTInductor-compile ``exported`` into a ``.pt2`` package (SDPA MATH kernel, no grad); its bytes."""
+    """AOTInductor-compile ``exported`` into a ``.pt2`` package (SDPA MATH kernel, no grad); its bytes. A
+    damaged package (:func:`package_problems`) is compiled again."""
+    problems: list[str] = []
+    for _attempt in range(PACKAGE_ATTEMPTS):
+        data = _compile_package(exported, device, inductor_configs, cxx)
+        problems = package_problems(data)
+        if not problems:
+            return data
+    raise RuntimeError(
+        f"AOTInductor produced a damaged package {PACKAGE_ATTEMPTS} times ({'; '.join(problems)}); "
+        "another process rewriting the same kernel files in the shared inductor cache is the likely cause"
+    )
+
+
+#: Compiles of one program before a damaged package is an error (see :func:`package_problems`).
+PACKAGE_ATTEMPTS = 3
+
+
+def package_problems(data: bytes) -> list[str]:
+    """What is damaged in a ``.pt2`` package: an archive that does not open, or a JSON entry that does not
+    parse. AOTInductor packages the kernel files it generated into the inductor cache, where every
+    process compiling a program with the same kernel writes files of the same names: a package made
+    while another process rewrote them carries an empty ``*_metadata.json`` (seen on an H100 when the
+    metamorphic variants compiled side by side), and torch's loader then fails on every load. Checked
+    before the package is cached, so a damaged one is compiled again instead of served for ever."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        entries = [e for e in archive.infolist() if e.filename.endswith(".json")]
+        found = []
+        for entry in entries:
+            try:
+                json.loads(archive.read(entry) or b"<empty>")
+            except ValueError:
+                found.append(f"{entry.filename} is not JSON ({entry.file_size} bytes)")
+        return found
+    except (zipfile.BadZipFile, OSError) as exc:
+        return [f"not a zip archive: {exc}"]
+
+
+def _compile_package(
+    exported: torch.export.ExportedProgram,
+    device: torch.device,
+    inductor_configs: Mapping[str, Any] | None,
+    cxx: str | None,
+) -> bytes:
     from torch._inductor import aoti_compile_and_package
     from torch._inductor import config as inductor_config
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -211,6 +258,9 @@ def artifact_key(
                 "inductor_configs": dict(sorted((inductor_configs or {}).items())),
                 "sdpa_backend": "MATH",
                 "grad_enabled": False,
+                # Packages are checked before they are cached (package_problems): entries cached before
+                # the check may be damaged, and are never served.
+                "package_checked": True,
             },
             "toolchain": toolchain_fingerprint(cxx),
         }
