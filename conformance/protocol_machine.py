@@ -880,7 +880,7 @@ def placement_rounds(focus: str) -> st.SearchStrategy[tuple[object, bool, LowerP
         plan = LowerPlan(model, names, tuple(sorted(options.items())))
         some = st.one_of(st.sampled_from(known), st.just(", ".join(known)))
         option = draw(some) if focus.startswith("option") else ""
-        kinds = {"names": NAME_VARIANTS, "unicode-names": ("exact", "nfd", "nfkc", "upper")}
+        kinds = {"names": NAME_VARIANTS, "unicode-names": ("nfd", "nfkc")}
         name = draw(st.sampled_from(kinds.get(focus, ("exact",))))
         return option, focus != "option-after", plan, draw(st.integers(0, 1)), name
 

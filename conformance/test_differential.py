@@ -18,13 +18,15 @@ Rules read ``differential/<rule>``; the differences the spec allows are listed o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.strategies import SearchStrategy
 
 from conformance import differential_view_pass as view_pass_checks
 from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
@@ -37,9 +39,6 @@ from conformance.protocol import Backend, missing_attributes
 from conformance.protocol_machine import (
     EXECUTE_FOCUSES,
     PLACEMENT_FOCUSES,
-    InputsPlan,
-    LowerPlan,
-    OutputsPlan,
     ProtocolMachine,
     compare_option_call,
     execute_calls,
@@ -185,6 +184,24 @@ EXECUTE_EXAMPLES = 10
 PLACEMENT_EXAMPLES = 15
 
 
+def focused(
+    focuses: Sequence[str],
+    strategy: Callable[[str], SearchStrategy[tuple[Any, ...]]],
+    examples: int,
+    step: Callable[..., None],
+) -> None:
+    """``step(*arguments)`` on ``examples`` draws of ``strategy(focus)`` for each focus in turn: every kind
+    of call gets its share of the budget, not what a draw happens to give."""
+    for focus in focuses:
+
+        @given(arguments=strategy(focus))
+        @budget(examples=examples)
+        def check(arguments: tuple[Any, ...]) -> None:
+            step(*arguments)
+
+        run_generated(check)
+
+
 def _machine(runtime: Backend, oracle: Backend, device: str) -> type[ProtocolMachine]:
     for part in ("lowering", "runtime"):
         if missing_attributes(oracle, part):
@@ -207,14 +224,8 @@ def test_execute_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend, 
         if not machine.live:
             pytest.skip("no menu model that both the backend and the oracle lower (coverage)")
 
-        for focus in EXECUTE_FOCUSES:  # every way of breaking a call gets its share, not what a draw gives
-
-            @given(plan=execute_calls(len(machine.live), focus))
-            @budget(examples=EXECUTE_EXAMPLES)
-            def check(plan: tuple[int, bool, InputsPlan, OutputsPlan]) -> None:
-                machine.execute_call(*plan)
-
-            run_generated(check)
+        handles = len(machine.live)
+        focused(EXECUTE_FOCUSES, lambda f: execute_calls(handles, f), EXECUTE_EXAMPLES, machine.execute_call)
     finally:
         machine.teardown()
 
@@ -233,14 +244,7 @@ def test_placement_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend
     machine.remember_options()
 
     try:
-        for focus in PLACEMENT_FOCUSES:
-
-            @given(round_=placement_rounds(focus))
-            @budget(examples=PLACEMENT_EXAMPLES)
-            def check(round_: tuple[object, bool, LowerPlan, int, str]) -> None:
-                machine.lower_under_option(*round_)
-
-            run_generated(check)
+        focused(PLACEMENT_FOCUSES, placement_rounds, PLACEMENT_EXAMPLES, machine.lower_under_option)
     finally:
         machine.teardown()
 
