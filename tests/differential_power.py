@@ -1,6 +1,6 @@
 """How many broken backends the differential chapter catches on its own (issue: the bugs nobody named).
 
-    python -m tests.differential_power [--jobs N] [--out FILE] [-k SUBSTRING]
+    python -m tests.differential_power [--jobs N] [--out FILE] [-k SUBSTRING ...] [--seed N]
 
 Runs ``conformance/test_differential.py`` — and no other chapter — against every broken backend in
 ``tests/broken*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--select", default="not cuda", help="pytest -k for the chapter (default: every case a CPU runs)"
     )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="--hypothesis-seed for the chapter: other examples than CI's"
+    )
     args = parser.parse_args(argv)
     targets = [
         b.spec for b in broken_backends(ROOT)
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         and all(level_of(r) is Level.MUST for r in b.breaks.rules)
     ]  # fmt: skip
     targets += [spec for spec in planted_specs() if _chosen(spec, args.only)]
-    selection = ["-k", args.select]
+    selection = ["-k", args.select, *([f"--hypothesis-seed={args.seed}"] if args.seed is not None else [])]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda spec: run_one(spec, selection), targets))
         reference = run_one("reference_impl:BACKEND", selection)

@@ -10,6 +10,7 @@ report, its use of an ExportedProgram's graph signature, graphs without fake val
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 from unittest import mock
@@ -361,3 +362,20 @@ def _flat_program_inputs(
         for n in program.graph.nodes
         if n.op == "placeholder"
     ]
+
+
+def test_a_returned_chunk_of_an_expanded_tensor_stays_a_copy() -> None:
+    """A chunk that ``split_copy`` cuts from an ``expand`` (stride 0) and the graph returns: as a view its
+    elements would share memory, so the caller writing one element would change others (found by the
+    differential chapter's generated graphs with ``--hypothesis-seed=2``; the returned-node check missed
+    chunks reached through ``getitem``). A chunk that is only read is still rewritten."""
+
+    def body(g: Graph, xs: list[Node]) -> list[Node]:
+        wide = g.call_function(aten.expand.default, (doubled(g, xs[0]), [3, 4, 6]), name="wide")
+        parts = g.call_function(aten.split_copy.Tensor, (wide, 2, 1), name="parts")  # [3, 2, 6], stride 0
+        read = g.call_function(aten.split_copy.Tensor, (wide, 3, 1), name="read")
+        chunk = g.call_function(operator.getitem, (parts, 1), name="chunk")
+        first = g.call_function(operator.getitem, (read, 0), name="first")
+        return [chunk, g.call_function(aten.sum.default, (first,), name="total")]
+
+    check(build(body, [X]), [X], rewritten={"read"}, refused={"parts": Reason.ALIASES_OUTPUT})

@@ -465,12 +465,15 @@ class ReplaceViewCopyWithViewPass(PassBase):
         mine = [o for o in outputs if o is node or (_is_getitem(o) and o.args[0] is node)]
         if not mine:
             return None
-        if node in mine and _may_overlap_itself(self._views.get(node), node):
-            return (
-                Reason.ALIASES_OUTPUT,
-                "it is returned, and as a view some of its elements would share memory (stride 0 or "
-                "overlapping windows): writing one would change others",
-            )
+        views = self._views.get(node)
+        for out in mine:  # the node itself, or a chunk of a list it makes (split, unbind) through getitem
+            value = views if out is node else views[out.args[1]] if isinstance(views, (list, tuple)) else None
+            if _may_overlap_itself(value, node):
+                return (
+                    Reason.ALIASES_OUTPUT,
+                    f"{out.name} is returned, and as a view some of its elements would share memory "
+                    "(stride 0 or overlapping windows): writing one would change others",
+                )
         inputs = sorted(n.name for n in roots if n.op in ("placeholder", "get_attr"))
         if inputs:
             return (
