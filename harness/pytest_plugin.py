@@ -159,6 +159,7 @@ class ResultRecorder:
         self._pending: dict[str, _Pending] = {}
         self._crashed: set[str] = set()
         self._recorded_tests = 0
+        self._recorded_ids: set[str] = set()
         self._summary_line: str | None = None
         self._session_start = time.time()
         self._collected_journaled = False
@@ -291,6 +292,8 @@ class ResultRecorder:
 
     def _finish(self, nodeid: str, crash: pytest.TestReport | None = None) -> None:
         pending = self._pending.pop(nodeid, None) or _Pending()
+        if nodeid in self._recorded_ids:  # a late report of a recorded case (a stop mid-run can bring one
+            return  # after its teardown): one case, one result
         details: dict[str, Any] = {}
         crash_result = _override(crash) if crash is not None else None
         note = getattr(crash, CASE_RESULT_ATTR, None) if crash is not None else None
@@ -332,6 +335,7 @@ class ResultRecorder:
         )
 
     def _record(self, case: CaseResult) -> None:
+        self._recorded_ids.add(case.id)
         self.run.cases.append(case)
         end = run_end.run_end(self.config)
         with end.control.critical() if end is not None else _nothing():
