@@ -692,9 +692,6 @@ class ProtocolMachine(RuleBasedStateMachine):
                     self._execute(self.live[0], InputsPlan(seed=which), OutputsPlan())
         finally:  # also after a failure: its replay (and the shrinking) must start from the same state
             self.teardown()
-            self.programs.clear()
-            self.live.clear()
-            self.held.clear()
 
     # -- threads -------------------------------------------------------------------------------------
 
@@ -765,6 +762,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     # -- end of an example ---------------------------------------------------------------------------
 
     def teardown(self) -> None:
+        """Destroy every live handle, restore the options, and forget programs, handles and held results
+        (the focused cases run several rounds on one machine)."""
         for pair in self.live:
             if not pair.destroyed:
                 call(self.backend.destroy, pair.backend)
@@ -772,6 +771,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         if self.saved_options is not None:
             call(self.backend.set_option, SKIP_COPY_OPTION, self.saved_options[0])
             call(self.oracle.set_option, SKIP_COPY_OPTION, self.saved_options[1])
+        self.programs.clear()
+        self.live.clear()
+        self.held.clear()
 
 
 def _as(ref: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

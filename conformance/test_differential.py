@@ -136,14 +136,19 @@ def test_protocol_calls_agree_with_the_oracle(
     argument), values match float64 eager, inputs are never written, provided outputs hold the result on
     success and are untouched on error, outputs land where the oracle puts them, counters and option
     read-backs agree, threads get their own results. Rules ``differential/*``."""
+    machine = _machine(runtime, oracle, device)
+    run_machine(machine, examples=30, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
+
+
+def _machine(runtime: Backend, oracle: Backend, device: str) -> type[ProtocolMachine]:
+    """The machine class for this backend and target, or a skip saying which part or device is missing
+    (the ``runtime`` fixture has already required the backend's own parts)."""
     for part in ("lowering", "runtime"):
         if missing_attributes(oracle, part):
             pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")
     require_lowering_device(runtime, device)
     require_lowering_device(oracle, device)
-    require_part(runtime, "runtime")
-    machine = machine_for(runtime, oracle, device)
-    run_machine(machine, examples=30, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
+    return machine_for(runtime, oracle, device)
 
 
 # ============================================================================================== options
@@ -200,15 +205,6 @@ def focused(
             step(*arguments)
 
         run_generated(check)
-
-
-def _machine(runtime: Backend, oracle: Backend, device: str) -> type[ProtocolMachine]:
-    for part in ("lowering", "runtime"):
-        if missing_attributes(oracle, part):
-            pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")
-    require_lowering_device(runtime, device)
-    require_lowering_device(oracle, device)
-    return machine_for(runtime, oracle, device)
 
 
 @pytest.mark.parametrize("device", TARGETS)
