@@ -101,6 +101,29 @@ def write_junit(path: Path, run: RunResult) -> None:
     atomic_write_text(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
 
 
+def drop_repeated_testcases(path: Path) -> int:
+    """Keep the first ``testcase`` of each case (classname and name) in a JUnit file, recount its suites'
+    ``tests``, ``failures``, ``errors`` and ``skipped``; how many were dropped (the file is rewritten only
+    then). Raises ``ValueError`` (``ET.ParseError``) for a file that is not XML."""
+    root = ET.parse(path).getroot()
+    dropped = 0
+    for suite in root.iter("testsuite"):
+        seen: set[tuple[str | None, str | None]] = set()
+        for element in list(suite.findall("testcase")):
+            key = (element.get("classname"), element.get("name"))
+            if key in seen:
+                suite.remove(element)
+                dropped += 1
+            seen.add(key)
+        kept = suite.findall("testcase")
+        suite.set("tests", str(len(kept)))
+        for attribute, tag in (("failures", "failure"), ("errors", "error"), ("skipped", "skipped")):
+            suite.set(attribute, str(sum(element.find(tag) is not None for element in kept)))
+    if dropped:
+        atomic_write_text(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
+    return dropped
+
+
 def _testcase(case: CaseResult) -> ET.Element:
     path, _, name = case.id.partition("::")
     classname = path.removesuffix(".py").replace("/", ".")

@@ -32,6 +32,7 @@ import pytest
 from harness import run_control
 from harness.case_limits import MARKER, OPTION, CaseLimitError, parse_rules
 from harness.device_probe import DEFAULT_PROBE, load_probe
+from harness.finalize import drop_repeated_testcases
 from harness.run_control import EXIT_DEADLINE, EXIT_STOPPED_BY_FAULT, RunControl
 from harness.watchdog import (
     CASE_RESULT_ATTR,
@@ -228,6 +229,7 @@ class RunEnd:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.control.uninstall()
+        _one_testcase_per_case(config)
         if self.watchdog is not None:
             self.watchdog.close()
         if self._finished:  # the files are written: nothing is left for harness.finalize to read
@@ -290,6 +292,13 @@ class RunEnd:
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
         """A worker died while running ``crashitem``: what its watchdog left says how the case ended."""
+        seen = self.seen.get(crashitem)
+        if seen is not None and "teardown" in seen.whens:
+            # Its reports all came; the worker died before telling pytest-xdist the case was complete (a
+            # CI system's SIGTERM in that instant): nothing crashed, and the case keeps its one result.
+            report.outcome, report.when, report.longrepr = "passed", "teardown", None  # type: ignore[assignment]
+            setattr(report, CASE_RESULT_ATTR, {"outcome": None, "note": "late report of a finished case"})
+            return
         self.crashed.add(crashitem)
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
         verdict = WatchdogFiles(self.directory, str(worker)).read_verdict(crashitem) if worker else None
@@ -418,6 +427,7 @@ class RunEnd:
             for write in self.writers:
                 write(reason)
             _write_junit_now(self.config)
+            _one_testcase_per_case(self.config)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
@@ -494,3 +504,12 @@ def _write_junit_now(config: pytest.Config) -> None:
     xml = config.stash.get(xml_key, None)
     if xml is not None:
         xml.pytest_sessionfinish()
+
+
+def _one_testcase_per_case(config: pytest.Config) -> None:
+    """pytest's JUnit writer opens a second ``testcase`` for a report that comes after its case's teardown
+    (a dead worker's item): the file keeps the first, as the result file does."""
+    path = getattr(config.option, "xmlpath", None)
+    if path and not hasattr(config, "workerinput"):
+        with contextlib.suppress(OSError, ValueError):
+            drop_repeated_testcases(Path(path))

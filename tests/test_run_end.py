@@ -321,3 +321,46 @@ def test_a_signal_halfway_leaves_a_readable_result_file_junit_and_page(
     assert "Incomplete run" in page
     assert f"the run was stopped by {signum.name}" in page
     assert "Not run (" in page
+
+
+DIES_AFTER_TEARDOWN = """
+import os
+
+def test_first():
+    pass
+
+def test_dies_after_its_teardown():
+    pass
+
+def test_last():
+    pass
+"""
+
+DIE_AFTER_TEARDOWN = """
+import os
+
+def pytest_runtest_logfinish(nodeid, location):
+    # After the teardown report went out, before the worker tells pytest-xdist the case is complete:
+    # as a worker killed by a CI system's SIGTERM in that instant.
+    if nodeid.endswith("test_dies_after_its_teardown") and os.environ.get("PYTEST_XDIST_WORKER"):
+        os._exit(1)
+"""
+
+
+def test_a_worker_dying_after_a_case_finished_leaves_one_result_and_one_testcase(tmp_path: Path) -> None:
+    """pytest-xdist reports the item of a dead worker as crashed though its reports all came: the case
+    keeps its one result (passed) in the result file and in JUnit alike."""
+    (tmp_path / "conftest.py").write_text(DIE_AFTER_TEARDOWN)
+    code, output, _ = _run(tmp_path, DIES_AFTER_TEARDOWN, "-n", "1")
+    assert code == 0, output
+    cases = _cases(tmp_path)
+    assert {name: case.outcome for name, case in cases.items()} == {
+        "test_first": "passed",
+        "test_dies_after_its_teardown": "passed",
+        "test_last": "passed",
+    }, output
+    junit = ET.parse(tmp_path / "out" / "j.xml").getroot()
+    assert sorted(str(element.get("name")) for element in junit.iter("testcase")) == sorted(cases), output
+    assert _junit(tmp_path)["test_dies_after_its_teardown"] == []  # no failure, error or skip
+    (suite,) = junit.iter("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "0")
