@@ -54,6 +54,10 @@ class Phase:
             "detail": self.detail,
         }
 
+    def to_flag(self) -> str:
+        """The command-line form ``parse_phase`` reads (seconds to two decimals)."""
+        return f"{self.name}@{self.start_s:.2f}={self.wall_s:.2f}={self.detail}"
+
 
 def _seconds(text: str) -> float:
     try:
