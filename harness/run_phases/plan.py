@@ -1,0 +1,203 @@
+"""What a session asks of a run (``SuiteRun``) and the pytest phases it becomes (``PytestPhase``).
+
+Pure: these functions read the environment and the chapters' source, and start nothing, so every choice
+the front door makes (which phases, how many workers, which GPUs, which run id) is testable without a run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.results import RUN_ID_ENV
+from harness.run_phases import sizing
+
+#: Cases that need their GPU to themselves (device-wide NVML counters, recorded timings): they run after
+#: the parallel phase, one worker per GPU (pyproject's markers ``traffic`` and ``timing``).
+EXCLUSIVE_MARKS = ("traffic", "timing")
+EXCLUSIVE = " or ".join(EXCLUSIVE_MARKS)
+#: conformance/conftest.py's ``WORKER_GPUS_ENV`` (harness does not import the suite): each xdist worker
+#: pins itself to one of these GPUs before CUDA starts.
+WORKER_GPUS_ENV = "CONFORMANCE_WORKER_GPUS"
+#: ``0`` turns the background pre-lowering off (a backend without an artifact cache only loses the time).
+PRELOWER_ENV = "CONFORMANCE_PRELOWER"
+#: The shards of a run: ``results/<name><suffix>.json``, one per pytest phase.
+EXCLUSIVE_SUFFIX, MULTI_GPU_SUFFIX = "-exclusive", "-multi-gpu"
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One run of the suite as a session asks for it."""
+
+    #: The checkout: the front door writes ``results/`` beside its noxfile.
+    root: Path
+    #: The run's name, the prefix of its shards' files (``conformance``, ``cell-mm_out-float32``).
+    name: str
+    #: Chapter paths and options the session chose; the user's options come after them.
+    selection: tuple[str, ...]
+    #: The interpreter that runs the cases (a full path: the repro lines show it).
+    python: str
+    #: The user's arguments (``nox -s conformance -- ARGS``), ``--run-deadline`` included.
+    posargs: tuple[str, ...] = ()
+    #: Pre-lower the zoo in the background (off for a backend whose zoo cases cannot run, and for cells).
+    prelower: bool = True
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def shards(self) -> list[str]:
+        """Every shard this run may write, in phase order."""
+        return [self.name, self.name + EXCLUSIVE_SUFFIX, self.name + MULTI_GPU_SUFFIX]
+
+    @property
+    def prelower_log(self) -> Path:
+        return self.results / f"{self.name}.prelower.log"
+
+    @property
+    def narrowed(self) -> bool:
+        """A selection narrowed by the user (``-k``, ``-m``, a file, a case id): no pre-lowering for it."""
+        return any(a.startswith(("-k", "-m")) or "::" in a or a.endswith(".py") for a in self.posargs)
+
+    @property
+    def backend_args(self) -> list[str]:
+        """The user's ``--backend X`` and ``--backend-path DIR`` (or ``--opt=X``), for the steps beside
+        pytest that need the same backend."""
+        return backend_args(self.posargs)
+
+    @property
+    def shown_python(self) -> str:
+        """``python`` as a repro line shows it: relative to the checkout when inside it (``.nox/…``)."""
+        path = Path(self.python)
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else self.python
+
+
+@dataclass(frozen=True)
+class PytestPhase:
+    """One pytest run of a run: its row in the phase table, the shard it writes, and how it runs."""
+
+    #: Its row in the phase table (``cases (shared GPU)``).
+    title: str
+    #: Its files: ``results/<shard>.json`` and ``.junit.xml``.
+    shard: str
+    #: pytest-xdist workers.
+    workers: int
+    #: The ``-m`` expression that picks its cases.
+    marks: str
+    #: The table's detail column (``8 workers, 4 per GPU``).
+    detail: str
+    #: Environment beside the run id (GPU pinning, thread counts).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: What it collects instead of the run's selection (options included); None: the selection.
+    paths: tuple[str, ...] | None = None
+
+    def args(self, selection: Sequence[str], skip_preflight: bool) -> list[str]:
+        """pytest's arguments before the plugin's and the user's: what to collect, workers, marks."""
+        args = [*(self.paths or selection), "-n", str(self.workers), "--dist", "worksteal", "-m", self.marks]
+        return [*args, "--no-preflight"] if skip_preflight else args
+
+
+def run_id(name: str, env: Mapping[str, str] = os.environ, now: float | None = None) -> str:
+    """The id every shard of this run records: ``$CONFORMANCE_RUN_ID`` when CI set one, so cells run on
+    several runners (README "Sharding the matrix over several CI runners") merge into one run on the
+    dashboard; else a new one, sortable by time and unique per session."""
+    shared = env.get(RUN_ID_ENV, "").strip()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    return shared or f"{stamp}-{os.getpid():x}-{name}"
+
+
+def visible_gpu_ids(count: int, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The first ``count`` GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(count)]
+    return ids[:count]
+
+
+def pinning(gpus: int, env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The environment that pins each xdist worker to one GPU, round robin; none on one GPU (nothing to
+    choose) or none."""
+    return {WORKER_GPUS_ENV: ",".join(visible_gpu_ids(gpus, env))} if gpus >= 2 else {}
+
+
+def backend_args(args: Sequence[str]) -> list[str]:
+    """``--backend X`` and ``--backend-path DIR`` in ``args``, spelt ``--opt X`` or ``--opt=X``."""
+    found: list[str] = []
+    for i, arg in enumerate(args):
+        for option in ("--backend", "--backend-path"):
+            if arg.startswith(f"{option}="):
+                found += [option, arg.partition("=")[2]]
+            elif arg == option and i + 1 < len(args):
+                found += [option, args[i + 1]]
+    return found
+
+
+def modules_marking(root: Path, selection: Sequence[str], marks: Sequence[str]) -> tuple[str, ...] | None:
+    """The chapter modules under ``selection``'s directories whose source applies one of ``marks``
+    (``pytest.mark.<mark>``), with ``selection``'s options; None (use ``selection`` as it is) when it names
+    anything but directories, e.g. one chapter file."""
+    dirs = [a for a in selection if not a.startswith("-")]
+    if not dirs or not all((root / d).is_dir() for d in dirs):
+        return None
+    pattern = re.compile(r"pytest\.mark\.(" + "|".join(map(re.escape, marks)) + r")\b")
+    found = [
+        str(path.relative_to(root))
+        for d in dirs
+        for path in sorted((root / d).glob("test_*.py"))
+        if pattern.search(path.read_text())
+    ]
+    return (*found, *(a for a in selection if a.startswith("-"))) if found else None
+
+
+def cpu_phase(name: str, workers: int) -> PytestPhase:
+    """Without a CUDA device: every case but the multi-GPU ones, in one phase."""
+    return PytestPhase("cases", name, workers, "not multi_gpu", f"{workers} workers, CPU")
+
+
+def shared_env(
+    pinned: Mapping[str, str], per_gpu: int, gpus: int, env: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """The shared phase's environment: GPU pinning, one inductor compile thread, each worker's share of
+    the cores (unless ``$OMP_NUM_THREADS`` says otherwise)."""
+    threads = env.get("OMP_NUM_THREADS", str(sizing.threads_per_worker(per_gpu, gpus)))
+    return {**pinned, **sizing.COMPILE_ENV, "OMP_NUM_THREADS": threads}
+
+
+def shared_phase(name: str, gpus: int, per_gpu: int, env: Mapping[str, str]) -> PytestPhase:
+    """Every case that may share its GPU, several workers per GPU."""
+    marks = f"not multi_gpu and not ({EXCLUSIVE})"
+    detail = f"{per_gpu * gpus} workers, {per_gpu} per GPU"
+    return PytestPhase("cases (shared GPU)", name, per_gpu * gpus, marks, detail, env)
+
+
+def exclusive_phase(
+    name: str, gpus: int, pinned: Mapping[str, str], paths: tuple[str, ...] | None
+) -> PytestPhase:
+    """The cases that need their GPU alone (``EXCLUSIVE``), one worker per GPU; ``paths``: only the
+    modules that mark such cases (``modules_marking``: collecting the whole suite again costs more than
+    they run)."""
+    marks = f"not multi_gpu and ({EXCLUSIVE})"
+    detail = f"{gpus} worker(s), one per GPU"
+    return PytestPhase("cases (GPU alone)", name + EXCLUSIVE_SUFFIX, gpus, marks, detail, pinned, paths)
+
+
+def multi_gpu_phase(name: str) -> PytestPhase:
+    """The cases that need several GPUs at once, in one unpinned worker."""
+    return PytestPhase("cases (multi-GPU)", name + MULTI_GPU_SUFFIX, 1, "multi_gpu", "1 worker, all GPUs")
+
+
+def pytest_command(run: SuiteRun, shard: str, args: Sequence[str], after: Sequence[str]) -> list[str]:
+    """One pytest phase's command line: ``args`` (``PytestPhase.args``), the recording plugin writing
+    ``results/<shard>.json`` and ``.junit.xml``, then ``after`` (the user's arguments, the time left)."""
+    return [
+        run.python, "-m", "pytest", *args,
+        "-p", "harness.pytest_plugin",
+        f"--results-json={run.results / f'{shard}.json'}",
+        f"--repro-prefix={run.shown_python} -m pytest",
+        f"--junitxml={run.results / f'{shard}.junit.xml'}",
+        *after,
+    ]  # fmt: skip

@@ -1,0 +1,123 @@
+"""The background pre-lowering of a GPU run, and the toolchain preflight started beside it.
+
+Compiling is CPU work the cases would otherwise do one program at a time. On a GPU runner the zoo is
+compiled for both targets on all cores but one, in the background, overlapping the parallel phase: a case
+that needs a program still being compiled waits on the backend's per-program cache lock (the reference's
+artifact cache), and cases that need none run meanwhile. It runs at a lower CPU priority, so on a warm
+cache (where it only re-exports models to find their cache keys) it takes idle cycles, not the workers'.
+It is stopped once the parallel phase is over: every program a case needed is built by then, and its GPU
+work must end before any phase that measures the GPU alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.run_control import EXIT_DEADLINE
+from harness.run_phases import sizing
+from harness.run_phases.console import Console
+from harness.run_phases.plan import PRELOWER_ENV
+
+#: Seconds the pre-lowering gets to end after SIGTERM before its process group is killed.
+STOP_WAIT_S = 30
+#: The niceness it runs at: below the workers, so a warm cache's re-exports take idle cycles only.
+NICENESS = 10
+#: conformance.prelower's last line when it finished (``prelower: 54 lowered …`` or ``prelower: skipped …``).
+_SUMMARY = re.compile(r"prelower: (\d+ lowered|skipped)")
+#: A row of its table: one program done (``  mlp  cuda  float32 …``).
+_PROGRAM_ROW = re.compile(r"^  \S+\s+(cuda|cpu)\s")
+
+
+@dataclass(frozen=True)
+class Prelowering:
+    """The background pre-lowering while it runs."""
+
+    process: subprocess.Popen[bytes]
+    #: Where its table goes (``results/<run>.prelower.log``).
+    log: Path
+    #: ``time.perf_counter()`` when it was started, for the phase table.
+    started: float
+
+
+def prelower_command(python: str, jobs: int, backend: Sequence[str]) -> list[str]:
+    """Compile the zoo for both targets with ``jobs`` processes, for the run's backend."""
+    return [python, "-m", "conformance.prelower", "--device=cuda", "--device=cpu", f"--jobs={jobs}", *backend]
+
+
+def start_prelowering(
+    console: Console, python: str, gpus: int, log: Path, backend: Sequence[str]
+) -> Prelowering | None:
+    """Start the pre-lowering in the background, its table to ``log``; None where it is not worth it (no
+    GPU, too few cores) or ``$CONFORMANCE_PRELOWER=0`` turned it off."""
+    started = time.perf_counter()
+    jobs = sizing.prelower_jobs()
+    if gpus == 0 or jobs < sizing.MIN_PRELOWER_JOBS or os.environ.get(PRELOWER_ENV) == "0":
+        return None
+    cmd = prelower_command(python, jobs, backend)
+    console.log(f"{shlex.join(cmd)} > {log}  (in the background, nice {NICENESS})")
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **sizing.COMPILE_ENV},
+            start_new_session=True,  # its own process group: stopped as one, pool workers included
+            preexec_fn=lambda: os.nice(NICENESS),
+        )
+    return Prelowering(process, log, started)
+
+
+def stop_prelowering(console: Console, job: Prelowering) -> str:
+    """End the pre-lowering (its whole process group) if it still runs, say how far it got, and return
+    that for the phase table (``54 lowered …``, or how many programs were done when it was stopped)."""
+    process = job.process
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    summary = summarize(job.log.read_text(errors="replace").splitlines())
+    console.log(f"{summary} (table: {job.log})")
+    return summary.removeprefix("prelower: ")
+
+
+def summarize(lines: Sequence[str]) -> str:
+    """The pre-lowering's own summary line, or for one stopped early the programs its table lists."""
+    summary = next((line for line in lines if _SUMMARY.match(line)), None)
+    if summary is None:
+        done = sum(1 for line in lines if _PROGRAM_ROW.match(line))
+        summary = f"prelower: stopped after the parallel phase, {done} programs done"
+    return summary
+
+
+def preflight_command(python: str, backend: Sequence[str]) -> list[str]:
+    """The backend's toolchain preflight alone (conformance/toolchain.py, through conformance.prelower)."""
+    return [python, "-m", "conformance.prelower", "--device=cuda", "--preflight-only", *backend]
+
+
+def check_toolchain(
+    python: str, backend: Sequence[str], env: Mapping[str, str], timeout: float | None
+) -> int:
+    """Run the preflight once, before any case (later phases then skip their own); its exit code, or
+    ``EXIT_DEADLINE`` when it outlived ``timeout`` (what is left of the run's deadline)."""
+    try:
+        return subprocess.run(
+            preflight_command(python, backend), env={**os.environ, **env}, timeout=timeout
+        ).returncode
+    except subprocess.TimeoutExpired:
+        return EXIT_DEADLINE
+
+
+def toolchain_detail(code: int) -> str:
+    """The preflight's row in the phase table."""
+    return "toolchain OK" if code == 0 else f"toolchain check failed (exit {code})"

@@ -1,0 +1,51 @@
+"""What the phases of a run did, noted as they go: whatever stops them (a signal, the deadline), the
+report after them reads the shards started, each pytest phase's exit code and the phase table so far."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.phases import Phase
+from harness.run_control import EXIT_PREFLIGHT
+from harness.run_phases.prelowering import Prelowering
+
+
+@dataclass
+class RunRecord:
+    """When each step of a run started and how long it took (the table at its end, harness/phases.py),
+    and what the phases left for the report."""
+
+    #: ``time.perf_counter()`` when the run began: the phases' start times count from here.
+    origin: float = field(default_factory=time.perf_counter)
+    phases: list[Phase] = field(default_factory=list)
+    #: Each pytest phase's exit code, in order (0: it passed).
+    exit_codes: list[int] = field(default_factory=list)
+    #: The shards (result file names) of the phases started or about to start.
+    shards: list[str] = field(default_factory=list)
+    #: The background pre-lowering while it runs.
+    prelowering: Prelowering | None = None
+    #: The toolchain preflight's verdict, once it ran (None: not run by the front door).
+    toolchain_ok: bool | None = None
+
+    def add(self, name: str, start: float, detail: str) -> None:
+        """A step that began at ``start`` (``time.perf_counter()``) and ends now."""
+        end = time.perf_counter()
+        self.phases.append(Phase(name, end - start, detail, start - self.origin))
+
+    def timed(self, name: str, step: Callable[[], str]) -> None:
+        """Run ``step`` (it returns the table's detail) and note it."""
+        start = time.perf_counter()
+        self.add(name, start, step())
+
+    @property
+    def toolchain_known(self) -> bool:
+        """Whether the toolchain is known to work, so a phase skips its own preflight: the front door's
+        check passed, or a phase ended otherwise than with the preflight's exit code (then every phase
+        says why itself)."""
+        return self.toolchain_ok is True or any(code != EXIT_PREFLIGHT for code in self.exit_codes)
+
+    def phase_flags(self) -> list[str]:
+        """The table for ``python -m harness.phases``."""
+        return [f"--phase={phase.to_flag()}" for phase in self.phases]

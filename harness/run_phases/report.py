@@ -1,0 +1,101 @@
+"""After the phases of a run, whatever stopped them: every shard's files, the summary page, the phase
+table, and the run's verdict (its exit code: README "Exit codes")."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.results import JOURNAL_SUFFIX
+from harness.run_control import EXIT_NO_TESTS, EXIT_OK, FrontDoor
+from harness.run_phases.console import Console
+from harness.run_phases.plan import SuiteRun
+from harness.run_phases.record import RunRecord
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a run that did not pass ends."""
+
+    message: str
+    #: The run's own exit code when it was stopped (deadline, signal): the session exits with it after
+    #: saying why. None: the session fails as any failed session does.
+    exit_code: int | None = None
+
+
+def report_run(console: Console, run: SuiteRun, record: RunRecord, door: FrontDoor) -> None:
+    """The files of every shard the phases started, the page and the table when any shard left a file,
+    then the verdict (raises unless the run passed)."""
+    finish_shards(console, run, record.shards)
+    present = present_files(run, record.shards)
+    if present:
+        html = run.results / f"{run.name}.html"
+
+        def render() -> str:
+            console.run([run.python, "-m", "reports", *present, "-o", str(html)])
+            return "summary page"
+
+        record.timed("report", render)
+        console.run([run.python, "-m", "harness.phases", *present, *record.phase_flags()])
+        console.log(f"results: {', '.join(present)}  page: {html}")
+    door.uninstall()
+    conclude(console, verdict(door.stop, record.exit_codes))
+
+
+def finish_shards(console: Console, run: SuiteRun, shards: Sequence[str]) -> None:
+    """A shard whose pytest died has only a journal: ``harness.finalize`` writes its result file and JUnit."""
+    for shard in shards:
+        result = run.results / f"{shard}.json"
+        if not result.exists() and Path(f"{result}{JOURNAL_SUFFIX}").exists():
+            junit = f"--junit={run.results / f'{shard}.junit.xml'}"
+            console.run([run.python, "-m", "harness.finalize", str(result), junit], success_codes=(0, 1))
+
+
+def present_files(run: SuiteRun, shards: Sequence[str]) -> list[str]:
+    """The result files of ``shards`` that exist, or whose journal does (the page renders either)."""
+    files = [str(run.results / f"{shard}.json") for shard in shards]
+    return [f for f in files if Path(f).exists() or Path(f"{f}{JOURNAL_SUFFIX}").exists()]
+
+
+def verdict(stop: tuple[str, int] | None, exit_codes: Sequence[int]) -> Verdict | None:
+    """None for a run that passed. pytest's exit 5 (nothing selected) is fine for a phase, as long as some
+    phase ran cases."""
+    if stop is not None:
+        return Verdict(f"conformance run stopped: {stop[0]} (exit {stop[1]})", stop[1])
+    failed = [code for code in exit_codes if code not in (EXIT_OK, EXIT_NO_TESTS)]
+    if failed:
+        return Verdict(f"conformance run failed: pytest exit code {failed[0]}")
+    if exit_codes and all(code == EXIT_NO_TESTS for code in exit_codes):
+        return Verdict(
+            "conformance run selected no case (pytest exit code 5): check -k / -m / the chapter path"
+        )
+    return None
+
+
+def conclude(console: Console, outcome: Verdict | None) -> None:
+    """End the session as ``outcome`` says: a stopped run exits with its own code (the page written
+    first), a failed one fails the session; a run that passed (None) returns."""
+    if outcome is None:
+        return
+    if outcome.exit_code is not None:
+        console.log(outcome.message)
+        raise SystemExit(outcome.exit_code)
+    console.error(outcome.message)
+
+
+def write_rule_coverage(console: Console, python: str, results: Path) -> None:
+    """results/rule-coverage.json: which cases and broken backends prove each rule (read from the suite's
+    code, a few seconds); the dashboard shows it as its coverage page. A failure only warns."""
+    results.mkdir(exist_ok=True)
+    target = results / "rule-coverage.json"
+    with open(target, "w") as out:
+        code = subprocess.run([python, "-m", "conformance.rule_coverage", "--json"], stdout=out).returncode
+    if code != 0:
+        target.unlink(missing_ok=True)
+        console.warn(
+            f"rule coverage table not written (exit {code}); the dashboard will have no coverage page"
+        )
+    else:
+        console.log(f"rule coverage table: {target}")

@@ -1,0 +1,194 @@
+"""A conformance run in phases (``run_suite``): what ``nox -s conformance``, its matrix cells and
+``nox -s conformance_executorch`` do, then render the summary page even if cases failed or crashed.
+
+On a GPU machine: (1) the zoo pre-lowered for both targets on all cores but one, in the background at a
+lower priority, started first; (0) beside it the backend's toolchain preflight, before any case; (1) then
+overlaps (2) every case that may share its GPU, several pytest-xdist workers per GPU, each pinned to its
+GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts; (3) once (2) is done and (1) stopped, the cases that
+need their GPU alone (``plan.EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the cases that
+need several at once, in one unpinned worker. (0) and (1) are skipped for a narrowed selection (``-k``,
+``-m``, a file or a case id). Without a GPU, every case in one phase of ``sizing.cpu_workers()`` workers.
+Each pytest run writes a shard (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id
+(``$CONFORMANCE_RUN_ID`` when CI sets it, so cells on several runners share it too), so every report
+merges them into one run. The per-phase table is printed at the end and stored in each shard.
+
+``--run-deadline S`` (or ``$CONFORMANCE_RUN_DEADLINE``) bounds the whole run: each phase gets what is left;
+after the deadline, or a SIGTERM / SIGINT, the result files, JUnit and the page are still written and the
+session exits with the run's code (``harness/run_control.py``'s ``FrontDoor``, README "Exit codes").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.results import RUN_ID_ENV
+from harness.run_control import EXIT_INTERRUPTED, INTERRUPT_WAIT_S, TERMINATE_WAIT_S, FrontDoor
+from harness.run_phases import plan, sizing
+from harness.run_phases.console import Console
+from harness.run_phases.plan import EXCLUSIVE, PytestPhase, SuiteRun
+from harness.run_phases.prelowering import (
+    check_toolchain,
+    start_prelowering,
+    stop_prelowering,
+    toolchain_detail,
+)
+from harness.run_phases.record import RunRecord
+from harness.run_phases.report import report_run
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every step of one run shares."""
+
+    console: Console
+    run: SuiteRun
+    door: FrontDoor
+    record: RunRecord
+    #: The environment every process of the run gets: its run id.
+    env: dict[str, str]
+
+
+def run_suite(console: Console, run: SuiteRun) -> None:
+    """The whole run: its arguments checked, the previous run kept, the phases, the report and the
+    verdict (raises unless every phase passed)."""
+    run.results.mkdir(exist_ok=True)
+    try:
+        door = FrontDoor(list(run.posargs), os.environ)
+    except ValueError as exc:
+        console.error(str(exc))
+    check_arguments(console, run.python, [*run.selection, *door.args])
+    # Only now, with a run that can start: the last run's files move to results/runs/<its run id>/.
+    keep_previous_run(console, run)
+    record = RunRecord()
+    door.install()
+    try:
+        run_phases(console, run, door, record)
+    except KeyboardInterrupt:  # a signal or the deadline's backstop outside a pytest phase
+        console.warn(f"stopped: {door.stop[0] if door.stop else 'interrupted'}")
+    door.finishing()
+    if record.prelowering is not None:
+        stop_prelowering(console, record.prelowering)
+    report_run(console, run, record, door)
+
+
+def check_arguments(console: Console, python: str, args: Sequence[str]) -> None:
+    """Before anything is moved or written: the backend loads, every option is valid and the selection
+    selects cases (pytest's own collection, harness/check_args.py); a mistake stops the session here."""
+    if console.exit_code([python, "-m", "harness.check_args", *args]) != 0:
+        console.error("nothing was run and results/ is as it was: fix the arguments above")
+
+
+def keep_previous_run(console: Console, run: SuiteRun) -> None:
+    """The previous run of these shards moves to results/runs/<run id>/ (bounded: harness/run_history.py)."""
+    cmd = [run.python, "-m", "harness.run_history", "archive", f"--results={run.results}"]
+    console.run([*cmd, *(f"--name={shard}" for shard in run.shards)])
+
+
+def cuda_device_count(console: Console, python: str) -> int:
+    """The CUDA devices the run's interpreter sees (0 with a CPU build of torch)."""
+    out = console.output([python, "-c", "import torch; print(torch.cuda.device_count())"])
+    return int(out.strip().splitlines()[-1])
+
+
+def run_phases(console: Console, run: SuiteRun, door: FrontDoor, record: RunRecord) -> None:
+    """The phases of a run, noted in ``record`` as they go (shards started, the pre-lowering while it
+    runs), so that the report after them finds what they left whatever stopped them."""
+    gpus = cuda_device_count(console, run.python)
+    run_id = plan.run_id(run.name)
+    given = f" (${RUN_ID_ENV})" if os.environ.get(RUN_ID_ENV, "").strip() else ""
+    console.log(f"run id {run_id}{given}")
+    context = _Context(console, run, door, record, {RUN_ID_ENV: run_id})
+    record.shards.append(run.name)
+    if gpus == 0:
+        workers = sizing.cpu_workers()
+        console.log(f"no CUDA device; {workers} pytest-xdist worker(s)")
+        _timed(context, plan.cpu_phase(run.name, workers))
+    else:
+        _gpu_phases(context, gpus)
+
+
+def _gpu_phases(context: _Context, gpus: int) -> None:
+    """(0)-(4) of the module's docstring."""
+    run, record = context.run, context.record
+    pinned = plan.pinning(gpus)
+    per_gpu = sizing.workers_per_gpu()
+    if run.prelower and not run.narrowed:
+        _prelower_and_preflight(context, gpus)
+    shared = plan.shared_phase(run.name, gpus, per_gpu, plan.shared_env(pinned, per_gpu, gpus))
+    context.console.log(
+        f"{gpus} CUDA device(s); {per_gpu} pytest-xdist worker(s) per GPU, then {EXCLUSIVE!r} alone"
+    )
+    _timed(context, shared)
+    if record.prelowering is not None:  # its GPU work must end before the NVML measurements
+        _end_prelowering(context)
+    alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
+    exclusive = plan.exclusive_phase(run.name, gpus, pinned, alone)
+    record.shards.append(exclusive.shard)
+    _timed(context, exclusive)
+    if gpus >= 2:
+        multi = plan.multi_gpu_phase(run.name)
+        record.shards.append(multi.shard)
+        _timed(context, multi)
+
+
+def _prelower_and_preflight(context: _Context, gpus: int) -> None:
+    """The pre-lowering first, then the preflight beside it: on a cold machine the preflight's one compile
+    took 75-98 s alone while 16 cores idled, and the pre-lowering (300 s of compiles) is what the cases
+    wait for. The cases still start only once the toolchain is known to work: a failed preflight stops the
+    pre-lowering (nothing is worth compiling with that toolchain) and the first phase reports why."""
+    run, record = context.run, context.record
+    record.prelowering = start_prelowering(
+        context.console, run.python, gpus, run.prelower_log, run.backend_args
+    )
+    record.timed("preflight", lambda: _check_toolchain(context))
+    if record.toolchain_ok is False and record.prelowering is not None:
+        _end_prelowering(context)
+
+
+def _check_toolchain(context: _Context) -> str:
+    """The backend's preflight, once, before any case (later phases then skip their own)."""
+    run = context.run
+    code = check_toolchain(run.python, run.backend_args, context.env, context.door.time_left())
+    context.record.toolchain_ok = code == 0
+    return toolchain_detail(code)
+
+
+def _end_prelowering(context: _Context) -> None:
+    """Stop the pre-lowering and put it in the table, from its start to now."""
+    job = context.record.prelowering
+    assert job is not None
+    context.record.add("prelower (overlapped)", job.started, stop_prelowering(context.console, job))
+    context.record.prelowering = None
+
+
+def _timed(context: _Context, phase: PytestPhase) -> None:
+    context.record.timed(phase.title, lambda: _pytest_phase(context, phase))
+
+
+def _pytest_phase(context: _Context, phase: PytestPhase) -> str:
+    """One pytest phase, unless a signal stopped the run before it; the table's detail."""
+    door, record = context.door, context.record
+    if not door.go_on:
+        return f"not started: {door.stop[0] if door.stop else 'stopped'}"
+    args = phase.args(context.run.selection, skip_preflight=record.toolchain_known)
+    record.exit_codes.append(_pytest(context, phase.shard, args, {**context.env, **phase.env}))
+    return phase.detail
+
+
+def _pytest(context: _Context, shard: str, args: Sequence[str], env: dict[str, str]) -> int:
+    """One pytest run writing results/<shard>.json and .junit.xml; its exit code.
+
+    A SIGTERM or SIGINT to the front door reaches it (harness/run_control.py's FrontDoor): the front door
+    then sends it SIGTERM, and gives it time to write its files."""
+    door = context.door
+    cmd = plan.pytest_command(context.run, shard, args, door.phase_args())
+    try:
+        code = context.console.exit_code(
+            cmd, env=env, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S
+        )
+    except KeyboardInterrupt:  # the front door stopped it after a signal (or the deadline's backstop)
+        return door.stop[1] if door.stop else EXIT_INTERRUPTED
+    door.phase_ended(code)
+    return code

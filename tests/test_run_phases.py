@@ -1,0 +1,412 @@
+"""The phases of a conformance run (harness/run_phases/), driven through a fake console: which pytest
+phases a machine gets and with what, the pre-lowering and preflight around them, a stop mid-run, the
+report and the verdict. No process runs here but a ``sleep`` to stop; tests/test_front_door.py and
+tests/test_sharded_run.py drive the real front door (nox) end to end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from harness.phases import Phase, parse_phase
+from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
+from harness.run_phases import plan, prelowering, report, run, sizing
+from harness.run_phases.plan import PytestPhase, SuiteRun
+from harness.run_phases.prelowering import Prelowering
+from harness.run_phases.record import RunRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Environment the front door reads; each test starts without it.
+FRONT_DOOR_ENV = (
+    "CONFORMANCE_RUN_ID",
+    "CONFORMANCE_RUN_DEADLINE",
+    "CONFORMANCE_PRELOWER",
+    "CONFORMANCE_WORKERS_PER_GPU",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+)
+
+
+class Failed(Exception):
+    """The fake console's ``error``: the session failed."""
+
+
+class FakeConsole:
+    """Records what the run asks for; ``codes``: a pytest shard's exit code, or ``"SIGTERM"`` to stop the
+    front door while that shard runs (as a CI system cancelling the job)."""
+
+    def __init__(self, gpus: int, codes: Mapping[str, int | str] | None = None, check_args: int = 0) -> None:
+        self.gpus = gpus
+        self.codes = dict(codes or {})
+        self.check_args = check_args
+        self.calls: list[tuple[str, object]] = []
+
+    def log(self, message: str) -> None:
+        self.calls.append(("log", message))
+
+    def warn(self, message: str) -> None:
+        self.calls.append(("warn", message))
+
+    def error(self, message: str) -> None:
+        self.calls.append(("error", message))
+        raise Failed(message)
+
+    def run(self, cmd: Sequence[str], *, success_codes: Sequence[int] = (0,)) -> None:
+        self.calls.append(("run", list(cmd)))
+        if tuple(success_codes) != (0,):
+            self.calls.append(("success_codes", list(success_codes)))
+
+    def output(self, cmd: Sequence[str]) -> str:
+        return f"{self.gpus}\n"
+
+    def exit_code(
+        self,
+        cmd: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        interrupt_s: float | None = None,
+        terminate_s: float | None = None,
+    ) -> int:
+        if "harness.check_args" in cmd:
+            self.calls.append(("check_args", list(cmd)))
+            return self.check_args
+        self.calls.append(("pytest", (list(cmd), dict(env or {}))))
+        results = next(a for a in cmd if a.startswith("--results-json=")).partition("=")[2]
+        code = self.codes.get(Path(results).stem, 0)
+        Path(results).write_text("{}")  # pytest writes its files, a stopped one too
+        if code == "SIGTERM":
+            signal.raise_signal(signal.SIGTERM)  # the front door's handler raises KeyboardInterrupt
+        return int(code)
+
+    def of(self, kind: str) -> list[object]:
+        return [value for k, value in self.calls if k == kind]
+
+    def pytest_args(self) -> list[list[str]]:
+        return [cmd for cmd, _ in self.of("pytest")]  # type: ignore[misc]
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A 16-core machine without the front door's variables; signal handlers as they were after."""
+    for name in FRONT_DOOR_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sizing, "cores", lambda: 16)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+class FakeBackground:
+    """The background pre-lowering and preflight, without their processes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, preflight: int = 0) -> None:
+        self.events: list[str] = []
+        self.preflight = preflight
+        monkeypatch.setattr(run, "start_prelowering", self.start)
+        monkeypatch.setattr(run, "stop_prelowering", self.stop)
+        monkeypatch.setattr(run, "check_toolchain", self.check)
+
+    def start(
+        self, console: object, python: str, gpus: int, log: Path, backend: Sequence[str]
+    ) -> Prelowering:
+        self.events.append(f"start {' '.join(backend)}".strip())
+        return Prelowering(None, log, time.perf_counter())  # type: ignore[arg-type]
+
+    def stop(self, console: object, job: Prelowering) -> str:
+        self.events.append("stop")
+        return "54 lowered"
+
+    def check(
+        self, python: str, backend: Sequence[str], env: Mapping[str, str], timeout: float | None
+    ) -> int:
+        assert set(env) == {"CONFORMANCE_RUN_ID"}  # the preflight records under the run's id
+        self.events.append("preflight")
+        return self.preflight
+
+
+def _suite(tmp_path: Path, *posargs: str, prelower: bool = True) -> SuiteRun:
+    return SuiteRun(tmp_path, "conformance", ("conformance",), "/venv/bin/python", posargs, prelower)
+
+
+def _table(console: FakeConsole) -> list[Phase]:
+    (cmd,) = [c for c in console.of("run") if "harness.phases" in c]  # type: ignore[operator]
+    return [parse_phase(a.removeprefix("--phase=")) for a in cmd if a.startswith("--phase=")]  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------------------------ whole runs
+
+
+def test_without_a_gpu_the_run_is_one_phase_of_cpu_workers(tmp_path: Path) -> None:
+    console = FakeConsole(gpus=0)
+    run.run_suite(console, _suite(tmp_path))
+    ((cmd, env),) = console.of("pytest")  # type: ignore[misc]
+    assert cmd[:4] == ["/venv/bin/python", "-m", "pytest", "conformance"]
+    assert cmd[4:10] == ["-n", "2", "--dist", "worksteal", "-m", "not multi_gpu"]
+    assert "--no-preflight" not in cmd  # nothing checked the toolchain: the phase does
+    assert env == {"CONFORMANCE_RUN_ID": env["CONFORMANCE_RUN_ID"]}
+    assert env["CONFORMANCE_RUN_ID"].endswith("-conformance")
+    assert [p.name for p in _table(console)] == ["cases", "report"]
+    assert ("log", "no CUDA device; 2 pytest-xdist worker(s)") in console.calls
+    archive = next(c for c in console.of("run") if "harness.run_history" in c)  # type: ignore[operator]
+    assert archive[-3:] == [
+        "--name=conformance",
+        "--name=conformance-exclusive",
+        "--name=conformance-multi-gpu",
+    ]
+    assert not console.of("error")
+
+
+def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    console = FakeConsole(gpus=2)
+    run.run_suite(console, _suite(tmp_path, "--backend", "my:BACKEND"))
+    assert background.events[:2] == ["start --backend my:BACKEND", "preflight"]
+    (shared, shared_env), (alone, alone_env), (multi, multi_env) = console.of("pytest")  # type: ignore[misc]
+    assert shared[3:10] == ["conformance", "-n", "24", "--dist", "worksteal", "-m",
+                            "not multi_gpu and not (traffic or timing)"]  # fmt: skip
+    assert alone[3:10] == ["conformance", "-n", "2", "--dist", "worksteal", "-m",
+                           "not multi_gpu and (traffic or timing)"]  # fmt: skip
+    assert multi[3:10] == ["conformance", "-n", "1", "--dist", "worksteal", "-m", "multi_gpu"]
+    assert all("--no-preflight" in cmd for cmd in (shared, alone, multi))  # the front door checked it
+    assert shared_env["CONFORMANCE_WORKER_GPUS"] == alone_env["CONFORMANCE_WORKER_GPUS"] == "0,1"
+    assert shared_env["OMP_NUM_THREADS"] == "1"  # 16 cores over 24 workers
+    assert shared_env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
+    assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
+        shared_env["CONFORMANCE_RUN_ID"]
+    }
+    names = [p.name for p in _table(console)]
+    assert names == ["preflight", "cases (shared GPU)", "prelower (overlapped)", "cases (GPU alone)",
+                     "cases (multi-GPU)", "report"]  # fmt: skip
+    (pages,) = [c for c in console.of("run") if "reports" in c]  # type: ignore[operator]
+    assert pages[3:6] == [str(tmp_path / "results" / f"{shard}.json") for shard in _suite(tmp_path).shards]
+
+
+def test_a_failed_preflight_stops_the_prelowering_and_each_phase_checks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch, preflight=EXIT_PREFLIGHT)
+    console = FakeConsole(
+        gpus=1, codes={"conformance": EXIT_PREFLIGHT, "conformance-exclusive": EXIT_PREFLIGHT}
+    )
+    with pytest.raises(Failed, match="pytest exit code 3"):
+        run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["start", "preflight", "stop"]  # stopped before any case
+    assert [("--no-preflight" in cmd) for cmd in console.pytest_args()] == [False, False]
+    assert [p.detail for p in _table(console)][:2] == ["toolchain check failed (exit 3)", "54 lowered"]
+
+
+def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    run.run_suite(FakeConsole(gpus=1), _suite(tmp_path, "-k", "mm_out"))
+    run.run_suite(FakeConsole(gpus=1), _suite(tmp_path, prelower=False))
+    assert background.events == []
+
+
+def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    console = FakeConsole(gpus=2, codes={"conformance": "SIGTERM"})
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        run.run_suite(console, _suite(tmp_path))
+    assert stopped.value.code == EXIT_SIGTERM
+    assert len(console.of("pytest")) == 1
+    assert background.events[-1] == "stop"  # before the table: its GPU work ends with the run
+    details = {p.name: p.detail for p in _table(console)}
+    assert details["cases (GPU alone)"] == "not started: the run was stopped by SIGTERM"
+    assert console.calls[-1] == ("log", "conformance run stopped: the run was stopped by SIGTERM (exit 143)")
+    assert signal.getsignal(signal.SIGTERM) is before  # the front door's handler is gone
+
+
+def test_the_deadline_is_shared_out_over_the_phases(tmp_path: Path) -> None:
+    console = FakeConsole(gpus=0)
+    run.run_suite(console, _suite(tmp_path, "--run-deadline", "100", "-x"))
+    (check,) = console.of("check_args")
+    assert check == ["/venv/bin/python", "-m", "harness.check_args", "conformance", "-x"]
+    (cmd,) = console.pytest_args()
+    assert cmd[-2] == "-x"
+    assert cmd[-1].startswith("--run-deadline=")
+    assert 85 <= float(cmd[-1].partition("=")[2]) <= 90  # less the report's reserve (a tenth)
+
+
+@pytest.mark.parametrize(
+    ("posargs", "check_args", "message"),
+    [
+        (("--run-deadline", "soon"), 0, "--run-deadline: 'soon' is not a number of seconds"),
+        (("--dtype=float64",), 4, "nothing was run and results/ is as it was: fix the arguments above"),
+    ],
+)
+def test_bad_arguments_stop_the_run_before_results_move(
+    tmp_path: Path, posargs: tuple[str, ...], check_args: int, message: str
+) -> None:
+    console = FakeConsole(gpus=0, check_args=check_args)
+    with pytest.raises(Failed, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        run.run_suite(console, _suite(tmp_path, *posargs))
+    assert not console.of("run")  # results/ untouched: no archive, no phase
+
+
+def test_a_shard_left_with_only_a_journal_is_finished_from_it(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "conformance.json.journal.jsonl").write_text("")
+
+    class Crashing(FakeConsole):
+        def exit_code(self, cmd: Sequence[str], **kwargs: object) -> int:
+            return self.check_args if "harness.check_args" in cmd else 139
+
+    console = Crashing(gpus=0)
+    with pytest.raises(Failed, match="pytest exit code 139"):
+        run.run_suite(console, _suite(tmp_path))
+    junit = f"--junit={results / 'conformance.junit.xml'}"
+    finalize = ["/venv/bin/python", "-m", "harness.finalize", str(results / "conformance.json"), junit]
+    at = console.calls.index(("run", finalize))
+    assert console.calls[at + 1] == ("success_codes", [0, 1])  # 1: the run it records failed
+
+
+# ------------------------------------------------------------------------------------------------ the parts
+
+
+@pytest.mark.parametrize(
+    ("stop", "codes", "expected"),
+    [
+        (None, [0, 0], None),
+        (None, [5, 0], None),  # nothing selected in one phase is fine
+        (None, [], None),
+        (None, [0, 1, 2], report.Verdict("conformance run failed: pytest exit code 1")),
+        (None, [5, 5], report.Verdict(
+            "conformance run selected no case (pytest exit code 5): check -k / -m / the chapter path")),
+        (("the run was stopped by SIGINT", 130), [1],
+         report.Verdict("conformance run stopped: the run was stopped by SIGINT (exit 130)", 130)),
+    ],
+)  # fmt: skip
+def test_verdict(stop: tuple[str, int] | None, codes: list[int], expected: report.Verdict | None) -> None:
+    assert report.verdict(stop, codes) == expected
+
+
+def test_sizing_follows_the_cores_and_the_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sizing.workers_per_gpu({}) == 12
+    assert sizing.workers_per_gpu({}, cpus=1) == 1
+    assert sizing.workers_per_gpu({"CONFORMANCE_WORKERS_PER_GPU": "5"}) == 5
+    assert sizing.workers_per_gpu({"CONFORMANCE_WORKERS_PER_GPU": "0"}) == 12  # not a count: ignored
+    assert sizing.prelower_jobs() == 15
+    assert sizing.prelower_jobs(cpus=1) == 1
+    assert sizing.cpu_workers() == 2
+    assert sizing.cpu_workers(cpus=1) == 1
+    assert sizing.threads_per_worker(4, 2) == 2
+    assert sizing.threads_per_worker(12, 2) == 1
+    assert sizing.self_test_workers(cpus=2) == 3
+    assert sizing.self_test_workers() == 4
+
+
+def test_plan_helpers(tmp_path: Path) -> None:
+    assert plan.run_id("cell-x", {"CONFORMANCE_RUN_ID": " ci-1 "}) == "ci-1"
+    assert plan.run_id("cell-x", {}, now=0).startswith("19700101T000000Z-")
+    assert plan.visible_gpu_ids(2, {"CUDA_VISIBLE_DEVICES": "3, 7,9"}) == ["3", "7"]
+    assert plan.visible_gpu_ids(2, {}) == ["0", "1"]
+    assert plan.pinning(1, {}) == {}
+    assert plan.pinning(2, {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"}) == {
+        "CONFORMANCE_WORKER_GPUS": "GPU-a,GPU-b"
+    }
+    args = ("-k", "x", "--backend", "a:B", "--backend-path=/p", "--backend")
+    assert plan.backend_args(args) == ["--backend", "a:B", "--backend-path", "/p"]
+    suite = SuiteRun(tmp_path, "c", ("conformance",), str(tmp_path / ".nox" / "bin" / "python"))
+    assert suite.shown_python == ".nox/bin/python"
+    assert not suite.narrowed
+    assert all(SuiteRun(tmp_path, "c", (), "p", (arg,)).narrowed for arg in ("-kmm", "-m", "a.py", "a::b"))
+    phase = PytestPhase("t", "s", 3, "m", "d", paths=("a.py", "--dtype=x"))
+    assert phase.args(["conformance"], skip_preflight=True) == [
+        "a.py", "--dtype=x", "-n", "3", "--dist", "worksteal", "-m", "m", "--no-preflight"
+    ]  # fmt: skip
+
+
+def test_the_gpu_alone_phase_collects_only_the_modules_that_mark_such_cases() -> None:
+    found = plan.modules_marking(ROOT, ["conformance", "--dtype=float32"], plan.EXCLUSIVE_MARKS)
+    assert found is not None
+    assert "conformance/test_traffic_meter.py" in found
+    assert "conformance/test_program_format.py" not in found
+    assert found[-1] == "--dtype=float32"
+    assert plan.modules_marking(ROOT, ["conformance/test_mm_out.py"], plan.EXCLUSIVE_MARKS) is None
+
+
+def test_the_prelowering_summary_and_when_it_does_not_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = ["prelower: 2 programs for cuda+cpu", "  mlp  cuda  float32  1.0s", "  mlp  cpu  float32  0.5s"]
+    assert prelowering.summarize(table) == "prelower: stopped after the parallel phase, 2 programs done"
+    assert prelowering.summarize([*table, "prelower: 2 lowered in 1.5 s"]) == "prelower: 2 lowered in 1.5 s"
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError("started")
+
+    monkeypatch.setattr(prelowering.subprocess, "Popen", no_process)
+    console = FakeConsole(gpus=1)
+    log = tmp_path / "p.log"
+    assert prelowering.start_prelowering(console, "py", 0, log, []) is None  # type: ignore[arg-type]
+    monkeypatch.setattr(sizing, "cores", lambda: 2)
+    assert prelowering.start_prelowering(console, "py", 1, log, []) is None  # type: ignore[arg-type]
+    monkeypatch.setattr(sizing, "cores", lambda: 16)
+    monkeypatch.setenv("CONFORMANCE_PRELOWER", "0")
+    assert prelowering.start_prelowering(console, "py", 1, log, []) is None  # type: ignore[arg-type]
+
+
+def test_stopping_the_prelowering_ends_its_process_group(tmp_path: Path) -> None:
+    log = tmp_path / "p.log"
+    log.write_text("  mlp  cuda  float32  1.0s\n")
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    console = FakeConsole(gpus=1)
+    job = Prelowering(process, log, time.perf_counter())
+    assert prelowering.stop_prelowering(console, job) == "stopped after the parallel phase, 1 programs done"  # type: ignore[arg-type]
+    assert process.returncode == -signal.SIGTERM
+    assert console.calls == [
+        ("log", f"prelower: stopped after the parallel phase, 1 programs done (table: {log})")
+    ]
+
+
+def test_the_record_gives_the_table_and_whether_the_toolchain_is_known() -> None:
+    record = RunRecord(origin=10.0)
+    record.phases.append(Phase("cases (shared GPU)", 12.345, "8 workers, 4 per GPU", 1.5))
+    assert [parse_phase(f.removeprefix("--phase=")) for f in record.phase_flags()] == [
+        Phase("cases (shared GPU)", 12.35, "8 workers, 4 per GPU", 1.5)
+    ]
+    assert not record.toolchain_known
+    record.exit_codes.append(EXIT_PREFLIGHT)
+    assert not record.toolchain_known  # the preflight's own exit: the next phase says why too
+    record.exit_codes.append(1)
+    assert record.toolchain_known
+    assert RunRecord(toolchain_ok=True).toolchain_known
+
+
+def test_the_rule_coverage_table_only_warns_when_it_fails(tmp_path: Path) -> None:
+    console = FakeConsole(gpus=0)
+    report.write_rule_coverage(console, "false", tmp_path / "results")  # type: ignore[arg-type]
+    assert not (tmp_path / "results" / "rule-coverage.json").exists()
+    assert console.of("warn") == [
+        "rule coverage table not written (exit 1); the dashboard will have no coverage page"
+    ]
+
+
+def test_the_run_imports_neither_nox_torch_pytest_nor_a_backend() -> None:
+    """nox imports this package with whatever interpreter runs nox (it may have no torch)."""
+    blocked = ["nox", "torch", "pytest", "conformance", "reference_impl", "upstream_executorch", "reports"]
+    code = (
+        f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
+        "import harness.run_phases.run, harness.run_phases.report, harness.run_phases.sizing\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
