@@ -6,18 +6,15 @@ the sessions then run with the interpreter that runs nox and install nothing.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
-import re
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import nox
 from nox.command import CommandFailed
@@ -45,11 +42,32 @@ def _by_path(relative: str) -> Any:
     return module
 
 
+def _harness(dotted: str) -> Any:
+    """A standard-library-only module of this checkout's ``harness`` (``harness.run_phases.run``), imported
+    as itself without a change to sys.path: the package is registered from ROOT first, so the module's own
+    ``from harness… import`` statements find this checkout's modules too."""
+    if "harness" not in sys.modules:
+        init = ROOT / "harness" / "__init__.py"
+        spec = importlib.util.spec_from_file_location(
+            "harness", init, submodule_search_locations=[str(init.parent)]
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["harness"] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(dotted)
+
+
 #: (chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/cells.py).
 #: New chapters join the matrix without touching this.
 MATRIX_CELLS = _by_path("conformance/cells.py").matrix_cells(ROOT / "conformance")
-#: The run's deadline, signals and exit codes (harness/run_control.py).
-RUN_CONTROL = _by_path("harness/run_control.py")
+#: A run's phases, its report and its process counts (harness/run_phases/): this file picks the session
+#: and passes its arguments.
+PLAN = _harness("harness.run_phases.plan")
+RUN = _harness("harness.run_phases.run")
+REPORT = _harness("harness.run_phases.report")
+SIZING = _harness("harness.run_phases.sizing")
 
 
 def _uses_venv(session: nox.Session) -> bool:
@@ -65,10 +83,9 @@ def _python(session: nox.Session) -> str:
     return str(Path(session.bin) / "python")
 
 
-def _shown(python: str) -> str:
-    """``python`` as a repro line shows it: relative to the repository when inside it (``.nox/…``)."""
-    path = Path(python)
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else python
+def _shown(path: str) -> str:
+    """``path`` as the log shows it: relative to the repository when inside it (``.nox/…``)."""
+    return str(Path(path).relative_to(ROOT)) if Path(path).is_relative_to(ROOT) else path
 
 
 def _extra(name: str) -> list[str]:
@@ -127,367 +144,55 @@ def _install_report(session: nox.Session) -> None:
         session.install("--no-deps", "-e", ".")
 
 
-def _cuda_device_count(session: nox.Session, python: str) -> int:
-    code = "import torch; print(torch.cuda.device_count())"
-    out = session.run(python, "-c", code, silent=True, log=False, external=True)
-    return int(str(out).strip().splitlines()[-1])
+class _NoxConsole:
+    """nox's session as a run's console (harness/run_phases/console.py): nox shows each command line, runs
+    it in the session's environment, and fails the session on a step's failure as it does anywhere."""
 
+    def __init__(self, session: nox.Session) -> None:
+        self.session = session
 
-def _visible_gpu_ids(count: int) -> list[str]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(count)]
-    return ids[:count]
+    def log(self, message: str) -> None:
+        self.session.log(message)
 
+    def warn(self, message: str) -> None:
+        self.session.warn(message)
 
-def _pytest(
-    session: nox.Session, python: str, name: str, args: list[str], env: dict[str, str], door: Any
-) -> CommandFailed | None:
-    """One pytest run writing results/<name>.json and .junit.xml; returns its failure instead of raising.
+    def error(self, message: str) -> NoReturn:
+        self.session.error(message)
 
-    A SIGTERM or SIGINT to nox reaches it (harness/run_control.py's FrontDoor): nox sends it SIGTERM, and
-    gives it time to write its files."""
-    try:
-        session.run(
-            python, "-m", "pytest", *args,
-            "-p", "harness.pytest_plugin",
-            f"--results-json={RESULTS / f'{name}.json'}",
-            f"--repro-prefix={_shown(python)} -m pytest",
-            f"--junitxml={RESULTS / f'{name}.junit.xml'}",
-            *door.phase_args(),
-            env=env,
-            external=True,
-            interrupt_timeout=RUN_CONTROL.INTERRUPT_WAIT_S,
-            terminate_timeout=RUN_CONTROL.TERMINATE_WAIT_S,
-        )  # fmt: skip
-    except CommandFailed as exc:
-        door.phase_ended(exc.return_code)
-        return exc
-    except KeyboardInterrupt:  # nox stopped it after a signal (or the deadline's backstop)
-        code = door.stop[1] if door.stop else RUN_CONTROL.EXIT_INTERRUPTED
-        return CommandFailed(f"stopped: {door.stop[0] if door.stop else 'interrupted'}", return_code=code)
-    return None
+    def run(self, cmd: Sequence[str], *, success_codes: Sequence[int] = (0,)) -> None:
+        self.session.run(*cmd, external=True, success_codes=list(success_codes))
 
+    def output(self, cmd: Sequence[str]) -> str:
+        return str(self.session.run(*cmd, silent=True, log=False, external=True))
 
-def _backend_args(session: nox.Session) -> list[str]:
-    """The suite's ``--backend X`` and ``--backend-path DIR`` (or ``--opt=X``) from the posargs, for steps
-    that need the same backend."""
-    found: list[str] = []
-    for i, arg in enumerate(session.posargs):
-        for option in ("--backend", "--backend-path"):
-            if arg.startswith(f"{option}="):
-                found += [option, arg.partition("=")[2]]
-            elif arg == option and i + 1 < len(session.posargs):
-                found += [option, session.posargs[i + 1]]
-    return found
-
-
-def _start_prelower(
-    session: nox.Session, python: str, gpus: int, log: Path
-) -> subprocess.Popen[bytes] | None:
-    """On a GPU runner, start compiling the zoo for both targets on all cores but one, in the background.
-
-    Compiling is CPU work the cases would otherwise do one program at a time. It overlaps the parallel
-    phase: a case that needs a program still being compiled waits on the backend's per-program cache lock
-    (the reference's artifact cache), and cases that need none run meanwhile. It runs at a lower CPU
-    priority, so on a warm cache (where it only re-exports models to find their cache keys) it takes idle
-    cycles, not the workers'. Its table goes to ``log``.
-    """
-    jobs = max(1, (os.cpu_count() or 1) - 1)
-    if gpus == 0 or jobs < 2 or os.environ.get("CONFORMANCE_PRELOWER") == "0":
-        return None
-    cmd = [python, "-m", "conformance.prelower", "--device=cuda", "--device=cpu", f"--jobs={jobs}"]
-    cmd += _backend_args(session)
-    session.log(f"{shlex.join(cmd)} > {log}  (in the background, nice 10)")
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **COMPILE_ENV},
-            start_new_session=True,  # its own process group: stopped as one, pool workers included
-            preexec_fn=lambda: os.nice(10),
-        )
-
-
-def _stop_prelower(session: nox.Session, process: subprocess.Popen[bytes], log: Path) -> str:
-    """End the background pre-lowering once the parallel phase is over — every program a case needed is
-    built by then, so what is left helps no one — before any phase that measures the GPU alone."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+    def exit_code(
+        self,
+        cmd: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        interrupt_s: float | None = None,
+        terminate_s: float | None = None,
+    ) -> int:
+        # nox's own waits unless given: a stopped pytest gets the run's (harness/run_control.py).
+        waits = {"interrupt_timeout": interrupt_s, "terminate_timeout": terminate_s}
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    lines = log.read_text(errors="replace").splitlines()
-    summary = next((line for line in lines if re.match(r"prelower: (\d+ lowered|skipped)", line)), None)
-    if summary is None:  # stopped early: count the programs its table lists
-        done = sum(1 for line in lines if re.match(r"^  \S+\s+(cuda|cpu)\s", line))
-        summary = f"prelower: stopped after the parallel phase, {done} programs done"
-    session.log(f"{summary} (table: {log})")
-    return summary.removeprefix("prelower: ")
-
-
-#: Inductor starts a pool of compile subprocesses per compiling process (one per core); with a process per
-#: core compiling, one each is enough and spares hundreds of torch imports.
-COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-
-
-def _workers_per_gpu() -> int:
-    """Parallel-phase workers per GPU: the cases are mostly host work (exporting models, float64 eager
-    references, small kernels), so the cores decide: three in four of them, leaving room for the background
-    pre-lowering and the xdist controller; ``$CONFORMANCE_WORKERS_PER_GPU`` overrides."""
-    configured = os.environ.get("CONFORMANCE_WORKERS_PER_GPU", "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return max(1, (os.cpu_count() or 1) * 3 // 4)
-
-
-#: Cases that need their GPU to themselves (device-wide NVML counters, recorded timings): they run after
-#: the parallel phase, one worker per GPU (pyproject's markers ``traffic`` and ``timing``).
-EXCLUSIVE = "traffic or timing"
-#: harness/results.py's RUN_ID_ENV (nox cannot import the project): the shards of one run share its id.
-RUN_ID_ENV = "CONFORMANCE_RUN_ID"
-
-
-def _run_id(name: str) -> str:
-    """The id every shard of this session records: ``$CONFORMANCE_RUN_ID`` when CI set one, so cells run on
-    several runners (README "Sharding the matrix over several CI runners") merge into one run on the
-    dashboard; else a new one, sortable by time and unique per session."""
-    shared = os.environ.get(RUN_ID_ENV, "").strip()
-    return shared or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid():x}-{name}"
-
-
-def _modules_marking(selection: list[str], marks: tuple[str, ...]) -> list[str] | None:
-    """The chapter modules under ``selection``'s directories whose source applies one of ``marks``
-    (``pytest.mark.<mark>``), with ``selection``'s options; None (use ``selection`` as it is) when it names
-    anything but directories, e.g. one chapter file."""
-    dirs = [a for a in selection if not a.startswith("-")]
-    if not dirs or not all((ROOT / d).is_dir() for d in dirs):
-        return None
-    pattern = re.compile(r"pytest\.mark\.(" + "|".join(map(re.escape, marks)) + r")\b")
-    found = [
-        str(path.relative_to(ROOT))
-        for d in dirs
-        for path in sorted((ROOT / d).glob("test_*.py"))
-        if pattern.search(path.read_text())
-    ]
-    return [*found, *(a for a in selection if a.startswith("-"))] if found else None
-
-
-class _Phases:
-    """When each step of a run started and how long it took, for the table at its end (harness/phases.py)."""
-
-    def __init__(self) -> None:
-        self.origin = time.perf_counter()
-        self.entries: list[str] = []
-        self.failures: list[CommandFailed | None] = []  # each pytest phase's failure (None: it passed)
-        self.shards: list[str] = []  # the result files' names the phases started
-        self.background: subprocess.Popen[bytes] | None = None  # the pre-lowering, while it runs
-
-    def add(self, name: str, start: float, detail: str) -> None:
-        end = time.perf_counter()
-        self.entries.append(f"{name}@{start - self.origin:.2f}={end - start:.2f}={detail}")
-
-    def timed(self, name: str, step: Callable[[], str]) -> None:
-        start = time.perf_counter()
-        self.add(name, start, step())
+            self.session.run(
+                *cmd, env=env, external=True, **{k: v for k, v in waits.items() if v is not None}
+            )
+        except CommandFailed as exc:
+            return 1 if exc.return_code is None else exc.return_code  # None: it could not start
+        return 0
 
 
 def _run_suite(
-    session: nox.Session, name: str, selection: list[str], *, prelower: bool = True, python: str | None = None
+    session: nox.Session, name: str, selection: list[str], *, python: str, prelower: bool = True
 ) -> None:
-    """Run the conformance suite in phases, then render the summary page even if cases failed or crashed.
-
-    ``prelower=False`` skips compiling the zoo up front (for a backend whose zoo cases cannot run).
-    ``python``: the interpreter (default: the session's).
-
-    On a GPU machine: (1) the zoo pre-lowered for both targets on all cores but one, in the background at a
-    lower priority, started first; (0) beside it the backend's toolchain preflight, before any case; (1)
-    then overlaps (2) every case that may share its GPU, several pytest-xdist workers per GPU, each pinned
-    to its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts; (3) once (2) is done and (1) stopped, the
-    cases that need their GPU alone (``EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the
-    cases that need several at once, in one unpinned worker. (0) and (1) are skipped for a narrowed
-    selection (``-k``, ``-m``, a file or a case id). Each pytest run writes a shard
-    (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI
-    sets it, so cells on several runners share it too), so every report merges them into one run. The
-    per-phase table is printed at the end and stored in each shard.
-
-    ``--run-deadline S`` (or ``$CONFORMANCE_RUN_DEADLINE``) bounds the whole run: each phase gets what is
-    left; after the deadline, or a SIGTERM / SIGINT, the result files, JUnit and the page are still written
-    and the session exits with the run's code (``harness/run_control.py``, README "Exit codes").
-    """
-    RESULTS.mkdir(exist_ok=True)
-    python = python or _python(session)
-    try:
-        door = RUN_CONTROL.FrontDoor(session.posargs, os.environ)
-    except ValueError as exc:
-        session.error(str(exc))
-    _check_arguments(session, python, [*selection, *door.args])
-    # Only now, with a run that can start: the last run's files move to results/runs/<its run id>/.
-    _keep_previous_run(session, python, [name, f"{name}-exclusive", f"{name}-multi-gpu"])
-    phases = _Phases()
-    door.install()
-    try:
-        _run_phases(session, name, selection, prelower, python, phases, door)
-    except KeyboardInterrupt:  # a signal or the deadline's backstop outside a pytest phase
-        session.warn(f"stopped: {door.stop[0] if door.stop else 'interrupted'}")
-    door.finishing()
-    if phases.background is not None:
-        _stop_prelower(session, phases.background, RESULTS / f"{name}.prelower.log")
-    _report_run(session, name, phases.shards, python, phases, door)
-
-
-def _run_phases(
-    session: nox.Session,
-    name: str,
-    selection: list[str],
-    prelower: bool,
-    python: str,
-    phases: _Phases,
-    door: Any,
-) -> None:
-    """The phases of ``_run_suite``, noted in ``phases`` (shards started, the pre-lowering while it runs)."""
-    gpus = _cuda_device_count(session, python)
-    run_id = _run_id(name)
-    env = {RUN_ID_ENV: run_id}
-    session.log(f"run id {run_id}" + (f" (${RUN_ID_ENV})" if os.environ.get(RUN_ID_ENV, "").strip() else ""))
-    pinned = {"CONFORMANCE_WORKER_GPUS": ",".join(_visible_gpu_ids(gpus))} if gpus >= 2 else {}
-    failures = phases.failures
-
-    preflight: list[bool] = []  # the toolchain check's verdict, once it ran
-
-    def check_toolchain() -> str:
-        """The backend's preflight, once, before any case (beside the pre-lowering's start; later phases
-        then skip their own). A failure stops the pre-lowering and the first phase reports why."""
-        cmd = [python, "-m", "conformance.prelower", "--device=cuda", "--preflight-only"]
-        try:
-            code = subprocess.run(
-                [*cmd, *_backend_args(session)], env={**os.environ, **env}, timeout=door.time_left()
-            ).returncode
-        except subprocess.TimeoutExpired:
-            code = RUN_CONTROL.EXIT_DEADLINE
-        preflight.append(code == 0)
-        return "toolchain OK" if code == 0 else f"toolchain check failed (exit {code})"
-
-    def phase(
-        shard: str,
-        workers: int,
-        marks: str,
-        extra_env: dict[str, str],
-        detail: str,
-        paths: list[str] | None = None,
-    ) -> Callable[[], str]:
-        def run() -> str:
-            if not door.go_on:
-                return f"not started: {door.stop[0]}"
-            args = [*(paths or selection), "-n", str(workers), "--dist", "worksteal", "-m", marks]
-            checked = any(preflight) or any(f is None or f.return_code != 3 for f in failures)
-            if checked:  # exit 3 is the preflight's: then every phase says why itself
-                args.append("--no-preflight")
-            failures.append(_pytest(session, python, shard, args, {**env, **extra_env}, door))
-            return detail
-
-        return run
-
-    ran = phases.shards
-    ran.append(name)
-    if gpus == 0:
-        workers = min(2, os.cpu_count() or 1)
-        session.log(f"no CUDA device; {workers} pytest-xdist worker(s)")
-        phases.timed("cases", phase(name, workers, "not multi_gpu", {}, f"{workers} workers, CPU"))
-    else:
-        per_gpu = _workers_per_gpu()
-        log = RESULTS / f"{name}.prelower.log"
-        narrowed = any(a.startswith(("-k", "-m")) or "::" in a or a.endswith(".py") for a in session.posargs)
-        background = None
-        if prelower and not narrowed:
-            # The pre-lowering first, then the preflight beside it: on a cold machine the preflight's one
-            # compile took 75-98 s alone while 16 cores idled, and the pre-lowering (300 s of compiles) is
-            # what the cases wait for. The cases still start only once the toolchain is known to work.
-            started, background = time.perf_counter(), _start_prelower(session, python, gpus, log)
-            phases.background = background
-            phases.timed("preflight", check_toolchain)
-            if not all(preflight) and background is not None:  # nothing worth compiling with this toolchain
-                phases.add("prelower (overlapped)", started, _stop_prelower(session, background, log))
-                background = phases.background = None
-        # Each worker gets its share of the cores for CPU-target programs and eager checks.
-        cores = str(max(1, (os.cpu_count() or 1) // per_gpu // gpus))
-        shared = {**pinned, **COMPILE_ENV, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", cores)}
-        session.log(
-            f"{gpus} CUDA device(s); {per_gpu} pytest-xdist worker(s) per GPU, then {EXCLUSIVE!r} alone"
-        )
-        parallel = f"{per_gpu * gpus} workers, {per_gpu} per GPU"
-        marks = f"not multi_gpu and not ({EXCLUSIVE})"
-        phases.timed("cases (shared GPU)", phase(name, per_gpu * gpus, marks, shared, parallel))
-        if background is not None:  # its GPU work must end before the NVML measurements
-            phases.add("prelower (overlapped)", started, _stop_prelower(session, background, log))
-            phases.background = None
-        exclusive = f"{gpus} worker(s), one per GPU"
-        marks = f"not multi_gpu and ({EXCLUSIVE})"
-        # Only the modules that mark cases so (collecting the whole suite again costs more than they run).
-        alone = _modules_marking(selection, ("traffic", "timing"))
-        ran.append(f"{name}-exclusive")
-        phases.timed("cases (GPU alone)", phase(f"{name}-exclusive", gpus, marks, pinned, exclusive, alone))
-        if gpus >= 2:
-            multi = phase(f"{name}-multi-gpu", 1, "multi_gpu", {}, "1 worker, all GPUs")
-            ran.append(f"{name}-multi-gpu")
-            phases.timed("cases (multi-GPU)", multi)
-
-
-def _report_run(
-    session: nox.Session, name: str, ran: list[str], python: str, phases: _Phases, door: Any
-) -> None:
-    """After the phases, whatever stopped them: every shard's files (a shard whose pytest died has only a
-    journal: ``harness.finalize`` writes its result file and JUnit), the summary page, the phase table,
-    and the session's verdict."""
-    failures = phases.failures
-    for shard in ran:
-        result = RESULTS / f"{shard}.json"
-        if not result.exists() and Path(f"{result}.journal.jsonl").exists():
-            junit = f"--junit={RESULTS / f'{shard}.junit.xml'}"
-            finalize = (python, "-m", "harness.finalize", str(result), junit)
-            session.run(*finalize, external=True, success_codes=[0, 1])
-    files = [str(RESULTS / f"{s}.json") for s in ran]
-    present = [f for f in files if Path(f).exists() or Path(f"{f}.journal.jsonl").exists()]
-    if present:
-        html = RESULTS / f"{name}.html"
-
-        def report() -> str:
-            session.run(python, "-m", "reports", *present, "-o", str(html), external=True)
-            return "summary page"
-
-        phases.timed("report", report)
-        phase_args = [f"--phase={entry}" for entry in phases.entries]
-        session.run(python, "-m", "harness.phases", *present, *phase_args, external=True)
-        session.log(f"results: {', '.join(present)}  page: {html}")
-    door.uninstall()
-    if door.stop is not None:  # the run's own exit code (README "Exit codes"), the page written first
-        session.log(f"conformance run stopped: {door.stop[0]} (exit {door.stop[1]})")
-        raise SystemExit(door.stop[1])
-    # pytest's exit 5 (nothing selected) is fine for a phase, as long as some phase ran cases.
-    real = [f for f in failures if f and f.return_code != 5]
-    if real:
-        session.error(f"conformance run failed: pytest exit code {real[0].return_code}")
-    if failures and all(f and f.return_code == 5 for f in failures):
-        session.error(
-            "conformance run selected no case (pytest exit code 5): check -k / -m / the chapter path"
-        )
-
-
-def _check_arguments(session: nox.Session, python: str, args: list[str]) -> None:
-    """Before anything is moved or written: the backend loads, every option is valid and the selection
-    selects cases (pytest's own collection, harness/check_args.py); a mistake stops the session here."""
-    try:
-        session.run(python, "-m", "harness.check_args", *args, external=True)
-    except CommandFailed:
-        session.error("nothing was run and results/ is as it was: fix the arguments above")
-
-
-def _keep_previous_run(session: nox.Session, python: str, shards: list[str]) -> None:
-    """The previous run of these shards moves to results/runs/<run id>/ (bounded: harness/run_history.py)."""
-    cmd = [python, "-m", "harness.run_history", "archive", f"--results={RESULTS}"]
-    session.run(*cmd, *(f"--name={shard}" for shard in shards), external=True)
+    """Run the conformance suite in phases, then render the summary page even if cases failed or crashed
+    (harness/run_phases/run.py says what the phases are). ``prelower=False`` skips compiling the zoo up
+    front (for a backend whose zoo cases cannot run); ``python``: the interpreter that runs the cases."""
+    run = PLAN.SuiteRun(ROOT, name, tuple(selection), python, tuple(session.posargs), prelower)
+    RUN.run_suite(_NoxConsole(session), run)
 
 
 @nox.session(venv_backend="none")
@@ -522,9 +227,7 @@ def tests(session: nox.Session) -> None:
     python = _suite_python(session)  # with executorch (19 MB): the adapter's self-tests run upstream's pass
     if not _chromium():
         session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
-    # Several self-tests compile real artifacts or run the suite in a subprocess; others wait on purpose
-    # (hangs, deadlines, signals): one worker more than cores keeps the CPU busy while they wait.
-    workers = str(min(4, (os.cpu_count() or 1) + 1))
+    workers = str(SIZING.self_test_workers())  # one more than cores: some self-tests wait on purpose
     session.run(python, "-m", "pytest", "tests", "-n", workers, *session.posargs, external=True)
 
 
@@ -532,24 +235,8 @@ def tests(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """The whole conformance matrix against the backend (``-- --backend module:attr`` picks another)."""
     python = _suite_python(session)
-    _write_rule_coverage(session, python)
+    REPORT.write_rule_coverage(_NoxConsole(session), python, RESULTS)
     _run_suite(session, "conformance", ["conformance"], python=python)
-
-
-def _write_rule_coverage(session: nox.Session, python: str) -> None:
-    """results/rule-coverage.json: which cases and broken backends prove each rule (read from the suite's
-    code, a few seconds); the dashboard shows it as its coverage page."""
-    RESULTS.mkdir(exist_ok=True)
-    target = RESULTS / "rule-coverage.json"
-    with open(target, "w") as out:
-        code = subprocess.run([python, "-m", "conformance.rule_coverage", "--json"], stdout=out).returncode
-    if code != 0:
-        target.unlink(missing_ok=True)
-        session.warn(
-            f"rule coverage table not written (exit {code}); the dashboard will have no coverage page"
-        )
-    else:
-        session.log(f"rule coverage table: {target}")
 
 
 @nox.session(tags=["matrix"])
