@@ -337,12 +337,14 @@ def test_last():
 """
 
 DIE_AFTER_TEARDOWN = """
-import os
+import os, time
 
 def pytest_runtest_logfinish(nodeid, location):
     # After the teardown report went out, before the worker tells pytest-xdist the case is complete:
-    # as a worker killed by a CI system's SIGTERM in that instant.
+    # as a worker killed by a CI system's SIGTERM in that instant. The pause lets execnet send the report
+    # first (an exit at once can lose it on a loaded machine, and then the case did crash mid-teardown).
     if nodeid.endswith("test_dies_after_its_teardown") and os.environ.get("PYTEST_XDIST_WORKER"):
+        time.sleep(2)
         os._exit(1)
 """
 
