@@ -169,7 +169,7 @@ def _bytecode_state(torch: Any, since: float) -> dict[str, Any]:
 
 def _build_artifact(device: str, out: Path) -> tuple[Path, dict[str, Any]]:
 
-    from reference_impl.lowering.blob import unpack_blob
+    from reference_impl.format.blob import unpack_blob
     from reference_impl.lowering.preprocess import preprocess
     from reference_impl.lowering.trivial import trivial_linear
 

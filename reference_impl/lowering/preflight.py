@@ -357,7 +357,7 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
         progress.emit(stage=stage, event="start")
         import torch
 
-        from reference_impl.lowering.blob import unpack_blob
+        from reference_impl.format.blob import unpack_blob
         from reference_impl.lowering.preprocess import preprocess, resolve_device
         from reference_impl.lowering.trivial import trivial_linear
 
