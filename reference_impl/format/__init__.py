@@ -3,7 +3,9 @@
 What the lowering writes and the runtime reads, so neither wing imports the other: the self-checking
 envelope (``framing.py``), compile specs and method names (``compile_spec.py``), the per-method blob
 (``blob.py``), the multi-method program file (``program.py``), the export-time placement record
-(``placement.py``) and the format's errors (``errors.py``).
+(``placement.py``), a method's input/output spec (``iospec.py``), the loader of the AOTInductor package a
+blob carries (``package_loader.py``), and the errors: the containers' (``errors.py``) and the runtime
+argument errors the I/O spec raises (``argument_errors.py``).
 
 Nothing here imports a wing (``lowering``, ``runtime``, ``shims``): ``tests/test_import_graph.py`` holds it.
 This ``__init__`` re-exports nothing, so importing one format module never pulls in another (nor torch).

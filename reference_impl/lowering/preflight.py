@@ -16,7 +16,7 @@ Command line::
 
 exits 0 when the toolchain works and 1 with a message saying what is wrong and how to fix it.
 
-It loads with the runtime's ``load_package_fast`` (``reference_impl/runtime/package_loader.py``), the
+It loads with the runtime's ``load_package_fast`` (``reference_impl/format/package_loader.py``), the
 loader that skips ``aoti_load_package``'s slow first-load probe: what the preflight proves, the runtime does.
 """
 
@@ -384,7 +384,7 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
         stage = "load"
         progress.emit(stage=stage, event="start")
         start = time.perf_counter()
-        from reference_impl.runtime.package_loader import load_package_fast
+        from reference_impl.format.package_loader import load_package_fast
 
         model = load_package_fast(artifact, device_index=target.index if target.type == "cuda" else -1)
         progress.emit(stage=stage, event="done", seconds=time.perf_counter() - start)

@@ -64,17 +64,13 @@ from typing import Any
 
 import torch
 
+from reference_impl.format.argument_errors import RuntimeArgumentError
+from reference_impl.format.iospec import IOSpec, TensorSpec
+from reference_impl.format.package_loader import load_package_fast
 from reference_impl.format.placement import SKIP_D2H, SKIP_H2D, MethodPlacement, placement_conflicts
 from reference_impl.format.program import program_from_bytes
-from reference_impl.runtime.errors import (
-    DestroyedHandleError,
-    InputError,
-    OutputError,
-    RuntimeArgumentError,
-)
-from reference_impl.runtime.iospec import IOSpec, TensorSpec
+from reference_impl.runtime.errors import DestroyedHandleError, InputError, OutputError
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD, STORE, OptionStore
-from reference_impl.runtime.package_loader import load_package_fast
 
 __all__ = [
     "STREAM_POLICY",
