@@ -25,11 +25,11 @@ import torch._inductor
 import torch.nn.attention
 from torch import nn
 
+from reference_impl.artifact_cache import ArtifactCache, make_key
 from reference_impl.format.blob import pack_blob
 from reference_impl.format.errors import LoweringFormatError
 from reference_impl.format.iospec import io_spec_from_exported_program
 from reference_impl.format.program import build_program, program_to_bytes
-from reference_impl.lowering.artifact_cache import ArtifactCache, make_key
 from reference_impl.runtime import (
     DestroyedHandleError,
     InputError,

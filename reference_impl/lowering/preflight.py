@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reference_impl.lowering.artifact_cache import compiler_version
+from reference_impl.artifact_cache import compiler_version
 
 __all__ = [
     "KNOWN_GOOD_CXX",
@@ -167,7 +167,7 @@ def check_toolchain(
         p for p in (str(_REPO_ROOT), child_env.get("PYTHONPATH", "")) if p
     )
     if cache_dir is not None:
-        from reference_impl.lowering.artifact_cache import CACHE_ENV_VAR
+        from reference_impl.artifact_cache import CACHE_ENV_VAR
 
         child_env[CACHE_ENV_VAR] = os.fspath(cache_dir)
 

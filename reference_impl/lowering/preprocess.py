@@ -52,18 +52,18 @@ import torch
 from torch import nn
 
 from reference_impl._version import __version__
-from reference_impl.format.blob import DEVICE_TYPES, pack_blob
-from reference_impl.format.compile_spec import CompileSpec, find_method_name, validate_method_name
-from reference_impl.format.errors import MethodNameMismatchError
-from reference_impl.format.iospec import io_spec_from_exported_program
-from reference_impl.format.placement import MethodPlacement
-from reference_impl.lowering.artifact_cache import (
+from reference_impl.artifact_cache import (
     ArtifactCache,
     default_cache,
     make_key,
     program_fingerprint,
     toolchain_fingerprint,
 )
+from reference_impl.format.blob import DEVICE_TYPES, pack_blob
+from reference_impl.format.compile_spec import CompileSpec, find_method_name, validate_method_name
+from reference_impl.format.errors import MethodNameMismatchError
+from reference_impl.format.iospec import io_spec_from_exported_program
+from reference_impl.format.placement import MethodPlacement
 from reference_impl.lowering.edge import materialize_remaining_copies, quiet_pytree_deprecation, to_edge_graph
 from reference_impl.lowering.fallback_kernels import (
     KernelInventory,
