@@ -1,7 +1,7 @@
 """``python -m harness.cache_key [--backend module:attr] [--backend-path DIR] [--json]``: the key under which
 a CI system caches the artifact directory (``$CONFORMANCE_CACHE_DIR``) between runs.
 
-The artifact cache is content-addressed (``reference_impl/lowering/artifact_cache.py``): a restored cache
+The artifact cache is content-addressed (``reference_impl/artifact_cache.py``): a restored cache
 can only miss, never hand out a wrong program. What the key decides is which saved cache a job restores and
 when a new one is saved (a CI cache is immutable once saved under its key). So it covers what decides the
 compiled programs, and nothing that changes from one checkout to the next (no paths, no timestamps): the

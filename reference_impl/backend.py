@@ -126,12 +126,12 @@ class ReferenceBackend:
 
         ``options`` (keys in ``lower_options``): ``view_pass: bool`` (False lowers without the view-copy
         pass, for the bench's A/B); ``skip_h2d_for_method_inputs`` / ``skip_d2h_for_method_outputs``:
-        export-time device placement (``lowering/placement.py``), validated before anything compiles;
+        export-time device placement (``format/placement.py``), validated before anything compiles;
         ``native_mm_out: bool``: route CUDA programs' ``aoti_torch_cuda_mm_out`` calls to the native shim
         (True) or keep libtorch's (False); default: the native shim when it is available.
         """
+        from reference_impl.format.placement import PlacementError, placement_conflicts, resolve_placement
         from reference_impl.lowering.lower import lower_program
-        from reference_impl.lowering.placement import PlacementError, placement_conflicts, resolve_placement
         from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD
 
         if options is not None and not isinstance(options, Mapping):

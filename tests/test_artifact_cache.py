@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from reference_impl.lowering.artifact_cache import (
+from reference_impl.artifact_cache import (
     CACHE_ENV_VAR,
     ArtifactCache,
     default_cache_dir,
@@ -173,7 +173,7 @@ _RACER = textwrap.dedent(
     import hashlib, json, os, sys, time
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from reference_impl.lowering.artifact_cache import ArtifactCache
+    from reference_impl.artifact_cache import ArtifactCache
 
     cache_dir, key, go, builds = sys.argv[1:5]
 
@@ -272,7 +272,7 @@ def test_fingerprint_hashes_tensor_contents() -> None:
 
 
 def test_cache_root_env_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from reference_impl.lowering.artifact_cache import default_cache
+    from reference_impl.artifact_cache import default_cache
 
     monkeypatch.setenv(CACHE_ENV_VAR, os.fspath(tmp_path))
     assert default_cache().root == tmp_path

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from reference_impl.lowering import errors
-from reference_impl.lowering.blob import BLOB_MAGIC, BlobContents, pack_blob, unpack_blob
-from reference_impl.lowering.compile_spec import CompileSpec, method_name_spec
+from reference_impl.format import errors
+from reference_impl.format.blob import BLOB_MAGIC, BlobContents, pack_blob, unpack_blob
+from reference_impl.format.compile_spec import CompileSpec, method_name_spec
 
 ARTIFACT = b"opaque AOTI package bytes \x00\x01\x02"
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from reference_impl.lowering import errors
-from reference_impl.lowering.compile_spec import (
+from reference_impl.format import errors
+from reference_impl.format.compile_spec import (
     MAX_METHOD_NAME_BYTES,
     CompileSpec,
     CompileSpecKey,

@@ -1,4 +1,5 @@
-"""The project's import graph, read statically: no circles, and the layers of the architecture hold.
+"""The project's import graph, read statically: no circles, and the layers of the architecture hold —
+between the packages, and inside the reference backend (floors under wings under the top, see ``Layers``).
 
 Every ``.py`` file of the five packages is parsed (nothing is imported, so a module that needs a GPU or an
 optional package is read like any other). An edge is an ``import``/``from ... import`` statement naming a
@@ -286,6 +287,24 @@ def test_reports_never_import_torch() -> None:
     assert not found, f"reports imports torch: {found}"
 
 
+def imports_of(root: Path, packages: Sequence[str], top: str) -> list[str]:
+    """``file:line`` of every import of top-level package ``top`` from ``packages`` (lazy ones too)."""
+    return [
+        f"{path}:{line}"
+        for package in packages
+        for name, path, line in external_imports(root, package)
+        if name == top
+    ]
+
+
+def test_no_product_module_imports_tests() -> None:
+    """``tests/`` is the self-test of the product, not part of it: an installed package has no ``tests``.
+    (``conformance.rule_coverage`` reads the broken backends in ``tests/broken*.py`` by string, for
+    importlib, on purpose: a self-test report, run from a checkout only.)"""
+    found = imports_of(ROOT, PACKAGES, "tests")
+    assert not found, f"product modules import tests: {found}"
+
+
 def test_harness_loads_suites_and_backends_by_string_only() -> None:
     """The run-time coupling the layers allow is a string for importlib; keep it one. Every suite module
     ``harness.bench`` names exists in ``conformance.benchmarks`` (a typo would skip a suite silently)."""
@@ -296,6 +315,109 @@ def test_harness_loads_suites_and_backends_by_string_only() -> None:
     assert all(name.startswith("conformance.benchmarks.") for name in SUITE_MODULES.values())
     assert set(SUITE_MODULES.values()) <= set(known), sorted(set(SUITE_MODULES.values()) - set(known))
     assert DEFAULT_BACKEND.split(":")[0] in known
+
+
+# ============================================================================================ the backend
+
+
+@dataclass(frozen=True)
+class Layers:
+    """One package's layers, bottom up. *Floors* hold what more than one wing needs and import no wing;
+    *wings* do one job each and import floors, and another wing only where ``wing_arrows`` allows it, with
+    the reason; the *top* assembles the wings and imports anything, and nothing below imports it. Floors and
+    wings are dotted names of modules or subpackages (a module lies in the one it is or sits under); the top
+    is a list of exact module names."""
+
+    floors: tuple[str, ...]
+    wings: tuple[str, ...]
+    top: tuple[str, ...]
+    #: (importing wing, imported wing) → why that arrow is part of the design.
+    wing_arrows: Mapping[tuple[str, str], str]
+
+    def place(self, module: str) -> tuple[str, str] | None:
+        """(``"floor"`` | ``"wing"`` | ``"top"``, the part) of ``module``; None when it is in none."""
+        if module in self.top:
+            return "top", module
+        for kind, parts in (("floor", self.floors), ("wing", self.wings)):
+            for part in parts:
+                if module == part or module.startswith(f"{part}."):
+                    return kind, part
+        return None
+
+    def why_not(self, source: str, target: str) -> str | None:
+        """Why an import of module ``target`` by module ``source`` breaks the layers (None: it does not)."""
+        placed, wanted = self.place(source), self.place(target)
+        if placed is None or wanted is None or placed[1] == wanted[1]:
+            return None  # outside the package (other rules judge it), or inside one part
+        (kind, part), (target_kind, target_part) = placed, wanted
+        if kind == "floor" and target_kind != "floor":
+            return f"back up: floor {part} imports {target_kind} {target_part} (a floor imports floors only)"
+        if kind == "wing" and target_kind == "top":
+            return f"back up: wing {part} imports the top {target_part}, which assembles the wings"
+        if kind == "wing" and target_kind == "wing" and (part, target_part) not in self.wing_arrows:
+            return (
+                f"between wings: {part} imports {target_part}, an arrow the table does not allow "
+                "(move what both need down to a floor)"
+            )
+        return None
+
+    def violations(self, edges: Iterable[Edge]) -> list[str]:
+        return [f"{edge}: {why}" for edge in edges if (why := self.why_not(edge.source, edge.target))]
+
+
+#: The reference backend. Floors: the version stamp, the artifact cache (the lowering's compiles and the
+#: native shim's build both keep their products there) and the program format (what the lowering writes and
+#: the runtime reads: program, blob, framing, compile spec, placement record, I/O spec, the package's loader
+#: and its C++ read as text, errors). Wings: lowering, runtime, shims. Top: the package and ``backend.py``
+#: (the protocol object). Every allowed wing arrow is one the scan finds (a stale one fails a test).
+BACKEND_LAYERS = Layers(
+    floors=("reference_impl._version", "reference_impl.artifact_cache", "reference_impl.format"),
+    wings=("reference_impl.lowering", "reference_impl.runtime", "reference_impl.shims"),
+    top=("reference_impl", "reference_impl.backend"),
+    wing_arrows={
+        ("reference_impl.lowering", "reference_impl.shims"): (
+            "preprocess routes a CUDA program's mm_out calls to the native shim (shims/native/routing.py), "
+            "building the shim to know whether it can"
+        ),
+        ("reference_impl.runtime", "reference_impl.shims"): (
+            "init loads the native shim library a routed program calls (shims/native/library.py)"
+        ),
+    },
+)
+
+
+def test_the_backend_layers_hold() -> None:
+    """No arrow runs back up inside ``reference_impl`` (a floor importing a wing, a wing importing the
+    top), and wings meet only where the table says; lazy imports count (they are arrows at call time)."""
+    found = BACKEND_LAYERS.violations(EDGES)
+    assert not found, "imports against the reference backend's layers:\n" + "\n".join(found)
+
+
+def test_every_backend_module_has_a_layer() -> None:
+    """A new module of the backend is placed on purpose (a floor, a wing or the top), never skipped."""
+    unplaced = sorted(m for m in modules(ROOT, ("reference_impl",)) if BACKEND_LAYERS.place(m) is None)
+    assert not unplaced, (
+        f"modules of reference_impl in no floor, wing or top (add them to BACKEND_LAYERS): {unplaced}"
+    )
+
+
+def test_lowering_and_runtime_never_meet() -> None:
+    """They share the program format, a floor; an arrow between them is never allowed, either way."""
+    pairs = {
+        ("reference_impl.lowering", "reference_impl.runtime"),
+        ("reference_impl.runtime", "reference_impl.lowering"),
+    }
+    assert not pairs & set(BACKEND_LAYERS.wing_arrows)
+
+
+def test_allowed_wing_arrows_are_not_stale() -> None:
+    def part(module: str) -> str | None:
+        placed = BACKEND_LAYERS.place(module)
+        return None if placed is None else placed[1]
+
+    used = {(part(e.source), part(e.target)) for e in EDGES}
+    stale = sorted(set(BACKEND_LAYERS.wing_arrows) - used)
+    assert not stale, f"allowed wing arrows that no import uses any more (drop them): {stale}"
 
 
 # ============================================================================================ the guard
@@ -369,6 +491,72 @@ def test_layering_catches_a_forbidden_import() -> None:
         f"{edge}: reports renders result files; it never runs or imports the suite"
     ]
     assert layering_violations([Edge("conformance.x", "harness.results", "conformance/x.py", 1, None)]) == []
+
+
+def test_backend_layers_catch_planted_back_arrows(tmp_path: Path) -> None:
+    """Guard the guard: a synthetic backend with one floor, three wings and a top, and four planted arrows
+    (floor → wing, lazy; wing → wing not in the table; wing → top; and an allowed wing arrow, not flagged)."""
+    _write(
+        tmp_path,
+        {
+            "be/__init__.py": "from be.backend import B\n",
+            "be/backend.py": "from be.low import lower\nfrom be.run import run\nB = (lower, run)\n",
+            "be/fmt/__init__.py": "",
+            "be/fmt/blob.py": "import json\ndef pack():\n    from be.low import lower\n",
+            "be/low/__init__.py": "from be.fmt.blob import pack\nfrom be.sh import mm\ndef lower(): ...\n",
+            "be/run/__init__.py": "from be.fmt import blob\nfrom be.low import lower\ndef run(): ...\n",
+            "be/sh/__init__.py": "def mm(): ...\n",
+            "be/sh/route.py": "import be\n",
+        },
+    )
+    layers = Layers(
+        floors=("be.fmt",),
+        wings=("be.low", "be.run", "be.sh"),
+        top=("be", "be.backend"),
+        wing_arrows={("be.low", "be.sh"): "lowering routes to the shim"},
+    )
+    edges = import_edges(tmp_path, ("be",))
+    assert [v.split(": ", 1)[1] for v in layers.violations(edges)] == [
+        "back up: floor be.fmt imports wing be.low (a floor imports floors only)",
+        "between wings: be.run imports be.low, an arrow the table does not allow "
+        "(move what both need down to a floor)",
+        "back up: wing be.sh imports the top be, which assembles the wings",
+    ]
+    assert layers.violations(edges)[0].startswith("be.fmt.blob -> be.low  (be/fmt/blob.py:3, inside pack())")
+    allowed_too = Layers(
+        layers.floors, layers.wings, layers.top, {**layers.wing_arrows, ("be.run", "be.low"): "x"}
+    )
+    assert len(allowed_too.violations(edges)) == 2
+    assert layers.place("be.fmt.blob") == ("floor", "be.fmt")
+    assert layers.place("be") == ("top", "be")
+    assert layers.place("bex.low") is None
+    # The project's table: the arrows the floors removed, planted back, are flagged; an allowed one is not.
+    planted = [
+        ("reference_impl.lowering.preprocess", "reference_impl.runtime.iospec"),
+        ("reference_impl.runtime.delegate", "reference_impl.lowering.program"),
+        ("reference_impl.shims.native.routing", "reference_impl.lowering.fallback_kernels"),
+        ("reference_impl.format.blob", "reference_impl.lowering.preprocess"),
+        ("reference_impl.artifact_cache", "reference_impl.backend"),
+    ]
+    assert all(BACKEND_LAYERS.why_not(source, target) for source, target in planted)
+    assert (
+        BACKEND_LAYERS.why_not("reference_impl.lowering.preprocess", "reference_impl.shims.native.routing")
+        is None
+    )
+
+
+def test_imports_of_tests_are_found(tmp_path: Path) -> None:
+    """Module-level and lazy imports of ``tests`` are found; an importlib string and a look-alike are not."""
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "import os\nfrom tests.helpers import x\n",
+            "pkg/b.py": "def f():\n    import tests\n",
+            "pkg/c.py": "import importlib\nimport testsuite\nimportlib.import_module('tests.x')\n",
+        },
+    )
+    assert imports_of(tmp_path, ("pkg",), "tests") == ["pkg/a.py:2", "pkg/b.py:2"]
 
 
 def test_the_project_scan_sees_what_it_must() -> None:

@@ -669,7 +669,7 @@ def forwarder(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
 
 
 def _run(package: bytes, tmp_path: Path, name: str) -> torch.Tensor:
-    from reference_impl.runtime.package_loader import load_package_fast
+    from reference_impl.format.package_loader import load_package_fast
 
     path = tmp_path / name
     path.write_bytes(package)

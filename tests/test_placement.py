@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from reference_impl import BACKEND
-from reference_impl.lowering.blob import pack_blob
-from reference_impl.lowering.placement import (
+from reference_impl.format.blob import pack_blob
+from reference_impl.format.placement import (
     SKIP_D2H,
     SKIP_H2D,
     MethodPlacement,
@@ -23,7 +23,7 @@ from reference_impl.lowering.placement import (
     placement_conflicts,
     resolve_placement,
 )
-from reference_impl.lowering.program import build_program, program_to_bytes
+from reference_impl.format.program import build_program, program_to_bytes
 from reference_impl.runtime import InputError, RuntimeArgumentError, destroy, execute, execute_stats, init
 from reference_impl.runtime import options as opts
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.lowering.artifact_cache import default_cache_dir
+from reference_impl.artifact_cache import default_cache_dir
 from reference_impl.lowering.preflight import KNOWN_GOOD_CXX, _verdict, check_toolchain, main
 
 GOOD_CXX = KNOWN_GOOD_CXX if os.path.exists(KNOWN_GOOD_CXX) else shutil.which(os.environ.get("CXX", "g++"))

@@ -19,12 +19,13 @@ import torch
 from torch import nn
 
 from conformance.models.zoo import get_model
+from reference_impl.format.blob import unpack_blob
+from reference_impl.format.compile_spec import method_name_spec
+from reference_impl.format.errors import EmptyProgramError, InvalidMethodNameError, MethodNameMismatchError
+from reference_impl.format.program import program_from_bytes
 from reference_impl.lowering import fallback_kernels
 from reference_impl.lowering import preprocess as preprocess_module
-from reference_impl.lowering.blob import unpack_blob
-from reference_impl.lowering.compile_spec import method_name_spec
 from reference_impl.lowering.edge import to_edge_graph
-from reference_impl.lowering.errors import EmptyProgramError, InvalidMethodNameError, MethodNameMismatchError
 from reference_impl.lowering.fallback_kernels import (
     LIBTORCH_FREE_CUDA_KERNELS,
     PROXY_EXECUTOR,
@@ -41,7 +42,6 @@ from reference_impl.lowering.lower import lower_program, lower_program_detailed
 from reference_impl.lowering.partitioner import TAG_KEY, partition, tags_of
 from reference_impl.lowering.preflight import KNOWN_GOOD_CXX
 from reference_impl.lowering.preprocess import preprocess, resolve_device
-from reference_impl.lowering.program import program_from_bytes
 
 # The compiler for real compiles: the known-good system g++ when present (the GPU image's default $CXX is
 # broken, SPEC §3), else whatever $CXX says. The preflight tests use the same, so they share cache entries.

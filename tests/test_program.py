@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from reference_impl.lowering import errors
-from reference_impl.lowering.blob import pack_blob
-from reference_impl.lowering.program import (
+from reference_impl.format import errors
+from reference_impl.format.blob import pack_blob
+from reference_impl.format.program import (
     PROGRAM_MAGIC,
     MethodEntry,
     Program,

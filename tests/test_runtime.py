@@ -25,10 +25,11 @@ import torch._inductor
 import torch.nn.attention
 from torch import nn
 
-from reference_impl.lowering.artifact_cache import ArtifactCache, make_key
-from reference_impl.lowering.blob import pack_blob
-from reference_impl.lowering.errors import LoweringFormatError
-from reference_impl.lowering.program import build_program, program_to_bytes
+from reference_impl.artifact_cache import ArtifactCache, make_key
+from reference_impl.format.blob import pack_blob
+from reference_impl.format.errors import LoweringFormatError
+from reference_impl.format.iospec import io_spec_from_exported_program
+from reference_impl.format.program import build_program, program_to_bytes
 from reference_impl.runtime import (
     DestroyedHandleError,
     InputError,
@@ -38,7 +39,6 @@ from reference_impl.runtime import (
     execute,
     execute_stats,
     init,
-    io_spec_from_exported_program,
 )
 from reference_impl.runtime import options as opts
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP

@@ -15,8 +15,8 @@ from torch import nn
 from torch.export import Dim
 
 from conformance.models import get_model
+from reference_impl.artifact_cache import make_key
 from reference_impl.lowering import source_key
-from reference_impl.lowering.artifact_cache import make_key
 from reference_impl.lowering.source_key import package_identity, source_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_the_same_source_gives_the_same_key_twice_and_across_processes(asr_decod
         """
         import torch
         from conformance.models import get_model
-        from reference_impl.lowering.artifact_cache import make_key
+        from reference_impl.artifact_cache import make_key
         from reference_impl.lowering.source_key import source_fingerprint
         module, inputs = get_model("asr").build(torch.float32, "cpu")["decoder"]
         print(make_key(source_fingerprint(module, inputs, extra_packages=("reference_impl",))))

@@ -47,7 +47,7 @@ SUITE = "lowering"
 MODELS = ("linear", "llm")
 DTYPE_NAME = "float32"
 ROOT = Path(__file__).resolve().parents[2]
-# Where the reference backend keeps its artifact cache (reference_impl.lowering.artifact_cache); named
+# Where the reference backend keeps its artifact cache (reference_impl.artifact_cache); named
 # here, not imported, because the suite never imports a backend's code.
 CACHE_ENV_VAR = "CONFORMANCE_CACHE_DIR"
 COLD_CACHE_VARS = {

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reference_impl.format.cpp_source import strip_cpp_comments, without_string_literals
+
 __all__ = [
     "DISPATCHER",
     "LIBTORCH_FREE_CUDA_KERNELS",
@@ -49,7 +51,6 @@ __all__ = [
     "inventory_from_sources",
     "provided_by_torch_runtime",
     "scan_package",
-    "strip_cpp_comments",
 ]
 
 PROXY_EXECUTOR = "aoti_torch_proxy_executor_call_function"
@@ -138,49 +139,9 @@ class KernelInventory:
         return tuple(k for k in self.kernels if k not in have)
 
 
-def strip_cpp_comments(text: str) -> str:
-    """``text`` with ``//`` and ``/* */`` comments blanked; string and character literals are kept intact."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            i = n if j < 0 else j  # keep the newline
-        elif c == "/" and i + 1 < n and text[i + 1] == "*":
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            out.append(" ")
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-        elif c == "R" and text.startswith('R"', i):  # raw string: R"delim( ... )delim"
-            open_paren = text.find("(", i + 2)
-            if open_paren < 0:
-                out.append(c)
-                i += 1
-                continue
-            delim = text[i + 2 : open_paren]
-            close = text.find(f'){delim}"', open_paren)
-            end = n if close < 0 else close + len(delim) + 2
-            out.append(text[i:end])
-            i = end
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _without_string_literals(text: str) -> str:
-    return re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', text)
-
-
 def calls_in_cpp(text: str) -> set[str]:
     """Every ``aoti_torch_*`` function called (or declared with a call-like syntax) in C++ ``text``."""
-    code = _without_string_literals(strip_cpp_comments(text))
+    code = without_string_literals(strip_cpp_comments(text))
     return set(_CALL.findall(code))
 
 

@@ -104,7 +104,7 @@ def _child(loader_kind: str, artifact: str, device: str, out_json: str, profile_
         model = torch._inductor.aoti_load_package(artifact, device_index=index)
         result["load_call_s"] = time.perf_counter() - t
     else:
-        from reference_impl.runtime.package_loader import load_package_fast
+        from reference_impl.format.package_loader import load_package_fast
 
         result["inductor_import_s"] = 0.0
         t = time.perf_counter()
@@ -169,7 +169,7 @@ def _bytecode_state(torch: Any, since: float) -> dict[str, Any]:
 
 def _build_artifact(device: str, out: Path) -> tuple[Path, dict[str, Any]]:
 
-    from reference_impl.lowering.blob import unpack_blob
+    from reference_impl.format.blob import unpack_blob
     from reference_impl.lowering.preprocess import preprocess
     from reference_impl.lowering.trivial import trivial_linear
 

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from reference_impl.lowering.compile_spec import validate_method_name
-from reference_impl.lowering.errors import EmptyProgramError
-from reference_impl.lowering.placement import MethodPlacement
+from reference_impl.format.compile_spec import validate_method_name
+from reference_impl.format.errors import EmptyProgramError
+from reference_impl.format.placement import MethodPlacement
+from reference_impl.format.program import Program, build_program, program_from_bytes, program_to_bytes
 from reference_impl.lowering.preprocess import CacheArg, PreprocessResult, preprocess, resolve_device
-from reference_impl.lowering.program import Program, build_program, program_from_bytes, program_to_bytes
 
 __all__ = ["LoweredProgram", "lower_program", "lower_program_detailed"]
 

@@ -19,7 +19,7 @@ import torch
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch.fx import Node
 
-from reference_impl.lowering.compile_spec import CompileSpec, find_method_name, method_name_spec
+from reference_impl.format.compile_spec import CompileSpec, find_method_name, method_name_spec
 
 __all__ = [
     "BACKEND_ID",

@@ -16,7 +16,7 @@ Command line::
 
 exits 0 when the toolchain works and 1 with a message saying what is wrong and how to fix it.
 
-It loads with the runtime's ``load_package_fast`` (``reference_impl/runtime/package_loader.py``), the
+It loads with the runtime's ``load_package_fast`` (``reference_impl/format/package_loader.py``), the
 loader that skips ``aoti_load_package``'s slow first-load probe: what the preflight proves, the runtime does.
 """
 
@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reference_impl.lowering.artifact_cache import compiler_version
+from reference_impl.artifact_cache import compiler_version
 
 __all__ = [
     "KNOWN_GOOD_CXX",
@@ -167,7 +167,7 @@ def check_toolchain(
         p for p in (str(_REPO_ROOT), child_env.get("PYTHONPATH", "")) if p
     )
     if cache_dir is not None:
-        from reference_impl.lowering.artifact_cache import CACHE_ENV_VAR
+        from reference_impl.artifact_cache import CACHE_ENV_VAR
 
         child_env[CACHE_ENV_VAR] = os.fspath(cache_dir)
 
@@ -357,7 +357,7 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
         progress.emit(stage=stage, event="start")
         import torch
 
-        from reference_impl.lowering.blob import unpack_blob
+        from reference_impl.format.blob import unpack_blob
         from reference_impl.lowering.preprocess import preprocess, resolve_device
         from reference_impl.lowering.trivial import trivial_linear
 
@@ -384,7 +384,7 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
         stage = "load"
         progress.emit(stage=stage, event="start")
         start = time.perf_counter()
-        from reference_impl.runtime.package_loader import load_package_fast
+        from reference_impl.format.package_loader import load_package_fast
 
         model = load_package_fast(artifact, device_index=target.index if target.type == "cuda" else -1)
         progress.emit(stage=stage, event="done", seconds=time.perf_counter() - start)

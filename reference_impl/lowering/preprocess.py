@@ -52,17 +52,19 @@ import torch
 from torch import nn
 
 from reference_impl._version import __version__
-from reference_impl.lowering.artifact_cache import (
+from reference_impl.artifact_cache import (
     ArtifactCache,
     default_cache,
     make_key,
     program_fingerprint,
     toolchain_fingerprint,
 )
-from reference_impl.lowering.blob import DEVICE_TYPES, pack_blob
-from reference_impl.lowering.compile_spec import CompileSpec, find_method_name, validate_method_name
+from reference_impl.format.blob import DEVICE_TYPES, pack_blob
+from reference_impl.format.compile_spec import CompileSpec, find_method_name, validate_method_name
+from reference_impl.format.errors import MethodNameMismatchError
+from reference_impl.format.iospec import io_spec_from_exported_program
+from reference_impl.format.placement import MethodPlacement
 from reference_impl.lowering.edge import materialize_remaining_copies, quiet_pytree_deprecation, to_edge_graph
-from reference_impl.lowering.errors import MethodNameMismatchError
 from reference_impl.lowering.fallback_kernels import (
     KernelInventory,
     UnsupportedKernelsError,
@@ -71,10 +73,8 @@ from reference_impl.lowering.fallback_kernels import (
     scan_package,
 )
 from reference_impl.lowering.partitioner import partition
-from reference_impl.lowering.placement import MethodPlacement
 from reference_impl.lowering.source_key import source_fingerprint
 from reference_impl.lowering.view_copy_pass import ViewPassReport, run_view_copy_pass
-from reference_impl.runtime.iospec import io_spec_from_exported_program
 
 __all__ = [
     "NotDelegableError",

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from reference_impl.lowering.artifact_cache import value_digest
+from reference_impl.artifact_cache import value_digest
 
 __all__ = ["Unfingerprintable", "package_identity", "source_fingerprint"]
 

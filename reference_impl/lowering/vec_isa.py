@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from reference_impl.lowering.artifact_cache import default_cache_dir
+from reference_impl.artifact_cache import default_cache_dir
 
 _VERDICT_DIR = "toolchain"
 

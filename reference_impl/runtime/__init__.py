@@ -1,10 +1,13 @@
 """The reference runtime: delegate handles over AOTInductor packages, with the skip-copy option.
 
 ``init`` / ``execute`` / ``destroy`` / ``execute_stats`` live in ``delegate.py`` (streams, threads and data
-movement are documented there); the backend-wide options in ``options.py``; input/output metadata in
-``iospec.py``. The suite drives multi-method models through the protocol (``conformance/pipelines.py``).
+movement are documented there); the backend-wide options in ``options.py``. What the runtime reads — the
+program, blob, placement and input/output metadata, and the package loader — is the format floor's
+(``reference_impl/format/``), shared with the lowering. The suite drives multi-method models through the
+protocol (``conformance/pipelines.py``).
 """
 
+from reference_impl.format.argument_errors import IOSpecError, RuntimeArgumentError
 from reference_impl.runtime.delegate import (
     STREAM_POLICY,
     DelegateHandle,
@@ -13,14 +16,7 @@ from reference_impl.runtime.delegate import (
     execute_stats,
     init,
 )
-from reference_impl.runtime.errors import (
-    DestroyedHandleError,
-    InputError,
-    IOSpecError,
-    OutputError,
-    RuntimeArgumentError,
-)
-from reference_impl.runtime.iospec import IOSpec, io_spec_from_exported_program
+from reference_impl.runtime.errors import DestroyedHandleError, InputError, OutputError
 from reference_impl.runtime.options import (
     SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD,
     OptionError,
@@ -35,7 +31,6 @@ __all__ = [
     "STREAM_POLICY",
     "DelegateHandle",
     "DestroyedHandleError",
-    "IOSpec",
     "IOSpecError",
     "InputError",
     "OptionError",
@@ -46,7 +41,6 @@ __all__ = [
     "execute_stats",
     "get_option",
     "init",
-    "io_spec_from_exported_program",
     "reset_options",
     "set_option",
     "set_options",

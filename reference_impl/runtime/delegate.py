@@ -7,7 +7,7 @@ Data movement (CUDA target)
       encoder's output fed to the decoder, a KV cache kept on the GPU) is used as is, without a copy.
     * Outputs are copied to fresh **pinned** CPU tensors (``non_blocking``, then one synchronisation), unless
       the method keeps them on the device, in which case they are returned as ordinary CUDA tensors.
-    * **Export-time placement** (the blob's ``extra["placement"]``, ``lowering/placement.py``) comes first:
+    * **Export-time placement** (the blob's ``extra["placement"]``, ``format/placement.py``) comes first:
       a method lowered with ``skip_h2d_for_method_inputs`` takes device inputs only (a host tensor is an
       ``InputError``: nothing is copied host→device); one lowered with ``skip_d2h_for_method_outputs``
       ``True`` / ``False`` keeps its outputs on the device / copies them out, whatever the runtime option
@@ -64,17 +64,13 @@ from typing import Any
 
 import torch
 
-from reference_impl.lowering.placement import SKIP_D2H, SKIP_H2D, MethodPlacement, placement_conflicts
-from reference_impl.lowering.program import program_from_bytes
-from reference_impl.runtime.errors import (
-    DestroyedHandleError,
-    InputError,
-    OutputError,
-    RuntimeArgumentError,
-)
-from reference_impl.runtime.iospec import IOSpec, TensorSpec
+from reference_impl.format.argument_errors import RuntimeArgumentError
+from reference_impl.format.iospec import IOSpec, TensorSpec
+from reference_impl.format.package_loader import load_package_fast
+from reference_impl.format.placement import SKIP_D2H, SKIP_H2D, MethodPlacement, placement_conflicts
+from reference_impl.format.program import program_from_bytes
+from reference_impl.runtime.errors import DestroyedHandleError, InputError, OutputError
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD, STORE, OptionStore
-from reference_impl.runtime.package_loader import load_package_fast
 
 __all__ = [
     "STREAM_POLICY",

@@ -3,24 +3,18 @@
 A failure of the underlying library (AOTInductor, CUDA) stays a ``RuntimeError``. Program-format problems
 (truncated, tampered, unknown method, wrong target or toolchain) surface as the format's own
 ``LoweringFormatError`` (also a ``ValueError``), with a note saying which ``init`` call hit them.
+
+The base ``RuntimeArgumentError`` and ``IOSpecError`` live in the format floor
+(``reference_impl/format/argument_errors.py``), whose I/O spec raises them; here are the errors only the
+runtime raises.
 """
 
 from __future__ import annotations
 
+from reference_impl.format.argument_errors import RuntimeArgumentError
 from reference_impl.runtime.options import OptionError
 
-__all__ = [
-    "DestroyedHandleError",
-    "IOSpecError",
-    "InputError",
-    "OptionError",
-    "OutputError",
-    "RuntimeArgumentError",
-]
-
-
-class RuntimeArgumentError(ValueError):
-    """An argument of ``init`` / ``execute`` / ``destroy`` / ``execute_stats`` breaks a rule."""
+__all__ = ["DestroyedHandleError", "InputError", "OptionError", "OutputError"]
 
 
 class DestroyedHandleError(RuntimeArgumentError):
@@ -33,7 +27,3 @@ class InputError(RuntimeArgumentError):
 
 class OutputError(RuntimeArgumentError):
     """Caller-provided ``outputs`` break a rule: count, type, dtype, shape or device."""
-
-
-class IOSpecError(RuntimeArgumentError):
-    """A blob's input/output metadata (``extra["io"]``) is malformed."""

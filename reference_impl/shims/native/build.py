@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference_impl.lowering.artifact_cache import (
+from reference_impl.artifact_cache import (
     ArtifactCache,
     compiler_identity,
     default_cache_dir,

@@ -33,7 +33,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
-from reference_impl.lowering.fallback_kernels import strip_cpp_comments
+from reference_impl.format.cpp_source import strip_cpp_comments, without_string_literals
 
 __all__ = [
     "ABI_SYMBOL",
@@ -190,7 +190,7 @@ def count_call_sites(package: bytes, symbol: str = ABI_SYMBOL) -> int:
         for name in archive.namelist():
             if "/aotinductor/" in f"/{name}" and name.endswith(".cpp"):
                 text = strip_cpp_comments(archive.read(name).decode("utf-8", errors="replace"))
-                total += len(call.findall(re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', text)))
+                total += len(call.findall(without_string_literals(text)))
     return total
 
 

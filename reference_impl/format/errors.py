@@ -1,4 +1,4 @@
-"""Errors raised by the lowering formats: compile specs, processed blobs and program files.
+"""Errors of the program format's containers: compile specs, processed blobs and program files.
 
 Every error is a ``LoweringFormatError`` (a ``ValueError``, the suite's *invalid-argument* error), so a caller
 can catch one class for "this input is not acceptable" and never sees ``struct.error``, ``KeyError``,

@@ -21,7 +21,10 @@ and then read its result, so one key is compiled once.
 The same store also holds **source memos** (``preprocess``): keyed by what export reads rather than what it
 produces, each names the artifact key of one traced source, so a warm lowering need not export to find it.
 
-This module imports nothing heavy at import time (torch is imported lazily by the keying helpers).
+This module imports nothing heavy at import time (torch is imported lazily by the keying helpers). It is a
+floor of the backend, under its wings: the lowering (preprocess, source keys, the vector-ISA verdict, the
+preflight) and the native shim's build (``shims/native/build.py``) both keep their products here, so it
+imports no other module of ``reference_impl``.
 """
 
 from __future__ import annotations

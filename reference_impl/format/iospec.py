@@ -22,7 +22,9 @@ symbol appears. One waiver: a symbol whose lower bound is exactly 2 also accepts
 declare a lower bound of 1 without a warning-laden 0/1 specialisation dance, so ``min=2`` usually means "from
 1" (the ASR decoder's first step); AOTInductor offers the same waiver (``aot_inductor.check_lowerbound``).
 
-Use ``io_spec_from_exported_program(ep).to_json()`` at lowering time and store it as ``extra["io"]``.
+Use ``io_spec_from_exported_program(ep).to_json()`` at lowering time and store it as ``extra["io"]``. The
+module sits in the format floor because both wings use it: the lowering writes the spec, the runtime reads
+it back and checks tensors against it.
 Without it the runtime still checks the input count (from the package's call spec) and devices, and says
 in ``DelegateHandle.io`` that dtypes and shapes are unchecked.
 """
@@ -35,7 +37,7 @@ from typing import Any
 
 import torch
 
-from reference_impl.runtime.errors import IOSpecError, RuntimeArgumentError
+from reference_impl.format.argument_errors import IOSpecError, RuntimeArgumentError
 
 __all__ = [
     "IO_SPEC_VERSION",

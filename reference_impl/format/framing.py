@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.lowering.errors import (
+from reference_impl.format.errors import (
     BadMagicError,
     HeaderChecksumError,
     LoweringFormatError,

@@ -4,6 +4,9 @@
 that imports inductor and runs a compile-and-load probe per CPU vector ISA: ~10 compiler subprocesses and
 28-40 s on the first load in every fresh process of the GPU image (SPEC §3). The loader itself,
 ``AOTIModelPackageLoader``, needs none of it (findings: reference_impl/lowering/NOTES.md).
+
+In the format floor because both wings load the package a blob carries the same way: the runtime's ``init``
+and the lowering's toolchain preflight and load probe (what the preflight proves, the runtime does).
 """
 
 from __future__ import annotations

@@ -40,14 +40,14 @@ from types import MappingProxyType
 from typing import Any
 
 from reference_impl._version import __version__
-from reference_impl.lowering.blob import (
+from reference_impl.format.blob import (
     BlobContents,
     check_runtime_compat,
     check_target_fields,
     unpack_blob,
 )
-from reference_impl.lowering.compile_spec import validate_method_name
-from reference_impl.lowering.errors import (
+from reference_impl.format.compile_spec import validate_method_name
+from reference_impl.format.errors import (
     ContentHashMismatchError,
     DuplicateMethodError,
     EmptyProgramError,
@@ -57,7 +57,7 @@ from reference_impl.lowering.errors import (
     TruncatedProgramError,
     UnknownMethodError,
 )
-from reference_impl.lowering.framing import FrameKind, decode_frame, encode_frame, expect_field, expect_keys
+from reference_impl.format.framing import FrameKind, decode_frame, encode_frame, expect_field, expect_keys
 
 PROGRAM_MAGIC = b"AOTIPRG\0"
 PROGRAM_FORMAT_VERSION = 1

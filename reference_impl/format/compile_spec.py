@@ -14,7 +14,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reference_impl.lowering.errors import (
+from reference_impl.format.errors import (
     EmptyMethodNameError,
     MethodNameEncodingError,
     MethodNameNulError,

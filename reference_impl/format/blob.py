@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_impl.lowering.compile_spec import CompileSpec, find_method_name, validate_method_name
-from reference_impl.lowering.errors import (
+from reference_impl.format.compile_spec import CompileSpec, find_method_name, validate_method_name
+from reference_impl.format.errors import (
     ContentHashMismatchError,
     LoweringFormatError,
     MalformedHeaderError,
@@ -39,7 +39,7 @@ from reference_impl.lowering.errors import (
     TruncatedBlobError,
     WrongTargetError,
 )
-from reference_impl.lowering.framing import FrameKind, decode_frame, encode_frame, expect_field, expect_keys
+from reference_impl.format.framing import FrameKind, decode_frame, encode_frame, expect_field, expect_keys
 
 BLOB_MAGIC = b"AOTIREF\0"
 BLOB_FORMAT_VERSION = 1
