@@ -2,10 +2,10 @@
 that prove a chapter fails on it.
 
 ``python -m conformance.rule_coverage`` prints the table (``--json`` for machines); :func:`coverage_rows`
-returns the rows for a dashboard page. Nothing in the table is hand-kept except :data:`EXEMPT` (rules with
-no broken backend, each with its reason) and the sentences of the SPEC and the protocol each rule enforces,
-which come from the catalogue (``conformance/catalogue``, ``python -m conformance.catalogue``): the
-contract is prose, so that mapping is the one place a person has to write down.
+returns the rows for a dashboard page. The rules, their levels and exemptions (a rule no broken backend
+proves, with the reason) are the rule table's (``conformance/catalogue/rule_table.py``), the sentences of
+the SPEC and the protocol each rule enforces the sentence catalogue's (``python -m conformance.catalogue``);
+the rest is read from the code.
 
 How each column is found, and why that way:
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import fnmatch
 import functools
 import importlib
 import inspect
@@ -43,34 +42,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from conformance.catalogue import CATALOGUE, for_rule, named_rule_ids
-from conformance.rules import level_of, rule_ids_in_sources
+from conformance.catalogue import CATALOGUE, CHAPTERS, RULES_BY_ID, for_rule, is_rule_id
+from conformance.rules import level_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-
-#: Chapter module stem -> the spec chapter it checks (the 8 chapters with a backend, and the meter).
-CHAPTERS: dict[str, str] = {
-    "test_mm_out": "mm_out",
-    "test_lowering": "lowering",
-    "test_program_format": "program_format",
-    "test_runtime_options": "runtime_options",
-    "test_device_placement": "device_placement",
-    "test_multi_method": "multi_method",
-    "test_streams_threads": "streams_threads",
-    "test_bad_inputs": "bad_inputs",
-    "test_differential": "differential",
-    "test_metamorphic": "metamorphic",
-    "test_traffic_meter": "traffic_meter",
-}
-
-#: A rule id: ``family/rule`` (more ``/parts`` allowed), lower case. Paths (``x.py``) are not rule ids.
-_RULE = re.compile(r"[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*(?:/[a-z0-9_][a-z0-9_.-]*)+")
-_NOT_RULES = frozenset({"n/a"})
-
-
-def is_rule_id(text: str) -> bool:
-    return bool(_RULE.fullmatch(text)) and text not in _NOT_RULES and not text.endswith((".py", ".json"))
 
 
 # ====================================================================================== broken backends
@@ -116,38 +92,14 @@ def broken_backends(root: Path = ROOT) -> list[BrokenBackend]:
     return found
 
 
-# =========================================================================================== exemptions
-
-
-@dataclass(frozen=True)
-class Exemption:
-    """Why a rule has no broken backend: no backend can break it (the suite's own self-checks, the meter).
-    There is no "to-do" kind: a rule a backend could break has a broken backend, or the self-tests fail."""
-
-    reason: str
-    kind: str = "not-checkable"
-
-
-#: Rule id (fnmatch pattern) -> why no broken backend proves it. The one place exemptions live; an entry
-#: that matches no rule, or a rule that a broken backend now proves, fails the self-test (it went stale).
-EXEMPT: dict[str, Exemption] = {
-    "suite/self-check": Exemption("the suite's proof of its own catalogue; no backend is called"),
-    "traffic/*": Exemption(
-        "the traffic-meter chapter checks the NVML meter against known pinned transfers; no backend is "
-        "called (its own self-tests: tests/test_nvml_traffic.py)"
-    ),
-    "known-failures/stale": Exemption(
-        "about the known-failures list, not the backend: a declared failure that passes "
-        "(tests/test_case_outcomes.py proves it)"
-    ),
-}
-
-
 # ===================================================================================== cases (static)
 
 #: Rule-id text with unresolved ``{...}`` parts keeps them; such a template is reported, never dropped.
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 UNKNOWN = object()
+#: Modules whose functions look rules up rather than check them: a walk into ``level_of`` read the whole
+#: table as if every case could fail with every rule.
+_LOOKUPS = ("conformance.rules", "conformance.catalogue")
 
 
 @dataclass(frozen=True)
@@ -177,6 +129,8 @@ def _function_def(func: Callable[..., Any]) -> ast.FunctionDef | None:
     func = inspect.unwrap(func)
     module_name = getattr(func, "__module__", "") or ""
     if not module_name.startswith("conformance.") or not inspect.isfunction(func):
+        return None
+    if module_name.startswith(_LOOKUPS):
         return None
     path = Path(inspect.getfile(func))
     owner, _, name = func.__qualname__.rpartition(".")
@@ -502,41 +456,31 @@ class Row:
         return "NO BROKEN BACKEND"
 
 
-def exemption_for(rule: str) -> tuple[str, Exemption] | None:
-    for pattern, exemption in EXEMPT.items():
-        if fnmatch.fnmatchcase(rule, pattern):
-            return pattern, exemption
-    return None
-
-
 def coverage_rows(
     cases: Sequence[Case] | None = None, backends: Sequence[BrokenBackend] | None = None
 ) -> list[Row]:
-    """One row per rule id the suite uses (chapters, ``rules.py``, the catalogue), sorted by rule id."""
+    """One row per rule id of the rule table, and per rule id a case checks that the table lacks (the
+    self-test fails on those), sorted by rule id."""
     cases = all_cases() if cases is None else cases
     backends = broken_backends() if backends is None else backends
     by_rule: dict[str, list[Case]] = {}
     for case in cases:
         for rule in case.rules:
             by_rule.setdefault(rule, []).append(case)
-    rules = set(by_rule) | named_rule_ids(CATALOGUE)
-    # Rule ids written anywhere in conformance/ (known_failures.py's, say), templates aside.
-    rules |= {r for r in rule_ids_in_sources(HERE.glob("*.py")) if "{" not in r}
     rows = []
-    for rule in sorted(rules):
+    for rule in sorted(set(RULES_BY_ID) | set(by_rule)):
         breaking = [b for b in backends if rule in b.breaks.rules]
-        proved = sorted(b.spec for b in breaking)
-        exempt = exemption_for(rule)
+        exempt = RULES_BY_ID[rule].exempt if rule in RULES_BY_ID else ""
         rows.append(
             Row(
                 rule=rule,
                 level=level_of(rule).value,
                 chapters=sorted({c.chapter for c in by_rule.get(rule, [])}),
                 cases=sorted(c.id for c in by_rule.get(rule, [])),
-                broken_backends=proved,
-                spec=[entry.cite() for entry in for_rule(rule)],
-                exemption=exempt[1].kind if exempt else None,
-                exemption_reason=exempt[1].reason if exempt else None,
+                broken_backends=sorted(b.spec for b in breaking),
+                spec=[entry.cite() for entry in for_rule(rule, CATALOGUE)],
+                exemption="not-checkable" if exempt else None,
+                exemption_reason=exempt or None,
                 gpu_only=bool(breaking) and all(b.breaks.cuda for b in breaking),
             )
         )

@@ -1,6 +1,7 @@
 """The rule-coverage table (``python -m conformance.rule_coverage``) is complete and true: every rule id has
-a case, and a broken backend that a chapter fails on it or an exemption with its reason; the static
-expansion of the chapters' cases is exactly what pytest collects; nothing in the exemption list is stale."""
+a case, and a broken backend that a chapter fails on it or an exemption with its reason; every rule id a
+case can fail with is a rule of the table, and the table says which chapters check it; the static
+expansion of the chapters' cases is exactly what pytest collects; no exemption is stale."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import sys
 import pytest
 
 from conformance import rule_coverage as rc
-from conformance.catalogue import CATALOGUE
+from conformance.catalogue import CATALOGUE, RULE_TABLE, RULES_BY_ID
+from conformance.rule_coverage import BrokenBackend, broken_backends
 
 ROOT = rc.ROOT
 
@@ -24,12 +26,12 @@ def cases() -> list[rc.Case]:
 
 
 @pytest.fixture(scope="module")
-def backends() -> list[rc.BrokenBackend]:
-    return rc.broken_backends()
+def backends() -> list[BrokenBackend]:
+    return broken_backends()
 
 
 @pytest.fixture(scope="module")
-def rows(cases: list[rc.Case], backends: list[rc.BrokenBackend]) -> list[rc.Row]:
+def rows(cases: list[rc.Case], backends: list[BrokenBackend]) -> list[rc.Row]:
     return rc.coverage_rows(cases, backends)
 
 
@@ -58,8 +60,8 @@ def test_every_rule_has_a_broken_backend_or_is_not_checkable(rows: list[rc.Row])
     here; the only way around a broken backend is an exemption saying why no backend can break the rule."""
     gaps = [r.rule for r in rows if r.status not in ("proven", "proven-gpu", "not-checkable")]
     assert gaps == [], (
-        f"add a broken backend (tests/broken*.py, with breaks=...), or if no backend can break it, an "
-        f"EXEMPT entry with the reason: {gaps}"
+        f"add a broken backend (tests/broken*.py, with breaks=...), or if no backend can break it, the "
+        f"reason as exempt= on its row of conformance/catalogue/rule_table.py: {gaps}"
     )
 
 
@@ -69,16 +71,38 @@ def test_no_rule_id_is_left_a_template(rows: list[rc.Row]) -> None:
 
 
 def test_exemptions_are_not_stale(rows: list[rc.Row]) -> None:
-    """An exemption must match a rule that no broken backend proves: one matching nothing, or only rules
-    broken backends now prove, is stale."""
-    for pattern in rc.EXEMPT:
-        unproven = [r for r in rows if fnmatch.fnmatchcase(r.rule, pattern) and not r.broken_backends]
-        assert unproven, f"EXEMPT[{pattern!r}] is stale: it matches no rule without a broken backend"
-    assert all(e.kind == "not-checkable" and e.reason for e in rc.EXEMPT.values())
+    """An exempt rule (``exempt=`` on its row of the table) must have no broken backend: one a broken
+    backend now proves is stale. Its row says why, and the coverage table shows that reason."""
+    by_rule = {r.rule: r for r in rows}
+    exempt = [rule for rule, row in RULES_BY_ID.items() if row.exempt]
+    assert exempt, "the table exempts nothing: the meter's rules and suite/self-check should be exempt"
+    stale = [rule for rule in exempt if by_rule[rule].broken_backends]
+    assert stale == [], f"exempt, yet a broken backend proves them (drop exempt=): {stale}"
+    assert all(by_rule[r].exemption == "not-checkable" and by_rule[r].exemption_reason for r in exempt)
+
+
+def test_every_rule_a_case_checks_is_a_rule_of_the_table(rows: list[rc.Row]) -> None:
+    """A rule id written past the table (a literal instead of ``rule_id(...)``) shows as a row the table
+    lacks; so would a rule id the table dropped while a case still names it."""
+    assert [r.rule for r in rows if r.rule not in RULES_BY_ID] == []
+
+
+def test_the_table_says_which_chapters_check_each_rule(rows: list[rc.Row]) -> None:
+    """A row's chapters are exactly those whose cases can fail with its rule ids."""
+    wrong = [
+        (r.rule, sorted(RULES_BY_ID[r.rule].chapters), r.chapters)
+        for r in rows
+        if sorted(RULES_BY_ID[r.rule].chapters) != r.chapters
+    ]
+    assert wrong == [], "rows of conformance/catalogue/rule_table.py naming the wrong chapters: " + str(wrong)
+
+
+def test_every_row_of_the_table_is_a_row_of_the_coverage_table(rows: list[rc.Row]) -> None:
+    assert [r.rule for r in rows] == sorted(i for row in RULE_TABLE for i in row.ids)
 
 
 def test_declared_breaks_name_rules_the_chapter_checks(
-    rows: list[rc.Row], backends: list[rc.BrokenBackend]
+    rows: list[rc.Row], backends: list[BrokenBackend]
 ) -> None:
     """A broken backend may only claim rules that a case of its chapter checks."""
     by_rule = {r.rule: r for r in rows}
@@ -89,7 +113,7 @@ def test_declared_breaks_name_rules_the_chapter_checks(
             assert any(c.startswith(chapter) for c in by_rule[rule].cases), (broken.spec, rule, chapter)
 
 
-def test_every_chapter_with_a_backend_has_a_broken_backend(backends: list[rc.BrokenBackend]) -> None:
+def test_every_chapter_with_a_backend_has_a_broken_backend(backends: list[BrokenBackend]) -> None:
     chapters = {b.breaks.chapter.removeprefix("conformance/").removesuffix(".py") for b in backends}
     wanted = {stem for stem in rc.CHAPTERS if stem != "test_traffic_meter"}  # the meter: no backend
     assert wanted <= chapters, sorted(wanted - chapters)
