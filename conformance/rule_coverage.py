@@ -10,14 +10,16 @@ the rest is read from the code.
 How each column is found, and why that way:
 
 * **cases** — static analysis of the chapters (``conformance/test_*.py``), not markers. The rule id of a
-  check is an argument of ``fail``/``assert_*``, often built at run time (``f"mm_out/{rule}"``,
-  ``f"{prefix}/output-device"``, ``f"view-pass/{case.rule}"``), and two chapters belong to other owners, so
+  check is an argument of ``fail``/``assert_*``: a module constant the chapter looked up in the table
+  (``VALUES = rule_id("mm_out/values")``), or one picked by the case's parameters (``BAD_INPUT_RULES[rule]``,
+  ``rules.output_device`` of the mechanism a helper is given), and two chapters belong to other owners, so
   a marker on each test would be a second, hand-kept copy of what the code already says and would drift.
   Instead every case pytest would collect is expanded from its ``parametrize`` marks, and the test
   function is walked (its body, the helpers it calls inside ``conformance/``, the fixtures it asks for,
-  and the module constants it reads) with the case's parameter values bound, so ``{rule}`` becomes
-  ``mm_out/dtype-mismatch-mat2`` for that case. A case "checks" every rule id its code can fail with.
-  ``tests/test_rule_coverage.py`` holds the expansion against pytest's own collection, so it cannot drift.
+  and the module constants it reads) with the case's parameter values bound, so ``BAD_INPUT_RULES[rule]``
+  becomes ``mm_out/dtype-mismatch-mat2`` for that case. A case "checks" every rule id its code can fail
+  with. ``tests/test_rule_coverage.py`` holds the expansion against pytest's own collection, so it cannot
+  drift.
 * **broken backends** — each broken backend in ``tests/broken*.py`` carries ``breaks``
   (:class:`Breaks`): the rules it breaks, the chapter and selection that must fail on them. The self-test
   runs each one through its chapter (or names the existing self-test that does), so a declaration is a
@@ -97,6 +99,8 @@ def broken_backends(root: Path = ROOT) -> list[BrokenBackend]:
 #: Rule-id text with unresolved ``{...}`` parts keeps them; such a template is reported, never dropped.
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 UNKNOWN = object()
+#: A subscript or attribute whose parts are known but that is not there: a branch this case never reaches.
+_ABSENT = object()
 #: Modules whose functions look rules up rather than check them: a walk into ``level_of`` read the whole
 #: table as if every case could fail with every rule.
 _LOOKUPS = ("conformance.rules", "conformance.catalogue")
@@ -289,7 +293,10 @@ _WALKED: dict[tuple, frozenset[str]] = {}
 
 @functools.cache
 def _nodes(node: ast.FunctionDef) -> tuple[ast.AST, ...]:
-    return tuple(ast.walk(node))
+    """The function's nodes, its decorators left out: they run once, on import, not in a case (a
+    ``parametrize`` over ``AFTER_DESTROY`` gave each case every rule id of the table it reads)."""
+    decorators = {id(n) for d in node.decorator_list for n in ast.walk(d)}
+    return tuple(n for n in ast.walk(node) if id(n) not in decorators)
 
 
 def _walk(func: Callable, env: dict[str, Any], found: set[str], seen: set[tuple], fixtures: Mapping) -> bool:
@@ -312,6 +319,53 @@ def _walk(func: Callable, env: dict[str, Any], found: set[str], seen: set[tuple]
     return complete
 
 
+def _rule_ids_at(sub: ast.AST, env: Mapping[str, Any], module: ModuleType, read: set[int]) -> set[str]:
+    """The rule ids one node of a function names. A literal (or an f-string the case's values fill) with a
+    rule id's shape counts, so an id written past the table shows as a row the table lacks; a value read
+    from a module constant or picked by the case (``BAD_INPUT_RULES[rule]``, ``rules.values``) counts when
+    it is a rule id of the table; a constant the case reads whole (``COUNTER_RULES``) gives all of its."""
+    if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and is_rule_id(sub.value):
+        return {sub.value}
+    if isinstance(sub, ast.JoinedStr):
+        text = _render(sub, env, module)
+        ok = is_rule_id(_PLACEHOLDER.sub("x", text)) and "/" in _PLACEHOLDER.sub("", text)
+        return {text} if ok else set()
+    if isinstance(sub, (ast.Subscript, ast.Attribute)) and isinstance(sub.ctx, ast.Load):
+        value = _lookup(sub, env, module)
+        if value is _ABSENT or isinstance(value, str):  # its base is read: not all of a constant's ids
+            read.update(id(n) for n in ast.walk(sub.value))
+        return {value} if isinstance(value, str) and value in RULES_BY_ID else set()
+    if (
+        isinstance(sub, ast.Name)
+        and isinstance(sub.ctx, ast.Load)
+        and sub.id not in env
+        and sub.id not in _filled_at_run_time(module.__name__)
+    ):
+        value = getattr(module, sub.id, None)
+        if isinstance(value, str):
+            return {value} if value in RULES_BY_ID else set()
+        if isinstance(value, (Mapping, list, tuple)):
+            return {s for s in _strings_in(value) if s in RULES_BY_ID}
+    return set()
+
+
+def _lookup(expr: ast.Subscript | ast.Attribute, env: Mapping[str, Any], module: ModuleType) -> Any:
+    """A subscript's or attribute's value; :data:`UNKNOWN` when a part is not known (a value only a run
+    gives), :data:`_ABSENT` when the parts are known and the key or attribute is not there."""
+    base = _resolve(expr.value, env, module)
+    if base is UNKNOWN:
+        return UNKNOWN
+    if isinstance(expr, ast.Attribute):
+        return getattr(base, expr.attr, _ABSENT)
+    key = _resolve(expr.slice, env, module)
+    if key is UNKNOWN:
+        return UNKNOWN
+    try:
+        return base[key]
+    except (KeyError, IndexError, TypeError):
+        return _ABSENT
+
+
 def _walk_body(
     func: Callable,
     node: ast.FunctionDef,
@@ -327,23 +381,18 @@ def _walk_body(
         fixture = fixtures.get(param.arg)
         if fixture is not None:
             complete &= _walk(fixture, {}, found, seen, fixtures)
+    read: set[int] = set()  # names already read as the base of a subscript or attribute that resolved
     for sub in _nodes(node):
-        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and is_rule_id(sub.value):
-            found.add(sub.value)
-        elif isinstance(sub, ast.JoinedStr):
-            text = _render(sub, env, module)
-            if is_rule_id(_PLACEHOLDER.sub("x", text)) and "/" in _PLACEHOLDER.sub("", text):
-                found.add(text)
-        elif (
+        if id(sub) in read:
+            continue
+        found.update(_rule_ids_at(sub, env, module, read))
+        if (
             isinstance(sub, ast.Name)
             and isinstance(sub.ctx, ast.Load)
             and sub.id not in env
             and sub.id not in _filled_at_run_time(module.__name__)
         ):
-            value = getattr(module, sub.id, None)  # module constants hold rule ids too (AFTER_DESTROY)
-            if isinstance(value, (Mapping, list, tuple)):
-                found.update(s for s in _strings_in(value) if is_rule_id(s))
-            for method in _methods(value):  # a class the case builds on: its methods run too
+            for method in _methods(getattr(module, sub.id, None)):  # a class the case builds on: its methods
                 complete &= _walk(method, {}, found, seen, fixtures)
         if isinstance(sub, ast.Call):
             callee = _resolve(sub.func, env, module)

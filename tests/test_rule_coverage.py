@@ -139,9 +139,10 @@ def test_rows_cite_the_sentences_their_rule_enforces(rows: list[rc.Row]) -> None
     assert any(s.startswith("SPEC §1b: ") for s in by_rule["streams/threads"].spec)
 
 
-def test_rule_templates_are_filled_per_case(cases: list[rc.Case]) -> None:
-    """Both sides: a case's own rule is found and its siblings' are not (``mm_out/{rule}``); a helper's
-    ``{prefix}`` is filled from the caller's argument (``skip-copy``, ``placement``)."""
+def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
+    """Both sides: a case's own rule is found and its siblings' are not (``BAD_INPUT_RULES[rule]``, a
+    ``parametrize`` over ``AFTER_DESTROY``); a helper's rule ids are those of the mechanism its caller
+    passes (``SKIP_COPY``, ``PLACEMENT``); a lookup (``level_of``) is not read as every rule."""
     by_id = {case.id: case for case in cases}
     bad = by_id[
         "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
@@ -152,6 +153,14 @@ def test_rule_templates_are_filled_per_case(cases: list[rc.Case]) -> None:
     assert matrix
     assert all("skip-copy/output-device" in c.rules for c in matrix)
     assert not any("placement/output-device" in c.rules for c in matrix)
+    destroyed = by_id[
+        "conformance/test_bad_inputs.py::test_destroyed_handle_is_rejected[destroy-cpu-program]"
+    ]
+    assert "bad-inputs/destroy-twice" in destroyed.rules
+    assert "bad-inputs/execute-after-destroy" not in destroyed.rules
+    verdicts = [c for c in cases if "::test_view_pass_verdicts[" in c.id]
+    assert verdicts
+    assert not any("mm_out/no-host-sync" in c.rules for c in verdicts)
 
 
 def test_the_command_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
