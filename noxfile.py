@@ -538,11 +538,12 @@ def conformance(session: nox.Session) -> None:
 
 def _write_rule_coverage(session: nox.Session, python: str) -> None:
     """results/rule-coverage.json: which cases and broken backends prove each rule (read from the suite's
-    code, a few seconds); the dashboard shows it as its coverage page."""
+    code, a few seconds; the broken backends are the self-tests', so ``tests.rule_coverage`` writes it);
+    the dashboard shows it as its coverage page."""
     RESULTS.mkdir(exist_ok=True)
     target = RESULTS / "rule-coverage.json"
     with open(target, "w") as out:
-        code = subprocess.run([python, "-m", "conformance.rule_coverage", "--json"], stdout=out).returncode
+        code = subprocess.run([python, "-m", "tests.rule_coverage", "--json"], stdout=out).returncode
     if code != 0:
         target.unlink(missing_ok=True)
         session.warn(

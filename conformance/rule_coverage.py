@@ -1,13 +1,10 @@
-"""Rule coverage, generated from the code: every rule id -> the cases that check it and the broken backends
-that prove a chapter fails on it.
+"""Rule coverage: every rule id of the rule table -> the cases that check it and the broken backends that
+prove a chapter fails on it.
 
-``python -m conformance.rule_coverage`` prints the table (``--json`` for machines); :func:`coverage_rows`
-returns the rows for a dashboard page. The rules, their levels and exemptions (a rule no broken backend
-proves, with the reason) are the rule table's (``conformance/catalogue/rule_table.py``), the sentences of
-the SPEC and the protocol each rule enforces the sentence catalogue's (``python -m conformance.catalogue``);
-the rest is read from the code.
-
-How each column is found, and why that way:
+:func:`coverage_rows` returns one row per rule id for the dashboard's coverage page. The rules, their levels,
+clauses and exemptions are the rule table's (``conformance/catalogue/rule_table.py``); the sentences of the
+SPEC and the protocol each rule enforces are the sentence catalogue's (``python -m conformance.catalogue``).
+What this module finds:
 
 * **cases** — static analysis of the chapters (``conformance/test_*.py``), not markers. The rule id of a
   check is an argument of ``fail``/``assert_*``: a module constant the chapter looked up in the table
@@ -20,11 +17,12 @@ How each column is found, and why that way:
   becomes ``mm_out/dtype-mismatch-mat2`` for that case. A case "checks" every rule id its code can fail
   with. ``tests/test_rule_coverage.py`` holds the expansion against pytest's own collection, so it cannot
   drift.
-* **broken backends** — each broken backend in ``tests/broken*.py`` carries ``breaks``
-  (:class:`Breaks`): the rules it breaks, the chapter and selection that must fail on them. The self-test
-  runs each one through its chapter (or names the existing self-test that does), so a declaration is a
-  proven claim, not a note. Where every broken backend of a rule needs CUDA the status is ``proven-gpu``:
-  the CPU self-tests skip those, and only a GPU run of them (``.ci/gpu/followup.sh``) is the proof.
+* **broken backends** — given, not found: the broken backends and their declarations (which rules each
+  must make its chapter fail) live with the self-tests that prove them, in ``tests/``, and product code
+  never imports tests. ``python -m tests.rule_coverage`` passes them in (:class:`Proof`); this module's
+  own command prints the table without them. Where every broken backend of a rule needs CUDA the status is
+  ``proven-gpu``: the CPU self-tests skip those, and only a GPU run of them (``.ci/gpu/followup.sh``) is the
+  proof.
 """
 
 from __future__ import annotations
@@ -47,51 +45,20 @@ from typing import Any
 from conformance.catalogue import CATALOGUE, CHAPTERS, RULES_BY_ID, for_rule, is_rule_id
 from conformance.rules import level_of
 
+__all__ = ["CHAPTERS", "ROOT", "Case", "Proof", "Row", "all_cases", "coverage_rows", "is_rule_id", "main"]
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-# ====================================================================================== broken backends
-
-
 @dataclass(frozen=True)
-class Breaks:
-    """What a broken backend breaks, declared on it as ``breaks``: running ``chapter`` with ``select``
-    (pytest arguments) against it must fail, every failure naming one of ``rules`` and every rule named at
-    least once. ``cuda``: the failing cases need a CUDA device (elsewhere they skip). ``strict_should``:
-    the rules are *should* (pass ``--strict-should`` so they fail the run). ``proven_by``: an existing
-    self-test (``tests/x.py::test``) that proves the claim in its own way instead of the generic runner.
-    ``alone``: the failing cases judge device-wide counters (NVML), so they run with the GPU to themselves,
-    never beside other chapter runs (``.ci/gpu/followup.sh``). ``gpus``: how many CUDA devices the
-    failing cases need (2 for the cross-device rules; with fewer they skip)."""
+class Proof:
+    """A broken backend (``module:attr``, as ``--backend`` takes it) that its chapter fails on ``rules``; the
+    self-tests in ``tests/`` run it to prove that. ``cuda``: the failing cases need a CUDA device."""
 
-    rules: tuple[str, ...]
-    chapter: str
-    select: tuple[str, ...] = ()
-    cuda: bool = False
-    strict_should: bool = False
-    proven_by: str | None = None
-    alone: bool = False
-    gpus: int = 1
-
-
-@dataclass(frozen=True)
-class BrokenBackend:
     spec: str
-    """``module:attr``, as ``--backend`` takes it."""
-    breaks: Breaks
-
-
-def broken_backends(root: Path = ROOT) -> list[BrokenBackend]:
-    """Every object with a ``breaks`` declaration in ``tests/broken*.py``, by ``--backend`` spec."""
-    found: list[BrokenBackend] = []
-    for path in sorted((root / "tests").glob("broken*.py")):
-        module = importlib.import_module(f"tests.{path.stem}")
-        for name, value in vars(module).items():
-            declared = getattr(value, "breaks", None) if not isinstance(value, type) else None
-            if isinstance(declared, Breaks):
-                found.append(BrokenBackend(f"tests.{path.stem}:{name}", declared))
-    return found
+    rules: tuple[str, ...]
+    cuda: bool = False
 
 
 # ===================================================================================== cases (static)
@@ -505,20 +472,17 @@ class Row:
         return "NO BROKEN BACKEND"
 
 
-def coverage_rows(
-    cases: Sequence[Case] | None = None, backends: Sequence[BrokenBackend] | None = None
-) -> list[Row]:
+def coverage_rows(cases: Sequence[Case] | None = None, proofs: Sequence[Proof] = ()) -> list[Row]:
     """One row per rule id of the rule table, and per rule id a case checks that the table lacks (the
     self-test fails on those), sorted by rule id."""
     cases = all_cases() if cases is None else cases
-    backends = broken_backends() if backends is None else backends
     by_rule: dict[str, list[Case]] = {}
     for case in cases:
         for rule in case.rules:
             by_rule.setdefault(rule, []).append(case)
     rows = []
     for rule in sorted(set(RULES_BY_ID) | set(by_rule)):
-        breaking = [b for b in backends if rule in b.breaks.rules]
+        proving = [p for p in proofs if rule in p.rules]
         exempt = RULES_BY_ID[rule].exempt if rule in RULES_BY_ID else ""
         rows.append(
             Row(
@@ -526,11 +490,11 @@ def coverage_rows(
                 level=level_of(rule).value,
                 chapters=sorted({c.chapter for c in by_rule.get(rule, [])}),
                 cases=sorted(c.id for c in by_rule.get(rule, [])),
-                broken_backends=sorted(b.spec for b in breaking),
+                broken_backends=sorted(p.spec for p in proving),
                 spec=[entry.cite() for entry in for_rule(rule, CATALOGUE)],
                 exemption="not-checkable" if exempt else None,
                 exemption_reason=exempt or None,
-                gpu_only=bool(breaking) and all(b.breaks.cuda for b in breaking),
+                gpu_only=bool(proving) and all(p.cuda for p in proving),
             )
         )
     return rows
@@ -555,16 +519,27 @@ def render(rows: Sequence[Row], *, show_cases: bool = False) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    proofs: Sequence[Proof] | None = None,
+    prog: str = "python -m conformance.rule_coverage",
+) -> int:
+    """The table; ``proofs`` are the broken backends, which ``python -m tests.rule_coverage`` passes in."""
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.rule_coverage",
-        description="Every rule id the suite uses, the cases that check it and the broken backends that "
-        "prove a chapter fails on it (generated from the code).",
+        prog=prog,
+        description="Every rule id, the cases that check it and the broken backends that prove a chapter "
+        "fails on it (read from the code; the broken backends are given by python -m tests.rule_coverage).",
     )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--cases", action="store_true", help="list every case under its rule")
     args = parser.parse_args(argv)
-    rows = coverage_rows()
+    if proofs is None:
+        print(
+            "note: no broken backends given (they live in tests/, which product code never imports): the "
+            "statuses below count none; python -m tests.rule_coverage gives them",
+            file=sys.stderr,
+        )
+    rows = coverage_rows(proofs=proofs or ())
     if args.json:
         print(json.dumps([row_dict(r) for r in rows], indent=2))
     else:
@@ -573,8 +548,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the imported module's main: the broken backends' ``Breaks`` come from ``conformance.rule_coverage``,
-    # which under ``python -m`` is a different module object from this ``__main__``.
-    from conformance.rule_coverage import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())
