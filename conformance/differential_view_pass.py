@@ -29,6 +29,7 @@ from typing import Any, NoReturn, Protocol
 
 from conformance.checks import fail
 from conformance.graph_strategies import GeneratedGraph
+from conformance.rules import rule_id
 from conformance.view_pass_checks import (
     differences,
     downstream,
@@ -43,6 +44,15 @@ from conformance.view_pass_checks import (
 )
 
 CALL = "view_copy_pass(generated graph)"
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+OUTCOME = rule_id("view-pass/outcome")
+BEHAVIOUR = rule_id("differential/view-pass-behaviour")
+META = rule_id("differential/view-pass-meta")
+RECOMPILED = rule_id("differential/view-pass-recompiled")
+REPORT_CONTRADICTIONS = rule_id("differential/view-pass-report")
+REPORT = rule_id("view-pass/report")
+
 #: How many findings a message lists before the repro (the shrunk graph usually has one).
 _SHOWN = 4
 
@@ -73,10 +83,10 @@ def run(backend: ViewPassBackend, graph: GeneratedGraph) -> Any:
     try:
         outcome = backend.view_copy_pass(copy.deepcopy(graph.module))
     except Exception as exc:  # a valid edge graph must never make the pass fail
-        _fail("view-pass/outcome", graph, [f"raised {type(exc).__name__}: {str(exc).splitlines()[0]}"])
+        _fail(OUTCOME, graph, [f"raised {type(exc).__name__}: {str(exc).splitlines()[0]}"])
     problem = outcome_problem(outcome)
     if problem is not None:
-        _fail("view-pass/outcome", graph, [problem])
+        _fail(OUTCOME, graph, [problem])
     _last = (backend, graph, outcome)
     return outcome
 
@@ -87,7 +97,7 @@ def check_behaviour(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
     found = differences(observe(graph.module, graph.inputs), observe(result, graph.inputs))
     if found:
         views = ", ".join(sorted(views_in_result(graph.module, result))) or "none"
-        _fail("differential/view-pass-behaviour", graph, [f"copies now views: {views}", *found])
+        _fail(BEHAVIOUR, graph, [f"copies now views: {views}", *found])
 
 
 def check_meta(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
@@ -106,7 +116,7 @@ def check_meta(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
     if mismatched:
         found = meta_mismatches(result, graph.inputs, names - unknowable_meta(result, graph.inputs, names))
         if found:
-            _fail("differential/view-pass-meta", graph, [f"views: {', '.join(sorted(views))}", *found])
+            _fail(META, graph, [f"views: {', '.join(sorted(views))}", *found])
 
 
 def check_recompiled(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
@@ -114,7 +124,7 @@ def check_recompiled(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
     stale = stale_code(run(backend, graph).graph_module)
     if stale is not None:
         _fail(
-            "differential/view-pass-recompiled",
+            RECOMPILED,
             graph,
             [f"the module runs code its graph no longer has (recompile() after editing the graph): {stale}"],
         )
@@ -126,7 +136,7 @@ def check_report(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
     outcome = run(backend, graph)
     contradictions = report_contradictions(outcome)
     if contradictions:
-        _fail("differential/view-pass-report", graph, contradictions)
+        _fail(REPORT_CONTRADICTIONS, graph, contradictions)
     mismatches = report_mismatches(graph.module, outcome.graph_module, outcome.rewritten)
     if mismatches:
-        _fail("view-pass/report", graph, mismatches)
+        _fail(REPORT, graph, mismatches)

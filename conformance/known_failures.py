@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STALE_RULE = "known-failures/stale"
+from conformance.rules import rule_id
+
+STALE_RULE = rule_id("known-failures/stale")
 FILE_KEY = "known_failures"
 _FIELDS = {"case": True, "rule": False, "reason": True, "link": False}
 

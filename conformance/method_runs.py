@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pytest
 import torch
@@ -19,6 +19,7 @@ from conformance.checks import assert_model_output_close, fail
 from conformance.pipelines import PIPELINE_MODELS
 from conformance.programs import LoweredModel
 from conformance.protocol import Backend
+from conformance.rules import rule_id
 
 #: The multi-method (pipeline) models and their two methods in call order: ``asr``, ``llm`` and, with
 #: ``transformers`` installed, ``hf_whisper`` and ``hf_llm`` (``conformance.pipelines.PIPELINE_MODELS``).
@@ -28,6 +29,34 @@ MODEL_METHODS: dict[str, tuple[str, str]] = {name: p.methods for name, p in PIPE
 FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
     name: {p.methods[1]: dict(p.feeds)} for name, p in PIPELINE_MODELS.items()
 }
+
+
+PINNED_HOST_MEMORY = rule_id("copies/pinned-host-memory")
+
+
+@dataclass(frozen=True)
+class WhereRules:
+    """The rule ids of one mechanism that decides where a method's data lives, ``<mechanism>/<check>``: the
+    runtime skip-copy option (:data:`SKIP_COPY`) or export-time placement (:data:`PLACEMENT`). The checks
+    below take one of them, so the ids are looked up in the rule table once, on import."""
+
+    output_device: str
+    values: str
+    d2h_bytes: str
+    h2d_bytes: str
+    d2h_copy: str
+    no_d2h_copy: str
+    cpu_target: str
+
+    @classmethod
+    def of(cls, mechanism: str) -> WhereRules:
+        ids = {f.name: rule_id(f"{mechanism}/{f.name.replace('_', '-')}") for f in fields(cls)}
+        return cls(**ids)
+
+
+SKIP_COPY = WhereRules.of("skip-copy")
+PLACEMENT = WhereRules.of("placement")
+NO_H2D_COPY = rule_id("placement/no-h2d-copy")
 
 
 def nbytes(tensors: Sequence[torch.Tensor]) -> int:
@@ -134,23 +163,23 @@ def check_pinned_copies(call: str, copies: Sequence[str]) -> None:
     pageable copy is correct but synchronous and ~35× slower device→host on an H200: SPEC §1b)."""
     pageable = sorted({n for n in copies if "Pageable" in n})
     if pageable:
-        fail("copies/pinned-host-memory", call, f"the profiler saw copies through pageable memory {pageable}")
+        fail(PINNED_HOST_MEMORY, call, f"the profiler saw copies through pageable memory {pageable}")
 
 
 def check_where_data_went(
-    prefix: str, call: str, lm: LoweredModel, run: MethodRun, keep: bool, device_in: bool = False
+    rules: WhereRules, call: str, lm: LoweredModel, run: MethodRun, keep: bool, device_in: bool = False
 ) -> None:
-    """``<prefix>/output-device``, ``/values``, ``/d2h-bytes``, ``/h2d-bytes`` of one CUDA execute: outputs
+    """``<mechanism>/output-device``, ``/values``, ``/d2h-bytes``, ``/h2d-bytes`` of one CUDA execute: outputs
     kept on the device or copied to the host as the mechanism says, values against float64 eager, and
     counters that count exactly the host inputs and the copied outputs."""
     want = str(cuda_device()) if keep else "cpu"
     if any(d != want for d in devices(run.outputs)):
         where = "kept on the device" if keep else "copied to the host"
-        fail(f"{prefix}/output-device", call, f"outputs are {where}: want {want}, got {devices(run.outputs)}")
-    check_values(f"{prefix}/values", call, lm, run)
+        fail(rules.output_device, call, f"outputs are {where}: want {want}, got {devices(run.outputs)}")
+    check_values(rules.values, call, lm, run)
     d2h, want_d2h = run.stats.get("d2h_bytes"), 0 if keep else nbytes(run.outputs)
     if d2h != want_d2h:
-        fail(f"{prefix}/d2h-bytes", call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
+        fail(rules.d2h_bytes, call, f"execute_stats d2h_bytes = {d2h}, want {want_d2h}")
     h2d = run.stats.get("h2d_bytes")
     want_h2d = host_nbytes(run.inputs)
     if h2d != want_h2d:
@@ -159,7 +188,7 @@ def check_where_data_went(
             if device_in
             else "the host inputs' bytes; device inputs are not copied"
         )
-        fail(f"{prefix}/h2d-bytes", call, f"execute_stats h2d_bytes = {h2d}, want {want_h2d} ({why})")
+        fail(rules.h2d_bytes, call, f"execute_stats h2d_bytes = {h2d}, want {want_h2d} ({why})")
 
 
 def profiled_copies(backend: Backend, run: MethodRun) -> list[str]:
@@ -170,35 +199,34 @@ def profiled_copies(backend: Backend, run: MethodRun) -> list[str]:
     return copies
 
 
-def check_output_copies(prefix: str, call: str, copies: Sequence[str], keep: bool) -> None:
-    """``<prefix>/no-d2h-copy`` for kept outputs, ``/d2h-copy`` for copied ones."""
+def check_output_copies(rules: WhereRules, call: str, copies: Sequence[str], keep: bool) -> None:
+    """``<mechanism>/no-d2h-copy`` for kept outputs, ``/d2h-copy`` for copied ones."""
     dtoh = sorted({n for n in copies if "DtoH" in n})
     if keep and dtoh:
-        fail(f"{prefix}/no-d2h-copy", call, f"outputs are kept on the device, yet the profiler saw {dtoh}")
+        fail(rules.no_d2h_copy, call, f"outputs are kept on the device, yet the profiler saw {dtoh}")
     if not keep and not dtoh:
-        fail(
-            f"{prefix}/d2h-copy", call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'"
-        )
+        fail(rules.d2h_copy, call, "outputs came back to the host, but the profiler saw no 'Memcpy DtoH'")
 
 
-def check_device_inputs_not_copied(prefix: str, call: str, copies: Sequence[str]) -> None:
-    """``<prefix>/no-h2d-copy``: a method whose inputs arrive on the device copies nothing host→device. Only
-    the chapters that hand a method device inputs call it (a check no case can fail is no check)."""
+def check_device_inputs_not_copied(call: str, copies: Sequence[str]) -> None:
+    """``placement/no-h2d-copy``: a method whose inputs arrive on the device copies nothing host→device.
+    Only export-time placement hands a method device inputs, so only its chapter calls it (a check no case
+    can fail is no check)."""
     htod = sorted({n for n in copies if "HtoD" in n})
     if htod:
-        fail(f"{prefix}/no-h2d-copy", call, f"inputs arrive on the device, yet the profiler saw {htod}")
+        fail(NO_H2D_COPY, call, f"inputs arrive on the device, yet the profiler saw {htod}")
 
 
-def check_cpu_target(prefix: str, call: str, lm: LoweredModel, run: MethodRun) -> None:
-    """``<prefix>/cpu-target``: a program lowered for the CPU returns host tensors and moves 0 bytes across
-    PCIe whatever placement was asked for; ``<prefix>/values`` against float64 eager."""
+def check_cpu_target(rules: WhereRules, call: str, lm: LoweredModel, run: MethodRun) -> None:
+    """``<mechanism>/cpu-target``: a program lowered for the CPU returns host tensors and moves 0 bytes
+    across PCIe whatever placement was asked for; ``<mechanism>/values`` against float64 eager."""
     if any(d != "cpu" for d in devices(run.outputs)):
         fail(
-            f"{prefix}/cpu-target",
+            rules.cpu_target,
             call,
             f"outputs on {devices(run.outputs)}; a CPU target returns host tensors",
         )
     stats = {k: run.stats.get(k) for k in ("h2d_bytes", "d2h_bytes")}
     if stats != {"h2d_bytes": 0, "d2h_bytes": 0}:
-        fail(f"{prefix}/cpu-target", call, f"execute_stats {stats}: a CPU target moves nothing across PCIe")
-    check_values(f"{prefix}/values", call, lm, run)
+        fail(rules.cpu_target, call, f"execute_stats {stats}: a CPU target moves nothing across PCIe")
+    check_values(rules.values, call, lm, run)

@@ -18,10 +18,17 @@ from typing import Any
 import pytest
 
 from conformance.checks import fail, names_argument
+from conformance.rules import rule_id
 
 DEFAULT_ORACLE = "reference_impl:ORACLE"
 ORACLE_KEY = pytest.StashKey[object]()
 ORACLE_SPEC_KEY = pytest.StashKey[str]()
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+SPURIOUS_ERROR = rule_id("differential/spurious-error")
+MISSING_ERROR = rule_id("differential/missing-error")
+ERROR_CLASS = rule_id("differential/error-class")
+ERROR_ARGUMENT = rule_id("differential/error-argument")
 
 
 @dataclass(frozen=True)
@@ -176,21 +183,21 @@ def judge(
         return
     if want.ok:
         fail(
-            "differential/spurious-error",
+            SPURIOUS_ERROR,
             call_text,
             f"the oracle accepts this call, the backend {got.describe()}",
         )
     if got.ok:
         if want.kind in ("invalid-argument", "type-error"):
             fail(
-                "differential/missing-error",
+                MISSING_ERROR,
                 call_text,
                 f"must be rejected (the oracle {want.describe()}); the backend returned normally",
             )
         return  # the oracle failed in its library: nothing the spec asks of the backend
     if got.kind != want.kind:
         fail(
-            "differential/error-class",
+            ERROR_CLASS,
             call_text,
             f"the backend {got.describe()} where the oracle raised a {want.kind} error "
             f"({type(want.error).__name__}: {_first_line(want.error)})",  # type: ignore[arg-type]
@@ -199,7 +206,7 @@ def judge(
     accepted = [a for a in (argument, *also_broken) if a is not None]
     if argument is not None and not any(_names(str(got.error), a) for a in accepted):
         fail(
-            "differential/error-argument",
+            ERROR_ARGUMENT,
             call_text,
             f"the error must name the argument {argument!r} (as the oracle's does: "
             f"{_first_line(want.error)!r}); the backend said {_first_line(got.error)!r}",  # type: ignore[arg-type]

@@ -19,10 +19,12 @@ from conformance.checks import fail
 from conformance.models import ZooModel, get_model
 from conformance.parts import require_part, skip_reason
 from conformance.protocol import Backend, lowering_devices
+from conformance.rules import rule_id
 from conformance.tolerances import DTYPES_BY_NAME
 from harness.pytest_plugin import set_case_params
 
 SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
+LOWER = rule_id("runtime/lower")
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def lower_or_fail(
     except Exception as exc:
         with_options = f", options={dict(options)!r}" if options else ""
         call = f"lower({model}, {dtype}, device={device!r}{with_options})"
-        fail("runtime/lower", call, f"{type(exc).__name__}: {exc}")
+        fail(LOWER, call, f"{type(exc).__name__}: {exc}")
     raise AssertionError("unreachable")
 
 

@@ -33,6 +33,7 @@ from conformance.models import get_model
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
 from conformance.oracle import Outcome, call, describe_args, judge
 from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
+from conformance.rules import rule_id
 from conformance.strategies import (
     LAYOUTS,
     NAME_SETS,
@@ -67,6 +68,20 @@ SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 MENU: tuple[str, ...] = ("add_mul", "asr", "llm")
 OPAQUE = "opaque"
 DTYPE = torch.float32
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+OPTION_READ_BACK = rule_id("differential/option-read-back")
+PROGRAM = rule_id("differential/program")
+INPUTS_UNTOUCHED = rule_id("differential/inputs-untouched")
+VALUES = rule_id("differential/values")
+OUTPUT_DEVICE = rule_id("differential/output-device")
+OUTPUTS_UNTOUCHED = rule_id("differential/outputs-untouched")
+COUNTERS = rule_id("differential/counters")
+OUTPUTS_OWNED = rule_id("differential/outputs-owned")
+OUTPUTS_FILLED = rule_id("differential/outputs-filled")
+THREADS = rule_id("differential/threads")
+ERROR_CLASS = rule_id("differential/error-class")
+
 #: Every method name the menu's models use: what option values are written from.
 MENU_METHODS: tuple[str, ...] = ("forward", "encoder", "decoder", "prefill", "decode")
 
@@ -418,7 +433,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         if not (got.ok and want.ok):
             return
         if not isinstance(got.value, (bytes, bytearray)) or not got.value:
-            fail("differential/program", text, f"must return program bytes, got {type(got.value).__name__}")
+            fail(PROGRAM, text, f"must return program bytes, got {type(got.value).__name__}")
         self.programs.append(ProgramPair(plan, bytes(got.value), bytes(want.value)))
 
     @rule(plan=st.deferred(lambda: lower_plans()), which=st.integers(0, 1))
@@ -548,14 +563,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         judge("execute", full, got, want)
         if not _unchanged(before_in, _flat_tensors(args_b)):
             fail(
-                "differential/inputs-untouched",
+                INPUTS_UNTOUCHED,
                 full,
                 "the caller's inputs changed; execute never writes them",
             )
         if not got.ok:
             if not _unchanged(before_out, _flat_tensors(given_b)):
                 fail(
-                    "differential/outputs-untouched",
+                    OUTPUTS_UNTOUCHED,
                     full,
                     "a rejected execute wrote the caller's outputs; on any error outputs stay untouched",
                 )
@@ -574,7 +589,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             judge("execute_stats", f"execute_stats after {full}", stats_b, stats_o)
             if stats_b.ok and stats_o.ok and dict(stats_b.value) != dict(stats_o.value):
                 fail(
-                    "differential/counters",
+                    COUNTERS,
                     f"execute_stats after {full}",
                     f"{dict(stats_b.value)}; for the same execute the oracle counts {dict(stats_o.value)}",
                 )
@@ -583,7 +598,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         for earlier, tensors, before in self.held:
             if not _unchanged(before, tensors):
                 fail(
-                    "differential/outputs-owned",
+                    OUTPUTS_OWNED,
                     text,
                     f"changed the outputs an earlier call returned ({earlier}); returned tensors belong to "
                     "the caller and no later call may write them",
@@ -629,26 +644,24 @@ class ProtocolMachine(RuleBasedStateMachine):
     ) -> None:
         results = list(got) if isinstance(got, (list, tuple)) else None  # type: ignore[call-overload]
         if results is None or not all(isinstance(t, torch.Tensor) for t in results):
-            fail("differential/values", text, f"must return a list of tensors, got {type(got).__name__}")
+            fail(VALUES, text, f"must return a list of tensors, got {type(got).__name__}")
         expected = eager_float64(spec, _flat_tensors(inputs))
         if len(results) != len(expected):
-            fail(
-                "differential/values", text, f"returned {len(results)} outputs; eager returns {len(expected)}"
-            )
+            fail(VALUES, text, f"returned {len(results)} outputs; eager returns {len(expected)}")
         for index, (out, ref) in enumerate(zip(results, expected, strict=True)):
-            assert_model_output_close("differential/values", f"{text}: output {index}", out, _as(ref, out))
+            assert_model_output_close(VALUES, f"{text}: output {index}", out, _as(ref, out))
         devices = [t.device.type for t in results]
         oracle_devices = [t.device.type for t in want]  # type: ignore[attr-defined]
         if devices != oracle_devices:
             fail(
-                "differential/output-device",
+                OUTPUT_DEVICE,
                 text,
                 f"outputs on {devices}; the oracle puts them on {oracle_devices} (placement and options)",
             )
         if given is not None:
             for index, (dst, ref) in enumerate(zip(_flat_tensors(given), expected, strict=False)):
                 assert_model_output_close(
-                    "differential/outputs-filled",
+                    OUTPUTS_FILLED,
                     f"{text}: provided outputs[{index}] after the call",
                     dst,
                     _as(ref, dst),
@@ -736,7 +749,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         ]
         for i, text in enumerate(texts):
             if not _unchanged([bits(t) for t in before[i]], _flat_tensors(inputs[i])):
-                fail("differential/inputs-untouched", text, "changed its inputs; execute never writes them")
+                fail(INPUTS_UNTOUCHED, text, "changed its inputs; execute never writes them")
         storages: dict[int, int] = {}
         for i, text in enumerate(texts):
             outs = _flat_tensors(results[i].value) if results[i].ok else []
@@ -744,7 +757,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 other = storages.setdefault(out.untyped_storage().data_ptr(), i)
                 if other != i and out.numel():
                     fail(
-                        "differential/outputs-owned",
+                        OUTPUTS_OWNED,
                         text,
                         f"returned an output sharing memory with thread {other}'s results; returned tensors "
                         "belong to their caller",
@@ -752,12 +765,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         for i, text in enumerate(texts):
             outcome = results[i]
             if not outcome.ok:
-                fail("differential/threads", text, f"a valid execute racing others {outcome.describe()}")
+                fail(THREADS, text, f"a valid execute racing others {outcome.describe()}")
             expected = eager_float64(spec, before[i])
             for index, (out, ref) in enumerate(zip(outcome.value, expected, strict=False)):
-                assert_model_output_close(
-                    "differential/threads", f"{text}: output {index}", out, _as(ref, out)
-                )
+                assert_model_output_close(THREADS, f"{text}: output {index}", out, _as(ref, out))
 
     # -- end of an example ---------------------------------------------------------------------------
 
@@ -803,7 +814,7 @@ def _compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> Non
     judge("get_option", text, got, want)
     if got.ok and want.ok and (type(got.value) is not type(want.value) or got.value != want.value):
         fail(
-            "differential/option-read-back",
+            OPTION_READ_BACK,
             text,
             f"returned {got.value!r}; after the same calls the oracle returns {want.value!r}",
         )
@@ -987,7 +998,7 @@ def machine_for(backend: Any, oracle: Any, device: str) -> type[ProtocolMachine]
             lowerable.add(model)
         elif want.ok and got.kind != "invalid-argument":
             fail(
-                "differential/error-class",
+                ERROR_CLASS,
                 f"lower({{'forward': <{model}>}}, device={device!r})",
                 f"{got.describe()}; a backend that cannot lower a model raises ValueError naming what it "
                 "lacks (the oracle lowers it)",

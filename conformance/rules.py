@@ -1,87 +1,90 @@
-"""Rule levels: every rule id is *must* (a wrong result, aliasing, a crash, lost or changed data, a missing
-contract error) or *should* (a conservative policy, a missing optimisation, a performance contract).
+"""Rule ids and their levels, read from the rule table (``conformance/catalogue/rule_table.py``), the one
+place a rule is written down.
 
-A failed *must* rule fails the run; a failed *should* rule is reported apart (outcome ``should-failed``)
-and fails the run only with ``--strict-should``. Op coverage ("op X is not mapped") is neither: chapters
-report it with ``checks.coverage_gap`` (outcome ``coverage``) and it never fails a run.
+A chapter names each rule it checks through the table, at module level, so a rule id the table lacks stops
+the chapter on import with the id and the file: ``VALUES = rule_id("mm_out/values")``, then
+``assert_exact(VALUES, ...)``. A family's ids, keyed by the chapter's parameter, come from
+:func:`family_ids` (``BAD_INPUT_RULES = family_ids("mm_out/{bad_input}", BAD_INPUTS)``).
 
-``python -m conformance.rules`` prints the patterns below and every rule id the chapters use, with levels.
+Every rule id is *must* (a wrong result, aliasing, a crash, lost or changed data, a missing contract error)
+or *should* (a conservative policy, a missing optimisation, a performance contract). A failed *must* rule
+fails the run; a failed *should* rule is reported apart (outcome ``should-failed``) and fails the run only
+with ``--strict-should``. Op coverage ("op X is not mapped") is neither: chapters report it with
+``checks.coverage_gap`` (outcome ``coverage``) and it never fails a run.
+
+``python -m conformance.rules`` prints the table: every rule (a family as its pattern and values), its
+level, the chapters that check it and its clause; ``--ids`` every rule id with its level.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
-from enum import Enum
 from pathlib import Path
 
+from conformance.catalogue import CHAPTERS, RULE_TABLE, RULES_BY_ID, Level, Rule
 
-class Level(str, Enum):
-    MUST = "must"
-    SHOULD = "should"
+__all__ = ["CHAPTERS", "Level", "UnknownRule", "family_ids", "level_of", "main", "rule_id", "rule_of"]
 
-
-#: Rule-id patterns (fnmatch) that are *should*; every other rule id is *must*.
-SHOULD_RULES: tuple[str, ...] = (
-    # --- view pass (conformance/view_pass_cases.py) ---
-    # A copy the spec refuses conservatively (no schema, a view user, a container it cannot see through)
-    # became a view and the result is still right; a wrong result stays the must rule view-pass/<rule>.
-    "view-pass/*/policy",
-    # A safe copy the backend maps but refused: a missing optimisation (an unmapped op is coverage).
-    "view-pass/*/missed-rewrite",
-    # The rewritten list disagrees with the result graph: the report is off, the program is not.
-    "view-pass/report",
-    # The report contradicts itself (a node both rewritten and refused) or names nodes the result lacks.
-    "differential/view-pass-report",
-    # --- end view pass ---
-    # --- runtime and device placement ---
-    # Host staging through pinned memory is a performance contract: pageable copies are slower, not wrong.
-    "copies/pinned-host-memory",
-    # The option kept the outputs on the device (skip-copy/output-device, a must) yet the profiler saw a
-    # device->host copy: bandwidth wasted, nothing the caller gets is wrong.
-    "skip-copy/no-d2h-copy",
-    # The same for export-time device placement: values and placement are must rules of their own.
-    "placement/no-d2h-copy",
-    "placement/no-h2d-copy",
-    # What NVML saw cross PCIe did not drop by the kept tensors' bytes: staged through the host anyway.
-    "placement/pcie",
-    "skip-copy/pcie",
-    # Prefill/decode keep their KV caches on the GPU: the optimisation the skip-copy option exists for.
-    # The tokens (multi-method/tokens) and the byte counters' truth (multi-method/h2d-bytes, d2h-bytes)
-    # stay must.
-    "multi-method/kv-cache-on-device",
-    # --- end runtime and device placement ---
-    # --- lowering ---
-    # A backend that cannot lower a model said so clearly, but as RuntimeError, not the protocol's
-    # ValueError (upstream ExecuTorch: "Method ... missing fallback kernels"): a contract nit, not a hazard.
-    "lowering/unsupported-is-valueerror",
-    # --- end lowering ---
-    # --- mm_out ---
-    # mm_out returns once the work is enqueued: a shim that drains the stream first is slower, not wrong
-    # (the values are checked by mm_out/current-stream, a must).
-    "mm_out/no-host-sync",
-    # --- end mm_out ---
-    # --- traffic meter ---
-    # The counter direction differs from NVML's documentation; the meter follows its calibration, so the
-    # figures stay correct: a note for whoever maintains the driver, not a wrong measurement.
-    "traffic/direction",
-    # --- end traffic meter ---
-)
+TABLE_FILE = "conformance/catalogue/rule_table.py"
 
 #: ``[rule-id]`` at the start of a failure message.
 _RULE_ID = re.compile(r"^\[([^\[\]\s]+)\]")
-#: Rule ids as the chapters write them: ``"chapter/rule"`` literals and ``f"chapter/{...}"`` templates.
-_RULE_LITERAL = re.compile(r"""f?["']([a-z][a-z0-9_]*(?:-[a-z0-9_]+)*/[a-z0-9{][a-z0-9_.{}-]*)["']""")
-_NOT_RULES = frozenset({"n/a"})
-#: Files whose "a/b" strings are not rule ids (view-pass case names; this file's own examples).
-_NOT_RULE_FILES = frozenset({"rules.py", "view_pass_cases.py"})
+
+
+class UnknownRule(LookupError):
+    """A chapter named a rule id the table does not have; the message names the id and where it was named."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _caller(depth: int) -> str:
+    """``file:line`` of the code ``depth`` frames up (the chapter that named the id)."""
+    frame = sys._getframe(depth + 1)
+    path = Path(frame.f_code.co_filename)
+    root = Path(__file__).resolve().parent.parent
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
+    return f"{shown.as_posix()}:{frame.f_lineno}"
+
+
+def _unknown(text: str, where: str, hint: str = "") -> UnknownRule:
+    return UnknownRule(
+        f"unknown rule id {text!r} named in {where}: every rule id is a row of {TABLE_FILE} "
+        f"(add the row, or fix the id){hint}"
+    )
+
+
+def rule_id(text: str) -> str:
+    """``text`` if it is a rule id of the table, else :class:`UnknownRule` naming it and the caller's file."""
+    if text not in RULES_BY_ID:
+        raise _unknown(text, _caller(1))
+    return text
+
+
+def family_ids(pattern: str, values: Iterable[str]) -> dict[str, str]:
+    """``{value: rule id}`` of a one-field family of the table (``"mm_out/{bad_input}"``) for ``values``, the
+    keys of a chapter's parameter table: a value the family lacks is an :class:`UnknownRule`."""
+    rows = [row for row in RULE_TABLE if row.pattern == pattern and len(row.values) == 1]
+    where = _caller(1)
+    if not rows:
+        raise _unknown(pattern, where, " — it is not a one-field family of the table")
+    ((field, allowed),) = rows[0].values
+    ids = {value: pattern.format(**{field: value}) for value in values}
+    for value, made in ids.items():
+        if value not in allowed:
+            raise _unknown(made, where, f" — {pattern!r} has {field} in {list(allowed)}")
+    return ids
 
 
 def level_of(rule: str) -> Level:
-    """The level of rule id ``rule`` (the text between the brackets of a failure message)."""
-    return Level.SHOULD if any(fnmatch.fnmatchcase(rule, p) for p in SHOULD_RULES) else Level.MUST
+    """The level of rule id ``rule`` (the text between the brackets of a failure message). An id the table
+    lacks (a failure from elsewhere, an older result file) is *must*: it fails the run rather than hide."""
+    row = RULES_BY_ID.get(rule)
+    return Level.MUST if row is None else row.level
 
 
 def rule_of(message: str) -> str | None:
@@ -90,50 +93,47 @@ def rule_of(message: str) -> str | None:
     return match.group(1) if match else None
 
 
-def rule_ids_in_sources(paths: Iterable[Path]) -> dict[str, list[str]]:
-    """Rule ids (or f-string templates such as ``mm_out/{rule}``) written in ``paths`` -> files using them."""
-    found: dict[str, list[str]] = {}
-    for path in sorted(paths):
-        if path.name in _NOT_RULE_FILES:
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError:
-            continue
-        for match in _RULE_LITERAL.finditer(text):
-            rule = match.group(1)
-            if rule in _NOT_RULES or rule.endswith((".py", "/")) or "//" in rule:
-                continue
-            users = found.setdefault(rule, [])
-            if path.name not in users:
-                users.append(path.name)
-    return dict(sorted(found.items()))
+# ========================================================================================== the listing
 
 
-def table(patterns: Sequence[str] = SHOULD_RULES, rule_ids: dict[str, list[str]] | None = None) -> str:
+def _row_lines(row: Rule, width: int) -> list[str]:
+    chapters = ", ".join(row.chapters) or "the known-failures plugin"
+    lines = [f"{row.pattern:<{width}} {row.level.value:<7} {row.clause}  [{chapters}]"]
+    notes = [f"{field}: {', '.join(values)}" for field, values in row.values]
+    notes += [f"no broken backend: {row.exempt}"] if row.exempt else []
+    indent = " " * (width + 8)
+    for note in notes:  # wrapped under the row, so a family's values never run off the screen
+        lines += textwrap.wrap(
+            note, 120, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+        )
+    return lines
+
+
+def table(rows: Sequence[Rule] = RULE_TABLE) -> str:
     """The text ``python -m conformance.rules`` prints."""
-    lines = ["rule-id pattern                          level", "-" * 48]
-    lines += [f"{pattern:<40} {Level.SHOULD.value}" for pattern in patterns]
-    lines.append(f"{'* (every other rule id)':<40} {Level.MUST.value}")
-    if rule_ids:
-        width = max(len(rule) for rule in rule_ids) + 2
-        lines += ["", f"{'rule id used by the chapters':<{width}} level   files", "-" * (width + 30)]
-        for rule, files in rule_ids.items():
-            lines.append(f"{rule:<{width}} {level_of(rule).value:<7} {', '.join(files)}")
-        lines.append("")
-        lines.append("Ids with {...} are templates filled at run time; their level is that of the filled id.")
+    width = max(len(row.pattern) for row in rows) + 2
+    lines = [f"{'rule id (a family: pattern, values)':<{width}} level   clause  [chapters that check it]"]
+    lines.append("-" * 120)
+    for row in rows:
+        lines += _row_lines(row, width)
+    ids = [i for row in rows for i in row.ids]
+    should = sum(row.level is Level.SHOULD for row in rows for _ in row.ids)
+    lines += ["", f"{len(ids)} rule ids ({should} should, {len(ids) - should} must) in {len(rows)} rows"]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help"):
-        print("usage: python -m conformance.rules\n")
-        print("Prints the rule-id patterns and their levels (should/must), then every rule id the")
-        print("chapters in conformance/ use, with its level.")
-        return 0
-    here = Path(__file__).parent
-    print(table(SHOULD_RULES, rule_ids_in_sources(here.glob("*.py"))))
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.rules",
+        description=f"The rule table ({TABLE_FILE}): every rule, its level (must/should), the chapters whose "
+        "cases check it and the clause it holds a backend to.",
+    )
+    parser.add_argument("--ids", action="store_true", help="print every rule id and its level, one a line")
+    args = parser.parse_args(argv)
+    if args.ids:
+        print("\n".join(f"{rule} {row.level.value}" for rule, row in RULES_BY_ID.items()))
+    else:
+        print(table())
     return 0
 
 

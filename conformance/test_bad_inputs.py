@@ -36,6 +36,7 @@ from conformance.checks import (
 )
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
 from conformance.protocol import Backend
+from conformance.rules import family_ids, rule_id
 
 MODEL, METHOD, DTYPE = "add_mul", "forward", torch.float32
 SENTINEL = 1.5
@@ -57,6 +58,13 @@ DEVICE_WORDS = ("device",)
 DESTROYED_WORDS = ("destroy",)
 NOT_A_HANDLE_WORDS = ("init", "not a handle", "handle type")
 METHOD_TYPE_WORDS = ("str", "string", "type")
+
+# The rules of this chapter (conformance/catalogue/rule_table.py); the families': *_RULE_IDS.
+WRONG_DEVICE = rule_id("bad-inputs/wrong-device")
+OTHER_GPU = rule_id("bad-inputs/other-gpu")
+OUTPUTS_WRONG_DEVICE = rule_id("bad-inputs/outputs-wrong-device")
+NOT_A_HANDLE = rule_id("bad-inputs/not-a-handle")
+CORRUPT_PROGRAM = rule_id("bad-inputs/corrupt-program")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -178,6 +186,7 @@ INPUT_RULES: dict[str, tuple[tuple[str, ...], Make]] = {
     "inputs-none": (SEQUENCE_WORDS, lambda g: None),
     "inputs-a-bare-tensor": (SEQUENCE_WORDS, lambda g: g[0]),
 }
+INPUT_RULE_IDS = family_ids("bad-inputs/{bad_input}", INPUT_RULES)
 
 
 def reject_execute(
@@ -225,7 +234,7 @@ def test_bad_inputs_are_rejected_and_change_nothing(runtime: Backend, target: st
     reject_execute(
         runtime,
         lm,
-        f"bad-inputs/{rule}",
+        INPUT_RULE_IDS[rule],
         inputs=make(good),
         outputs=sentinels(eager_outputs(lm, good)),
         argument="inputs",
@@ -242,7 +251,7 @@ def test_cuda_tensor_to_cpu_program(runtime: Backend) -> None:
     reject_execute(
         runtime,
         lm,
-        "bad-inputs/wrong-device",
+        WRONG_DEVICE,
         inputs=_replace(1, lambda t: t.to("cuda"))(good),
         outputs=sentinels(eager_outputs(lm, good)),
         argument="inputs",
@@ -261,7 +270,7 @@ def test_tensor_on_another_gpu_to_cuda_program(runtime: Backend) -> None:
     reject_execute(
         runtime,
         lm,
-        "bad-inputs/other-gpu",
+        OTHER_GPU,
         inputs=_replace(2, lambda t: t.to("cuda:1"))(good),
         outputs=sentinels(eager_outputs(lm, good)),
         argument="inputs",
@@ -281,6 +290,7 @@ OUTPUT_RULES: dict[str, tuple[tuple[str, ...], MakeOutputs]] = {
     "outputs-non-tensor": (TENSOR_WORDS, lambda e: [SENTINEL] * len(e)),
     "outputs-a-bare-tensor": (SEQUENCE_WORDS, lambda e: sentinels(e)[0]),
 }
+OUTPUT_RULE_IDS = family_ids("bad-inputs/{bad_output}", OUTPUT_RULES)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -295,7 +305,7 @@ def test_bad_outputs_are_rejected_and_left_untouched(runtime: Backend, target: s
     reject_execute(
         runtime,
         lm,
-        f"bad-inputs/{rule}",
+        OUTPUT_RULE_IDS[rule],
         inputs=good,
         outputs=make(eager_outputs(lm, good)),
         argument="outputs",
@@ -313,7 +323,7 @@ def test_cuda_outputs_where_outputs_go_to_the_cpu(runtime: Backend, target: str)
     reject_execute(
         runtime,
         lm,
-        "bad-inputs/outputs-wrong-device",
+        OUTPUTS_WRONG_DEVICE,
         inputs=good,
         outputs=sentinels(eager_outputs(lm, good), device="cuda"),
         argument="outputs",
@@ -324,9 +334,9 @@ def test_cuda_outputs_where_outputs_go_to_the_cpu(runtime: Backend, target: str)
 # -------------------------------------------------------------------------------------- destroyed handles
 
 AFTER_DESTROY = {
-    "execute": "bad-inputs/execute-after-destroy",
-    "destroy": "bad-inputs/destroy-twice",
-    "execute_stats": "bad-inputs/stats-after-destroy",
+    "execute": rule_id("bad-inputs/execute-after-destroy"),
+    "destroy": rule_id("bad-inputs/destroy-twice"),
+    "execute_stats": rule_id("bad-inputs/stats-after-destroy"),
 }
 
 
@@ -370,7 +380,7 @@ def test_destroyed_handle_is_rejected(runtime: Backend, target: str, call_after:
 def test_execute_on_something_not_a_handle(runtime: Backend, not_a_handle: object) -> None:
     """bad-inputs/not-a-handle: execute on a value that init did not return is an invalid-argument error
     naming ``handle``; a real handle still works."""
-    rule = "bad-inputs/not-a-handle"
+    rule = NOT_A_HANDLE
     lm = lowered(runtime, MODEL, DTYPE, "cpu")
     good = exact_inputs(lm)
     expected = eager_outputs(lm, good)
@@ -397,6 +407,7 @@ METHOD_RULES: dict[str, tuple[object, tuple[str, ...]]] = {
     "unknown-method-empty-name": ("", (*UNKNOWN_METHOD_WORDS, "empty")),
     "method-not-a-string": (None, METHOD_TYPE_WORDS),
 }
+METHOD_RULE_IDS = family_ids("bad-inputs/{bad_method}", METHOD_RULES)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -412,7 +423,7 @@ def test_init_with_a_bad_method_is_rejected(runtime: Backend, target: str, rule:
     with option(runtime, SKIP_COPY_OPTION, ""), handles(runtime, lm.program, METHOD) as (bystander,):
         call = f"init(<{lm.model.name} program>, {method!r})"
         assert_raises_invalid_argument(
-            f"bad-inputs/{rule}",
+            METHOD_RULE_IDS[rule],
             call,
             lambda: runtime.init(lm.program, method),  # type: ignore[attr-defined]
             argument="method",
@@ -421,7 +432,7 @@ def test_init_with_a_bad_method_is_rejected(runtime: Backend, target: str, rule:
         with handles(runtime, lm.program, METHOD) as (fresh,):
             assert_still_healthy(
                 runtime,
-                f"bad-inputs/{rule}",
+                METHOD_RULE_IDS[rule],
                 {"a handle made before": bystander, "a handle made after": fresh},
                 good,
                 expected,
@@ -441,7 +452,7 @@ def test_init_with_a_corrupt_program_is_rejected(runtime: Backend, target: str, 
     """bad-inputs/corrupt-program: init of a corrupt program raises an invalid-argument error that blames
     the program and says what is wrong (never a crash); a handle of the intact program made before still
     works, and the intact program still initialises. The format chapter sweeps truncations and flips."""
-    rule = "bad-inputs/corrupt-program"
+    rule = CORRUPT_PROGRAM
     lm = lowered(runtime, MODEL, DTYPE, target)
     good = exact_inputs(lm)
     expected = eager_outputs(lm, good)

@@ -50,7 +50,9 @@ from conformance.checks import assert_raises_invalid_argument, bits, fail, snaps
 from conformance.conftest import cuda_device_count
 from conformance.method_runs import (
     MODEL_METHODS,
+    PLACEMENT,
     MethodRun,
+    WhereRules,
     check_cpu_target,
     check_device_inputs_not_copied,
     check_output_copies,
@@ -83,6 +85,7 @@ from conformance.programs import (
     require_lowering_device,
 )
 from conformance.protocol import SKIP_D2H, SKIP_H2D, Backend, lowering_devices
+from conformance.rules import rule_id
 from conformance.token_oracle import STEPS, check_tokens, eager_tokens
 from conformance.tolerances import DTYPES_BY_NAME
 
@@ -91,6 +94,11 @@ if TYPE_CHECKING:
 
 DTYPES = list(DTYPES_BY_NAME)
 Options = dict[str, object]
+
+VALIDATION = rule_id("placement/validation")
+CONFLICT = rule_id("placement/conflict")
+PIPELINE = rule_id("placement/pipeline")
+BAD_INPUT = rule_id("placement/bad-input")
 
 
 @pytest.fixture
@@ -148,7 +156,7 @@ def test_placement_options_are_validated(backend: Backend, key: str, label: str)
     device = validation_device(backend)
     value, words = BAD_VALUES[label]
     assert_raises_invalid_argument(
-        "placement/validation",
+        VALIDATION,
         f"lower(prefill + decode, device={device!r}, options={{{key!r}: {value!r}}})",
         lambda: backend.lower(two_methods(device), device=device, options={key: value}),  # type: ignore[attr-defined]
         argument=key,
@@ -165,7 +173,7 @@ def test_placement_conflicting_with_the_runtime_option_is_rejected(backend: Back
     options = {SKIP_D2H: {"decode": False}}
     with option(backend, SKIP_COPY_OPTION, "decode"):
         assert_raises_invalid_argument(
-            "placement/conflict",
+            CONFLICT,
             f"lower(prefill + decode, options={options!r}) with {SKIP_COPY_OPTION}='decode'",
             lambda: backend.lower(two_methods(device), device=device, options=options),  # type: ignore[attr-defined]
             argument=SKIP_D2H,
@@ -213,19 +221,19 @@ def test_placement_matrix(placing: Backend, dtype: str, model: str, label: str, 
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) lowered with {options}"
             keep = covered(options, SKIP_D2H, method)
-            check_where_data_went("placement", call, lm, run, keep, method in device_in)
-            check_profiled("placement", backend, call, run, keep, method in device_in)
+            check_where_data_went(PLACEMENT, call, lm, run, keep, method in device_in)
+            check_profiled(PLACEMENT, backend, call, run, keep, method in device_in)
 
 
 def check_profiled(
-    prefix: str, backend: Backend, call: str, run: MethodRun, keep: bool, device_in: bool
+    rules: WhereRules, backend: Backend, call: str, run: MethodRun, keep: bool, device_in: bool
 ) -> None:
     """The execute again under the profiler: output copies as placed, no host→device copy of device
     inputs, and every copy through pinned memory."""
     copies = profiled_copies(backend, run)
-    check_output_copies(prefix, call, copies, keep)
+    check_output_copies(rules, call, copies, keep)
     if device_in:
-        check_device_inputs_not_copied(prefix, call, copies)
+        check_device_inputs_not_copied(call, copies)
     check_pinned_copies(call, copies)
 
 
@@ -253,7 +261,7 @@ def test_pipeline_stays_on_the_device(
     moved = [(m, s) for m, s in stats if s.get("h2d_bytes") != 0 or s.get("d2h_bytes") != 0]
     record(request, executes=len(stats))
     if moved:
-        fail("placement/pipeline", call, f"{len(moved)} of {len(stats)} executes moved bytes: {moved[:3]}")
+        fail(PIPELINE, call, f"{len(moved)} of {len(stats)} executes moved bytes: {moved[:3]}")
     check_tokens(model, lm, got.cpu(), eager_tokens(model, lm.eager).cpu(), call)
 
 
@@ -273,8 +281,8 @@ def test_zoo_model_device_resident(placing: Backend, dtype: str, model: str) -> 
         runs = run_methods(backend, lm, made, device_inputs=set(lm.methods))
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) lowered with {END_TO_END}"
-            check_where_data_went("placement", call, lm, run, keep=True, device_in=True)
-            check_profiled("placement", backend, call, run, keep=True, device_in=True)
+            check_where_data_went(PLACEMENT, call, lm, run, keep=True, device_in=True)
+            check_profiled(PLACEMENT, backend, call, run, keep=True, device_in=True)
 
 
 # ============================================================================================= bad inputs
@@ -310,20 +318,20 @@ def test_device_input_method_rejects_wrong_inputs(placing: Backend, kind: str) -
         before = [snapshot(t) for t in bad]
         call = f"execute(llm.prefill) lowered with {SKIP_H2D}=True, inputs[0] {kind}"
         assert_raises_invalid_argument(
-            "placement/bad-input",
+            BAD_INPUT,
             call,
             lambda: backend.execute(prefill, bad),  # type: ignore[attr-defined]
             argument="inputs",
             keywords=keywords,
         )
         if any(not torch.equal(bits(a), bits(b)) for a, b in zip(before, bad, strict=True)):
-            fail("placement/bad-input", call, "the rejected call changed its inputs")
+            fail(BAD_INPUT, call, "the rejected call changed its inputs")
         stats_after = dict(backend.execute_stats(prefill))  # type: ignore[attr-defined]
         if stats_after != stats_before:
-            fail("placement/bad-input", call, f"execute_stats changed from {stats_before} to {stats_after}")
+            fail(BAD_INPUT, call, f"execute_stats changed from {stats_before} to {stats_after}")
         again = [t.cpu() for t in backend.execute(prefill, good)]  # type: ignore[attr-defined]
     if any(not torch.equal(a, b) for a, b in zip(reference, again, strict=True)):
-        fail("placement/bad-input", call, "after the rejected call, the same inputs give different outputs")
+        fail(BAD_INPUT, call, "after the rejected call, the same inputs give different outputs")
 
 
 # =================================================================================================== PCIe
@@ -335,7 +343,7 @@ PCIE_TARGET_BYTES = 16 << 20
 PCIE_TIME_CAP_S = 1.0
 PCIE_ATTEMPTS = 2
 #: mechanism -> the rule its PCIe check names.
-MECHANISMS = {"runtime-option": "skip-copy/pcie", "export-time": "placement/pcie"}
+MECHANISMS = {"runtime-option": rule_id("skip-copy/pcie"), "export-time": rule_id("placement/pcie")}
 
 
 @pytest.fixture(scope="module")
@@ -477,4 +485,4 @@ def test_placement_on_a_cpu_target_changes_nothing(placing: Backend, model: str)
         runs = run_methods(backend, lm, made)
     for method, run in runs.items():
         call = f"execute({model}.{method}, cpu target) lowered with {END_TO_END}"
-        check_cpu_target("placement", call, lm, run)
+        check_cpu_target(PLACEMENT, call, lm, run)

@@ -46,9 +46,15 @@ from conformance.protocol_machine import (
     option_calls,
     placement_rounds,
 )
+from conformance.rules import rule_id
 from conformance.strategies import MmOutPlan, mm_out_plans
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+VALUES = rule_id("differential/values")
+INPUTS_UNTOUCHED = rule_id("differential/inputs-untouched")
+OUTPUTS_UNTOUCHED = rule_id("differential/outputs-untouched")
 
 
 @pytest.fixture(scope="session")
@@ -274,15 +280,13 @@ def test_mm_out_agrees_with_the_oracle(backend: Backend, oracle: Backend, device
         judge("mm_out", text, got, want)
         for name, old, new in (("self", before[1], a), ("mat2", before[2], b)):
             if not torch.equal(old, bits(new)):
-                fail(
-                    "differential/inputs-untouched", text, f"{name} changed; mm_out never writes its operands"
-                )
+                fail(INPUTS_UNTOUCHED, text, f"{name} changed; mm_out never writes its operands")
         if not got.ok:
             if not torch.equal(before[0], bits(out)):
-                fail("differential/outputs-untouched", text, "out changed, yet the call was rejected")
+                fail(OUTPUTS_UNTOUCHED, text, "out changed, yet the call was rejected")
             return
         if want.ok:
-            assert_matmul_close("differential/values", text, out.cpu(), a.cpu(), b.cpu())
+            assert_matmul_close(VALUES, text, out.cpu(), a.cpu(), b.cpu())
 
     run_generated(check)
 

@@ -40,10 +40,13 @@ from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
 from conformance.parts import require_part
 from conformance.programs import handles, lowered, record, require_lowering_device
 from conformance.protocol import Backend, missing_attributes
-from conformance.rules import Level, level_of
+from conformance.rules import Level, level_of, rule_id
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.view_pass_cases import (
+    BEHAVIOUR_RULES,
     CASES,
+    MISSED_REWRITE_RULES,
+    POLICY_RULES,
     RULES,
     CaseUnavailable,
     ViewPassCase,
@@ -65,6 +68,20 @@ from conformance.view_pass_checks import (
 # ================================================================================================ view pass
 
 Inputs = tuple[torch.Tensor, ...]
+
+# The rules this chapter checks (conformance/catalogue/rule_table.py); a view-pass case's: *_RULES.
+OUTCOME = rule_id("view-pass/outcome")
+REPORT = rule_id("view-pass/report")
+TRUTHFUL_STRIDES = rule_id("view-pass/truthful-strides")
+SLICING_HEAVY_MISSED_REWRITE = rule_id("view-pass/slicing-heavy/missed-rewrite")
+SLICING_HEAVY = rule_id("view-pass/slicing-heavy")
+SELF_CHECK = rule_id("suite/self-check")
+ZOO_LOWERS = rule_id("lowering/zoo-lowers")
+UNSUPPORTED_IS_VALUEERROR = rule_id("lowering/unsupported-is-valueerror")
+ZOO_MATCHES_EAGER = rule_id("lowering/zoo")
+UNSUPPORTED_KERNELS = rule_id("lowering/unsupported-kernels")
+FAILURE_NOT_STICKY = rule_id("lowering/failure-not-sticky")
+
 
 #: A slicing-heavy graph must get at least this many of its copies turned into views (the KV-cache graph
 #: has 55 copies; the reference backend rewrites 23, the others have a view user or a later write).
@@ -119,7 +136,7 @@ def run_pass(
         fail(rule, _call(case_id), f"raised {type(exc).__name__}: {exc}")
     problem = outcome_problem(outcome)
     if problem is not None:
-        fail("view-pass/outcome", _call(case_id), problem)
+        fail(OUTCOME, _call(case_id), problem)
     _RUNS[key] = PassRun(original, inputs, outcome)
     return _RUNS[key]
 
@@ -135,7 +152,7 @@ def _run_case(backend: ViewPassBackend, case: ViewPassCase) -> PassRun:
     key = (id(backend), case.id)
     if key in _RUNS:
         return _RUNS[key]
-    return run_pass(backend, case.id, f"view-pass/{case.rule}", *build(case))
+    return run_pass(backend, case.id, BEHAVIOUR_RULES[case.rule], *build(case))
 
 
 def _nodes(module: GraphModule) -> dict[str, Node]:
@@ -193,7 +210,7 @@ def check_verdicts(backend: ViewPassBackend, case: ViewPassCase) -> None:
     * ``rewritten`` that disagrees with the result graph: *should*, ``view-pass/report``.
     """
     run = _run_case(backend, case)
-    rule, call, why = f"view-pass/{case.rule}", _call(case.id), RULES[case.rule]
+    rule, call, why = BEHAVIOUR_RULES[case.rule], _call(case.id), RULES[case.rule]
     before, after = _nodes(run.original), _nodes(run.outcome.graph_module)
     views, refused, listed = _rewritten_in_result(run), run.outcome.refused, set(run.outcome.rewritten)
     found: list[Finding] = []
@@ -205,20 +222,20 @@ def check_verdicts(backend: ViewPassBackend, case: ViewPassCase) -> None:
             found.append((False, rule, message + "differently: " + "; ".join(behaves)))
         elif name in case.policy:
             message = f"{name} ({op}) became {now}: the result is right, but the rule refuses it ({why})"
-            found.append((False, f"{rule}/policy", message))
+            found.append((False, POLICY_RULES[case.rule], message))
     for name in sorted(case.rewrite - views):
         op = before[name].target
         if name not in after:
             message = f"{name} ({op}) is missing from the result; a view of it is safe here ({why})"
-            found.append((False, f"{rule}/missed-rewrite", message))
+            found.append((False, MISSED_REWRITE_RULES[case.rule], message))
         elif name in refused:
             message = f"{name} ({op}) was refused ({refused[name]!r}), but a view is safe here ({why})"
-            found.append((False, f"{rule}/missed-rewrite", message))
+            found.append((False, MISSED_REWRITE_RULES[case.rule], message))
         else:
             message = f"{op} is not mapped: {name} stayed a copy, though a view is safe here ({why})"
             found.append((True, rule, message))
     for message in report_mismatches(run.original, run.outcome.graph_module, listed):
-        found.append((False, "view-pass/report", message))
+        found.append((False, REPORT, message))
     _raise_worst(call, found)
 
 
@@ -228,16 +245,14 @@ def check_behaviour(backend: ViewPassBackend, case: ViewPassCase) -> None:
     if found:
         views = sorted(_rewritten_in_result(_run_case(backend, case)))
         message = f"the result behaves differently (copies now views: {', '.join(views) or 'none'}): "
-        fail(f"view-pass/{case.rule}", _call(case.id), message + "; ".join(found))
+        fail(BEHAVIOUR_RULES[case.rule], _call(case.id), message + "; ".join(found))
 
 
 def check_meta(backend: ViewPassBackend, case: ViewPassCase) -> None:
     """*must*, ``view-pass/truthful-strides``: every rewritten node's ``meta["val"]`` matches a real run."""
     run = _run_case(backend, case)
     rewritten = _rewritten_in_result(run)
-    assert_truthful_meta(
-        "view-pass/truthful-strides", _call(case.id), run.outcome.graph_module, run.inputs, rewritten
-    )
+    assert_truthful_meta(TRUTHFUL_STRIDES, _call(case.id), run.outcome.graph_module, run.inputs, rewritten)
 
 
 def check_self(case: ViewPassCase) -> None:
@@ -249,31 +264,27 @@ def check_self(case: ViewPassCase) -> None:
     for name in sorted(case.copies):
         observable = forcing_differences(original, inputs, {name})
         if name in case.hazard and not observable:
-            fail(
-                "suite/self-check", call, f"{name} is a hazard, but making it a view changes nothing visible"
-            )
+            fail(SELF_CHECK, call, f"{name} is a hazard, but making it a view changes nothing visible")
         if name not in case.hazard and observable:
-            fail("suite/self-check", call, f"{name} is not a hazard, but its view differs: {observable[0]}")
+            fail(SELF_CHECK, call, f"{name} is not a hazard, but its view differs: {observable[0]}")
     safe = case.copies - case.hazard
     observable = forcing_differences(original, inputs, safe) if safe else []
     if observable:
-        fail("suite/self-check", call, f"{sorted(safe)} together as views differ: {observable[0]}")
+        fail(SELF_CHECK, call, f"{sorted(safe)} together as views differ: {observable[0]}")
 
 
 def check_kv_cache(backend: ViewPassBackend) -> tuple[int, int]:
     """The slicing-heavy graph; returns (copies that became views, copies)."""
     original, inputs = kv_cache_attention()
     call = _call("kv-cache-attention")
-    run = run_pass(backend, "kv-cache-attention", "view-pass/slicing-heavy", original, inputs)
+    run = run_pass(backend, "kv-cache-attention", SLICING_HEAVY, original, inputs)
     rewritten = _rewritten_in_result(run)
     copies = [n for n in original.graph.nodes if view_twin(n.target) is not None]
     # A view of a cache read before the write-back (the edge form writes back last) reads the same
     # numbers, so the verdict on such a copy is free; what a caller sees is the check.
     result = run.outcome.graph_module
-    assert_same_behaviour(
-        "view-pass/slicing-heavy", call, original, result, inputs, tolerance=KV_CACHE_TOLERANCE
-    )
-    assert_truthful_meta("view-pass/truthful-strides", call, result, inputs, rewritten)
+    assert_same_behaviour(SLICING_HEAVY, call, original, result, inputs, tolerance=KV_CACHE_TOLERANCE)
+    assert_truthful_meta(TRUTHFUL_STRIDES, call, result, inputs, rewritten)
     if len(rewritten) < KV_CACHE_MIN_REWRITES:
         summary = f"only {len(rewritten)} of {len(copies)} copies became views"
         summary += f"; at least {KV_CACHE_MIN_REWRITES} can safely"
@@ -282,8 +293,8 @@ def check_kv_cache(backend: ViewPassBackend) -> tuple[int, int]:
         )
         if unmapped:
             ops = ", ".join(f"{op} ×{count}" for op, count in sorted(unmapped.items()))
-            coverage_gap("view-pass/slicing-heavy", call, f"{summary}; left unmapped: {ops}")
-        fail("view-pass/slicing-heavy/missed-rewrite", call, f"{summary}, and the rest were refused")
+            coverage_gap(SLICING_HEAVY, call, f"{summary}; left unmapped: {ops}")
+        fail(SLICING_HEAVY_MISSED_REWRITE, call, f"{summary}, and the rest were refused")
     return len(rewritten), len(copies)
 
 
@@ -364,12 +375,10 @@ def check_hf_graph(backend: ViewPassBackend, model: str, method: str) -> tuple[i
     original, inputs = hf_edge_graph(model, method)
     case_id = f"{model}.{method}"
     call = _call(case_id)
-    run = run_pass(backend, case_id, "view-pass/slicing-heavy", original, inputs)
+    run = run_pass(backend, case_id, SLICING_HEAVY, original, inputs)
     result, rewritten = run.outcome.graph_module, _rewritten_in_result(run)
-    assert_same_behaviour(
-        "view-pass/slicing-heavy", call, original, result, inputs, tolerance=HF_GRAPH_TOLERANCE
-    )
-    assert_truthful_meta("view-pass/truthful-strides", call, result, inputs, rewritten)
+    assert_same_behaviour(SLICING_HEAVY, call, original, result, inputs, tolerance=HF_GRAPH_TOLERANCE)
+    assert_truthful_meta(TRUTHFUL_STRIDES, call, result, inputs, rewritten)
     copies = sum(1 for n in original.graph.nodes if view_twin(n.target) is not None)
     return len(rewritten), copies, len(run.outcome.refused)
 
@@ -428,17 +437,17 @@ def test_zoo_model_lowers(
     try:
         program = lowered(backend, model, DTYPES_BY_NAME[dtype], device)
     except ValueError as exc:
-        coverage_gap("lowering/zoo-lowers", call, f"the backend cannot lower this model: {exc}")
+        coverage_gap(ZOO_LOWERS, call, f"the backend cannot lower this model: {exc}")
         raise AssertionError("unreachable") from exc
     except RuntimeError as exc:
         why = "the protocol's way to say 'cannot lower' is a ValueError naming what and why"
-        fail("lowering/unsupported-is-valueerror", call, f"{why}; got RuntimeError: {exc}")
+        fail(UNSUPPORTED_IS_VALUEERROR, call, f"{why}; got RuntimeError: {exc}")
         raise AssertionError("unreachable") from exc
     except Exception as exc:
-        fail("lowering/zoo-lowers", call, f"lowering crashed with {type(exc).__name__}: {exc}")
+        fail(ZOO_LOWERS, call, f"lowering crashed with {type(exc).__name__}: {exc}")
         raise AssertionError("unreachable") from exc
     if not isinstance(program.program, bytes) or not program.program:
-        fail("lowering/zoo-lowers", call, f"returned {type(program.program).__name__}, not program bytes")
+        fail(ZOO_LOWERS, call, f"returned {type(program.program).__name__}, not program bytes")
     record(request, program_bytes=len(program.program), lower_seconds=round(time.perf_counter() - start, 3))
 
 
@@ -458,9 +467,9 @@ def test_zoo_model_lowers_runs_and_matches_eager(
             outputs = runtime.execute(handle, [t.cpu() for t in inputs])  # type: ignore[attr-defined]
         expected = eager_float64(module, inputs)
         if len(outputs) != len(expected):
-            fail("lowering/zoo", call, f"{len(outputs)} outputs, eager gives {len(expected)}")
+            fail(ZOO_MATCHES_EAGER, call, f"{len(outputs)} outputs, eager gives {len(expected)}")
         for index, (got, ref) in enumerate(zip(outputs, expected, strict=True)):
-            assert_model_output_close("lowering/zoo", f"{call} output {index}", got, ref)
+            assert_model_output_close(ZOO_MATCHES_EAGER, f"{call} output {index}", got, ref)
 
 
 # ====================================================================================== unsupported kernels
@@ -479,15 +488,15 @@ def lower_unsupported(backend: Backend, device: str) -> None:
         program = backend.lower(methods, device=device)  # type: ignore[attr-defined]
     except ValueError as exc:
         if not any(word in str(exc).lower() for word in UNSUPPORTED_WORDS):
-            fail("lowering/unsupported-kernels", call, f"the error must name what is missing: {exc}")
+            fail(UNSUPPORTED_KERNELS, call, f"the error must name what is missing: {exc}")
         return
     except RuntimeError as exc:
         why = "the protocol's way to say 'cannot lower' is a ValueError naming what and why"
-        fail("lowering/unsupported-is-valueerror", call, f"{why}; got RuntimeError: {exc}")
+        fail(UNSUPPORTED_IS_VALUEERROR, call, f"{why}; got RuntimeError: {exc}")
     except Exception as exc:
-        fail("lowering/unsupported-kernels", call, f"lowering crashed with {type(exc).__name__}: {exc}")
+        fail(UNSUPPORTED_KERNELS, call, f"lowering crashed with {type(exc).__name__}: {exc}")
     fail(
-        "lowering/unsupported-kernels",
+        UNSUPPORTED_KERNELS,
         call,
         f"returned a program ({type(program).__name__}) for a method calling an op with no kernel on any "
         "device; it cannot run, so lower must raise a ValueError naming what is missing",
@@ -518,7 +527,7 @@ def test_unsupported_kernels_fail_and_later_lowers_are_unaffected(backend: Backe
 
 
 def check_later_lower(backend: Backend, device: str) -> None:
-    rule = "lowering/failure-not-sticky"
+    rule = FAILURE_NOT_STICKY
     # Built and lowered here, not through programs.lowered(): a program lowered earlier in this process
     # would come from the suite's cache and never ask the backend again.
     module, inputs = get_model("add").build(torch.float32, torch.device(device))["forward"]

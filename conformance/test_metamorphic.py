@@ -28,11 +28,16 @@ from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
 from conformance.models.variants import BASE_MAX_ROWS, VARIANTS, build_variant, variant_inputs
 from conformance.programs import handles, require_lowering_device
 from conformance.protocol import SKIP_D2H, Backend, lower_options
+from conformance.rules import rule_id
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 ROOT = Path(__file__).resolve().parent.parent
 #: A batch inside the wide variant's range and outside the base's.
 WIDE_ROWS = BASE_MAX_ROWS + 4
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+VARIANT = rule_id("metamorphic/variant")
+AFTER_FAILURE = rule_id("metamorphic/after-failure")
 
 
 def _lower(backend: Backend, kind: str, device: str, rule: str) -> bytes:
@@ -80,7 +85,7 @@ def test_a_variant_lowered_after_its_base_is_its_own_program(
     program matches its own module's float64 eager result (the dim-bound variant on a batch only it takes,
     and the base must still reject that batch)."""
     require_lowering_device(runtime, device)
-    rule = "metamorphic/variant"
+    rule = VARIANT
     base = _lower(runtime, "base", device, rule)
     other = _lower(runtime, variant, device, rule)
     again = _lower(runtime, "base", device, rule)
@@ -138,7 +143,7 @@ def test_a_failed_lower_leaves_the_next_lower_as_a_fresh_process_makes_it(
     """metamorphic/after-failure: lower the base, make two lowers fail, lower the base again: the program
     runs and matches eager, and matches the program a fresh process lowers from the same model."""
     require_lowering_device(runtime, device)
-    rule = "metamorphic/after-failure"
+    rule = AFTER_FAILURE
     _lower(runtime, "base", device, rule)
     tried = _failing_lowers(runtime, device)
     after = _lower(runtime, "base", device, rule)

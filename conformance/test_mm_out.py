@@ -24,9 +24,27 @@ from conformance.checks import (
 )
 from conformance.parts import require_part
 from conformance.protocol import MmOutBackend
+from conformance.rules import family_ids, rule_id
 from conformance.tolerances import DTYPES_BY_NAME
 
 DTYPES = list(DTYPES_BY_NAME)
+
+# The rules of this chapter (conformance/catalogue/rule_table.py); the bad inputs': BAD_INPUT_RULES.
+VALUES = rule_id("mm_out/values")
+EXACT_ONES = rule_id("mm_out/exact-ones")
+EXACT_IDENTITY = rule_id("mm_out/exact-identity")
+EXACT_INTEGERS = rule_id("mm_out/exact-integers")
+NO_TF32 = rule_id("mm_out/no-tf32")
+ZERO_SIZE = rule_id("mm_out/zero-size")
+CURRENT_STREAM = rule_id("mm_out/current-stream")
+NO_HOST_SYNC = rule_id("mm_out/no-host-sync")
+THREADS = rule_id("mm_out/threads")
+ON_TENSORS_DEVICE = rule_id("mm_out/device")
+ARITY = rule_id("mm_out/arity")
+SAME_DEVICE = rule_id("mm_out/same-device")
+CUDA_DEVICE = rule_id("mm_out/cuda-device")
+PROGRAM_ROUTE = rule_id("mm_out/program-route")
+
 # (M, K, N): edge sizes, odd and prime sizes, one large square. out is [M, N].
 SHAPES: dict[str, tuple[int, int, int]] = {
     "1x1x1": (1, 1, 1),
@@ -118,7 +136,7 @@ def check_values(
     out = poisoned_out(m, n, dt, CUDA)
     mm.mm_out(out, a, b)
     torch.cuda.synchronize()
-    assert_matmul_close("mm_out/values", call_text(out, a, b), out, a, b)
+    assert_matmul_close(VALUES, call_text(out, a, b), out, a, b)
 
 
 # ---------------------------------------------------------------------------------------------- values
@@ -161,7 +179,7 @@ def test_all_ones_is_exactly_2048(mm: MmOutBackend, dtype: str, layout: str) -> 
     out = poisoned_out(1, 256, dt, CUDA)
     mm.mm_out(out, a, b)
     torch.cuda.synchronize()
-    assert_exact("mm_out/exact-ones", call_text(out, a, b), out, torch.full_like(out, 2048))
+    assert_exact(EXACT_ONES, call_text(out, a, b), out, torch.full_like(out, 2048))
 
 
 @pytest.mark.gpu
@@ -176,7 +194,7 @@ def test_identity_times_diagonal_is_exact(mm: MmOutBackend, dtype: str, n: int) 
     out = poisoned_out(n, n, dt, CUDA)
     mm.mm_out(out, a, b)
     torch.cuda.synchronize()
-    assert_exact("mm_out/exact-identity", call_text(out, a, b), out, b)
+    assert_exact(EXACT_IDENTITY, call_text(out, a, b), out, b)
 
 
 @pytest.mark.gpu
@@ -193,7 +211,7 @@ def test_small_integers_are_exact(mm: MmOutBackend, dtype: str, layout_self: str
     out = poisoned_out(m, n, dt, CUDA)
     mm.mm_out(out, a, b)
     torch.cuda.synchronize()
-    assert_exact("mm_out/exact-integers", call_text(out, a, b), out, (a.double() @ b.double()).to(dt))
+    assert_exact(EXACT_INTEGERS, call_text(out, a, b), out, (a.double() @ b.double()).to(dt))
 
 
 @pytest.mark.gpu
@@ -208,7 +226,7 @@ def test_float32_does_not_use_tf32(mm: MmOutBackend, layout: str) -> None:
     out = poisoned_out(128, 128, torch.float32, CUDA)
     mm.mm_out(out, a, b)
     torch.cuda.synchronize()
-    assert_exact("mm_out/no-tf32", call_text(out, a, b), out, torch.full_like(out, 256.0625))
+    assert_exact(NO_TF32, call_text(out, a, b), out, torch.full_like(out, 256.0625))
 
 
 @pytest.mark.gpu
@@ -225,7 +243,7 @@ def test_zero_sizes_follow_torch_mm(mm: MmOutBackend, dtype: str, m: int, k: int
     out = poisoned_out(m, n, dt, CUDA)
     mm.mm_out(out, a, b)
     torch.cuda.synchronize()
-    assert_exact("mm_out/zero-size", call_text(out, a, b), out, torch.mm(a, b))
+    assert_exact(ZERO_SIZE, call_text(out, a, b), out, torch.mm(a, b))
 
 
 # --------------------------------------------------------------------------------------- streams, threads
@@ -282,10 +300,10 @@ def test_runs_on_callers_current_stream(mm: MmOutBackend) -> None:
         mm.mm_out(out, a, b)
         still_busy = not stream.query()
     stream.synchronize()
-    assert_exact("mm_out/current-stream", call_text(out, a, b), out, expected)
+    assert_exact(CURRENT_STREAM, call_text(out, a, b), out, expected)
     if not still_busy:
         fail(
-            "mm_out/no-host-sync",
+            NO_HOST_SYNC,
             call_text(out, a, b),
             "returned only after the caller's stream drained; it must enqueue on it and return",
         )
@@ -313,7 +331,7 @@ def test_threads_match_serial(mm: MmOutBackend, streams: str) -> None:
         serial.append(out)
     torch.cuda.synchronize()
     for (a, b, expected), out in zip(cases, serial, strict=True):
-        assert_exact("mm_out/threads", f"serial {call_text(out, a, b)}", out, expected)
+        assert_exact(THREADS, f"serial {call_text(out, a, b)}", out, expected)
     shared = torch.cuda.Stream()
     errors: list[str] = []
     mismatches = [0] * threads
@@ -339,11 +357,11 @@ def test_threads_match_serial(mm: MmOutBackend, streams: str) -> None:
         t.join(timeout_s)
     call = f"{threads} threads × {calls} calls of mm_out on {streams}"
     if any(t.is_alive() for t in pool):
-        fail("mm_out/threads", call, f"threads still running after {timeout_s:.0f} s: deadlock or livelock")
+        fail(THREADS, call, f"threads still running after {timeout_s:.0f} s: deadlock or livelock")
     if errors:
-        fail("mm_out/threads", call, "; ".join(errors))
+        fail(THREADS, call, "; ".join(errors))
     if any(mismatches):
-        fail("mm_out/threads", call, f"results differ from the serial result (per thread: {mismatches})")
+        fail(THREADS, call, f"results differ from the serial result (per thread: {mismatches})")
 
 
 @pytest.mark.gpu
@@ -366,9 +384,9 @@ def test_device1_call_runs_on_device1(mm: MmOutBackend) -> None:
         torch.cuda.set_stream(torch.cuda.default_stream(dev1))
         torch.cuda.set_device(0)
     stream1.synchronize()
-    assert_exact("mm_out/device", call_text(out, a, b), out, expected)
+    assert_exact(ON_TENSORS_DEVICE, call_text(out, a, b), out, expected)
     if current_after != 0:
-        fail("mm_out/device", call_text(out, a, b), f"left the current device at {current_after}, not 0")
+        fail(ON_TENSORS_DEVICE, call_text(out, a, b), f"left the current device at {current_after}, not 0")
 
 
 # -------------------------------------------------------------------------------------------- bad inputs
@@ -433,6 +451,7 @@ BAD_INPUTS: dict[str, tuple[str, tuple[str, ...], Builder]] = {
     "cpu-self": ("self", ("cuda", "device", "cpu"), _replace(1, lambda a: a[1].cpu())),
     "cpu-mat2": ("mat2", ("cuda", "device", "cpu"), _replace(2, lambda a: a[2].cpu())),
 }
+BAD_INPUT_RULES = family_ids("mm_out/{bad_input}", BAD_INPUTS)
 
 
 @pytest.mark.gpu
@@ -445,11 +464,11 @@ def test_bad_input_is_rejected_and_out_untouched(mm: MmOutBackend, rule: str) ->
     before = snapshot(out) if isinstance(out, torch.Tensor) else None
     call = call_text(out, a, b)
     assert_raises_invalid_argument(
-        f"mm_out/{rule}", call, lambda: mm.mm_out(out, a, b), argument=argument, keywords=keywords
+        BAD_INPUT_RULES[rule], call, lambda: mm.mm_out(out, a, b), argument=argument, keywords=keywords
     )
     torch.cuda.synchronize()
     if before is not None:
-        assert_untouched(f"mm_out/{rule}", call, "out", before, out)
+        assert_untouched(BAD_INPUT_RULES[rule], call, "out", before, out)
 
 
 @pytest.mark.gpu
@@ -458,14 +477,14 @@ def test_missing_argument_is_a_call_error(mm: MmOutBackend) -> None:
     out, a, _ = _valid(CUDA)
     before = snapshot(out)
     assert_raises_invalid_argument(
-        "mm_out/arity",
+        ARITY,
         "mm_out(out, self)",
         lambda: mm.mm_out(out, a),  # type: ignore[call-arg]
         argument="mat2",
         keywords=("missing", "required", "argument"),
         exception=(TypeError, ValueError),
     )
-    assert_untouched("mm_out/arity", "mm_out(out, self)", "out", before, out)
+    assert_untouched(ARITY, "mm_out(out, self)", "out", before, out)
 
 
 @pytest.mark.gpu
@@ -479,13 +498,13 @@ def test_tensors_on_different_devices_are_rejected(mm: MmOutBackend, moved: str)
     before = snapshot(args["out"])
     call = call_text(args["out"], args["self"], args["mat2"])
     assert_raises_invalid_argument(
-        "mm_out/same-device",
+        SAME_DEVICE,
         call,
         lambda: mm.mm_out(args["out"], args["self"], args["mat2"]),
         argument=moved,
         keywords=("device", "cuda:"),
     )
-    assert_untouched("mm_out/same-device", call, "out", before, args["out"])
+    assert_untouched(SAME_DEVICE, call, "out", before, args["out"])
 
 
 def test_cpu_tensors_are_rejected(mm: MmOutBackend) -> None:
@@ -495,15 +514,15 @@ def test_cpu_tensors_are_rejected(mm: MmOutBackend) -> None:
     before = snapshot(out)
     call = call_text(out, a, b)
     exc = assert_raises_invalid_argument(
-        "mm_out/cuda-device",
+        CUDA_DEVICE,
         call,
         lambda: mm.mm_out(out, a, b),
         argument="",  # any of the three may be named first; the keyword check below names the rule
         keywords=("cuda", "device", "cpu"),
     )
     if not any(name in str(exc) for name in ("out", "self", "mat2")):
-        fail("mm_out/cuda-device", call, f"the error must name the CPU argument; it said: {exc}")
-    assert_untouched("mm_out/cuda-device", call, "out", before, out)
+        fail(CUDA_DEVICE, call, f"the error must name the CPU argument; it said: {exc}")
+    assert_untouched(CUDA_DEVICE, call, "out", before, out)
 
 
 # ------------------------------------------------------------------------------- compiled programs call it
@@ -534,7 +553,7 @@ def test_compiled_program_calls_backend_mm_out(mm: MmOutBackend, dtype: str, met
         expected = per_execute(handle)
         if expected is None:
             coverage_gap(
-                "mm_out/program-route",
+                PROGRAM_ROUTE,
                 call,
                 "the compiled program calls another mm_out (e.g. libtorch's), not the backend's",
             )
@@ -549,7 +568,7 @@ def test_compiled_program_calls_backend_mm_out(mm: MmOutBackend, dtype: str, met
             deltas.append(None if before is None or after is None else after - before)
     if any(delta != expected for delta in deltas):
         fail(
-            "mm_out/program-route",
+            PROGRAM_ROUTE,
             call,
             f"the backend's mm_out counter moved by {deltas} over 3 executes; the compiled code makes "
             f"{expected} mm_out call(s) per execute, so each execute must add exactly {expected}",

@@ -49,6 +49,7 @@ from conformance.parts import require_part, skip_reason
 from conformance.pipelines import PIPELINE_MODELS, CallStats, pipeline_params, run_greedy
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
 from conformance.protocol import Backend
+from conformance.rules import rule_id
 from conformance.token_oracle import (
     METHODS,
     NEAR_TIE_FACTOR,
@@ -65,6 +66,17 @@ from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
 SKIP = SKIP_COPY_OPTION
 DTYPES = list(DTYPES_BY_NAME)
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+FIRST_STEP_LOGITS = rule_id("multi-method/first-step-logits")
+SKIP_INVARIANT = rule_id("multi-method/skip-invariant")
+CPU_TARGET = rule_id("multi-method/cpu-target")
+SELF_CHECK = rule_id("suite/self-check")
+H2D_BYTES = rule_id("multi-method/h2d-bytes")
+D2H_BYTES = rule_id("multi-method/d2h-bytes")
+KV_CACHE_ON_DEVICE = rule_id("multi-method/kv-cache-on-device")
+DEVICE_INPUT = rule_id("multi-method/device-input")
+
 INT64_BYTES = 8
 
 PIPELINE_CASES = [
@@ -137,7 +149,7 @@ def test_pipeline_tokens_match_eager(
             tol = MODEL_TOLERANCES[lm.dtype]
             if not err <= tol:
                 why = f"relative L2 error {err:.3g} against float64 eager exceeds {tol:g}"
-                fail("multi-method/first-step-logits", call, why)
+                fail(FIRST_STEP_LOGITS, call, why)
         if got.shape == want.shape:
             record(request, token_agreement=round(float((got == want).double().mean()), 4))
         flips = check_tokens(model, lm, got, want, call)
@@ -151,10 +163,10 @@ def test_pipeline_tokens_match_eager(
                 skipped = run_pipeline(backend, model, lm.eager, made, stats)
             if not torch.equal(skipped, got):
                 why = "tokens changed when skip-copy was set on a CPU target"
-                fail("multi-method/skip-invariant", call, why)
+                fail(SKIP_INVARIANT, call, why)
     moved = [(m, s) for m, s in stats if s.get("h2d_bytes") != 0 or s.get("d2h_bytes") != 0]
     if moved:
-        fail("multi-method/cpu-target", call, f"a CPU target moved bytes: {moved[:3]}")
+        fail(CPU_TARGET, call, f"a CPU target moved bytes: {moved[:3]}")
 
 
 @pytest.mark.parametrize("model", pipeline_params())
@@ -170,13 +182,9 @@ def test_suite_self_check_float32_paths_have_no_near_ties(model: str) -> None:
     gaps = top2[..., 0] - top2[..., 1]
     bounds = NEAR_TIE_FACTOR * MODEL_TOLERANCES[torch.float32] * logits.norm(dim=-1)
     if not torch.equal(logits.argmax(dim=-1), tokens):
-        fail(
-            "suite/self-check", f"{model} float32 path", "float64 argmax disagrees with eager float32's path"
-        )
+        fail(SELF_CHECK, f"{model} float32 path", "float64 argmax disagrees with eager float32's path")
     if bool((gaps <= bounds).any()):
-        fail(
-            "suite/self-check", f"{model} float32 path", f"a near-tie: gaps {gaps.tolist()}, bounds {bounds}"
-        )
+        fail(SELF_CHECK, f"{model} float32 path", f"a near-tie: gaps {gaps.tolist()}, bounds {bounds}")
 
 
 # ====================================================================================== data movement
@@ -210,7 +218,7 @@ def record_measured(request: pytest.FixtureRequest, plain: Measured, kept: Measu
 
 
 #: Without skip-copy each counter is judged on its own rule: a wrong ``d2h_bytes`` is not an H2D bug.
-COUNTER_RULES: dict[str, str] = {"h2d_bytes": "multi-method/h2d-bytes", "d2h_bytes": "multi-method/d2h-bytes"}
+COUNTER_RULES: dict[str, str] = {"h2d_bytes": H2D_BYTES, "d2h_bytes": D2H_BYTES}
 
 
 def check_rows(
@@ -258,7 +266,7 @@ def copied_and_kept(
     record_measured(request, plain, kept)
     if not torch.equal(kept.tokens, plain.tokens):
         fail(
-            "multi-method/skip-invariant",
+            SKIP_INVARIANT,
             call,
             f"tokens {kept.tokens.tolist()} with skip, {plain.tokens.tolist()}",
         )
@@ -287,9 +295,7 @@ def test_llm_kv_cache_stays_on_gpu(
     decodes = STEPS[model] - 1
     want = [(prefill, {"d2h_bytes": 0, "h2d_bytes": nbytes(prompt)})]
     want += [(decode, {"d2h_bytes": 0, "h2d_bytes": step_bytes})] * decodes
-    check_rows(
-        call + f" with skip-copy on {prefill},{decode}", kept.stats, want, "multi-method/kv-cache-on-device"
-    )
+    check_rows(call + f" with skip-copy on {prefill},{decode}", kept.stats, want, KV_CACHE_ON_DEVICE)
     want = [(prefill, {"h2d_bytes": nbytes(prompt), "d2h_bytes": output_bytes(lm, prefill)})]
     step = {"h2d_bytes": step_bytes + cache_bytes, "d2h_bytes": output_bytes(lm, decode)}
     want += [(decode, step)] * decodes
@@ -321,9 +327,9 @@ def test_asr_decoder_consumes_encoder_output_on_gpu(
     want += [
         (decoder, {"h2d_bytes": t, "d2h_bytes": d}) for t, d in zip(tokens_bytes, logits_bytes, strict=False)
     ]
-    check_rows(call + f" with skip-copy on {encoder}", kept.stats, want, "multi-method/device-input")
+    check_rows(call + f" with skip-copy on {encoder}", kept.stats, want, DEVICE_INPUT)
     want = [(encoder, {"d2h_bytes": hidden_bytes, "h2d_bytes": nbytes(features)})]
     want += [(decoder, {"h2d_bytes": t + hidden_bytes}) for t in tokens_bytes]
     check_rows(call + " without skip-copy", plain.stats, want, COUNTER_RULES)
     if any(not d for d in logits_bytes):
-        fail("multi-method/d2h-bytes", call, f"decoder logits copied to the host count {logits_bytes} bytes")
+        fail(D2H_BYTES, call, f"decoder logits copied to the host count {logits_bytes} bytes")

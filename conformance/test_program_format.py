@@ -50,8 +50,21 @@ from conformance.models import get_model
 from conformance.parts import require_part
 from conformance.programs import SKIP_COPY_OPTION, lowered, option
 from conformance.protocol import Backend
+from conformance.rules import rule_id
 
 DTYPE = torch.float32
+
+# The rules of this chapter (conformance/catalogue/rule_table.py).
+MULTI_METHOD = rule_id("format/multi-method")
+NON_ASCII_NAME = rule_id("format/non-ascii-name")
+METHOD_NAME_CASE = rule_id("format/method-name-case")
+EMPTY = rule_id("format/empty")
+NOT_BYTES = rule_id("format/not-bytes")
+TRUNCATED = rule_id("format/truncated")
+TRAILING_DATA = rule_id("format/trailing-data")
+FLIPPED_BYTE = rule_id("format/flipped-byte")
+CPU_TARGET = rule_id("format/cpu-target")
+
 MULTI_METHODS = {"mul_add": "add_mul", "plus": "add"}
 """Method name → zoo model, for the multi-method program."""
 NON_ASCII_METHODS = {"décodeur": "add_mul", "解码器": "add"}
@@ -159,10 +172,10 @@ def test_every_method_of_a_multi_method_program(runtime: Backend, target: str) -
     initialises by its name and computes its own function (not the other's)."""
     prog = program(runtime, MULTI_METHODS, target)
     if not isinstance(prog.data, bytes):
-        fail("format/multi-method", "lower(...)", f"must return bytes, got {type(prog.data).__name__}")
+        fail(MULTI_METHOD, "lower(...)", f"must return bytes, got {type(prog.data).__name__}")
     with option(runtime, SKIP_COPY_OPTION, ""):
         for method in prog.eager:
-            check_runs(runtime, "format/multi-method", prog.data, prog, method, f"{target} program")
+            check_runs(runtime, MULTI_METHOD, prog.data, prog, method, f"{target} program")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -172,9 +185,9 @@ def test_non_ascii_method_names_round_trip(runtime: Backend, target: str) -> Non
     prog = program(runtime, NON_ASCII_METHODS, target)
     with option(runtime, SKIP_COPY_OPTION, ""):
         for method in prog.eager:
-            check_runs(runtime, "format/non-ascii-name", prog.data, prog, method, f"{target} program")
+            check_runs(runtime, NON_ASCII_NAME, prog.data, prog, method, f"{target} program")
     assert_raises_invalid_argument(
-        "format/non-ascii-name",
+        NON_ASCII_NAME,
         "init(<program of 'décodeur', '解码器'>, 'decodeur')",
         lambda: runtime.init(prog.data, "decodeur"),  # type: ignore[attr-defined]
         argument="method",
@@ -190,7 +203,7 @@ def test_method_names_match_exactly(runtime: Backend, name: str) -> None:
     init raises an invalid-argument error naming ``method``."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     assert_raises_invalid_argument(
-        "format/method-name-case",
+        METHOD_NAME_CASE,
         f"init(<program of {list(prog.eager)}>, {name!r})",
         lambda: runtime.init(prog.data, name),  # type: ignore[attr-defined]
         argument="method",
@@ -204,7 +217,7 @@ def test_method_names_match_exactly(runtime: Backend, name: str) -> None:
 def test_empty_program(runtime: Backend) -> None:
     """format/empty: init of ``b""`` is an invalid-argument error blaming the program, for every method."""
     prog = program(runtime, MULTI_METHODS, "cpu")
-    reject_everywhere(runtime, "format/empty", b"", "empty bytes", prog)
+    reject_everywhere(runtime, EMPTY, b"", "empty bytes", prog)
 
 
 @pytest.mark.parametrize(
@@ -218,7 +231,7 @@ def test_program_that_is_not_bytes(runtime: Backend, not_bytes: object) -> None:
     prog = program(runtime, MULTI_METHODS, "cpu")
     for method in prog.eager:
         assert_raises_invalid_argument(
-            "format/not-bytes",
+            NOT_BYTES,
             f"init({not_bytes!r}, {method!r})",
             lambda method=method: runtime.init(not_bytes, method),  # type: ignore[attr-defined]
             argument="program",
@@ -248,7 +261,7 @@ def test_truncated_program(runtime: Backend, target: str, cut: str) -> None:
     n = len(prog.data)
     keep = TRUNCATIONS[cut](n)
     what = f"the first {keep} of {n} bytes ({cut})"
-    reject_everywhere(runtime, "format/truncated", prog.data[:keep], what, prog)
+    reject_everywhere(runtime, TRUNCATED, prog.data[:keep], what, prog)
 
 
 def test_trailing_bytes(runtime: Backend) -> None:
@@ -257,16 +270,14 @@ def test_trailing_bytes(runtime: Backend) -> None:
     prog = program(runtime, MULTI_METHODS, "cpu")
     bad = prog.data + b"\0"
     keywords = (*CORRUPT_PROGRAM_WORDS, "follow", "must end", "extra", "after the end")
-    reject_everywhere(runtime, "format/trailing-data", bad, "program + one zero byte", prog, keywords)
+    reject_everywhere(runtime, TRAILING_DATA, bad, "program + one zero byte", prog, keywords)
 
 
 def _name_position(data: bytes, names: Sequence[str], index: int) -> int:
     encoded = names[index].encode("utf-8")
     position = data.find(encoded)
     if position < 0:
-        fail(
-            "format/flipped-byte", "locating the method name", f"{names[index]!r} does not occur in the file"
-        )
+        fail(FLIPPED_BYTE, "locating the method name", f"{names[index]!r} does not occur in the file")
     return position
 
 
@@ -302,7 +313,7 @@ def test_flipped_byte(runtime: Backend, target: str, where: str) -> None:
     what = (
         f"byte {position} of {len(bad)} flipped ({where}: {prog.data[position]:#04x} → {bad[position]:#04x})"
     )
-    reject_everywhere(runtime, "format/flipped-byte", bytes(bad), what, prog)
+    reject_everywhere(runtime, FLIPPED_BYTE, bytes(bad), what, prog)
 
 
 # ------------------------------------------------------------------------------------------------- target
@@ -315,7 +326,7 @@ def test_cpu_program_on_a_cuda_machine(runtime: Backend, skip_copy: str) -> None
     CPU inputs give the exact result as CPU tensors, whether or not the skip-copy option names the method
     (the reference's rule). A clear refusal (a ValueError naming the device or target) also conforms;
     anything else — a wrong result, outputs on a GPU, another exception type — does not."""
-    rule = "format/cpu-target"
+    rule = CPU_TARGET
     if skip_copy == "names-the-method":
         require_part(runtime, "runtime_options")
     lm = lowered(runtime, "add_mul", DTYPE, "cpu")

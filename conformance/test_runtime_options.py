@@ -34,6 +34,7 @@ import torch
 from conformance.checks import assert_raises_invalid_argument, fail, snapshot
 from conformance.method_runs import (
     MODEL_METHODS,
+    SKIP_COPY,
     check_cpu_target,
     check_output_copies,
     check_pinned_copies,
@@ -49,6 +50,7 @@ from conformance.models import HF_MODELS, HF_UNAVAILABLE
 from conformance.parts import require_part
 from conformance.programs import SKIP_COPY_OPTION, handles, lower_or_fail, option_restored
 from conformance.protocol import Backend
+from conformance.rules import rule_id
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
 SKIP = SKIP_COPY_OPTION
@@ -57,6 +59,25 @@ DTYPES = list(DTYPES_BY_NAME)
 CPU_DTYPES = ["float32"]
 #: Upstream's C buffers: 64-byte keys and 256-byte values, NUL included.
 MAX_KEY_CHARS, MAX_VALUE_CHARS = 63, 255
+
+# The rules of this chapter (conformance/catalogue/rule_table.py); skip-copy/<check> of a run: SKIP_COPY.
+ROUND_TRIP = rule_id("options/round-trip")
+ALL_OR_NOTHING = rule_id("options/all-or-nothing")
+BEFORE_INIT = rule_id("options/before-init")
+LIST_VALUES_RULE = rule_id("options/list-values")
+NON_STRING_VALUE = rule_id("options/non-string-value")
+NON_STRING_KEY = rule_id("options/non-string-key")
+KEY_LENGTH = rule_id("options/key-length")
+VALUE_LENGTH = rule_id("options/value-length")
+UNKNOWN_KEY = rule_id("options/unknown-key")
+NUL_CHARACTER = rule_id("options/nul-character")
+CONTROL_CHARACTERS = rule_id("options/control-characters")
+AFTER_INIT = rule_id("options/after-init")
+NEXT_EXECUTE = rule_id("options/next-execute")
+NOT_RETROACTIVE = rule_id("options/not-retroactive")
+LIST_PARSING = rule_id("options/list-parsing")
+DEFAULT_OPTION = rule_id("options/default")
+SKIP_COPY_ACCEPTED = rule_id("skip-copy/option")
 
 
 # ================================================================================================ helpers
@@ -98,16 +119,16 @@ def set_skip(backend: Backend, value: str, rule: str) -> None:
         fail(rule, f"set_option({SKIP!r}, {value!r})", f"a valid value was rejected: {exc!r}")
 
 
-def check_round_trip(backend: Backend, value: str, rule: str = "options/round-trip") -> None:
+def check_round_trip(backend: Backend, value: str, rule: str = ROUND_TRIP) -> None:
     got = get_skip(backend, rule)
     if not isinstance(got, str) or methods_named(got) != methods_named(value):
         fail(rule, f"get_option({SKIP!r})", f"after set_option(..., {value!r}) it returned {got!r}")
 
 
 def check_unchanged(backend: Backend, before: object, call: str) -> None:
-    after = get_skip(backend, "options/all-or-nothing")
+    after = get_skip(backend, ALL_OR_NOTHING)
     if after != before:
-        fail("options/all-or-nothing", call, f"failed, yet changed the option from {before!r} to {after!r}")
+        fail(ALL_OR_NOTHING, call, f"failed, yet changed the option from {before!r} to {after!r}")
 
 
 # ============================================================================================ options API
@@ -143,7 +164,7 @@ LIST_VALUES: dict[str, tuple[str, set[str]]] = {
 def test_options_before_init(rt: Backend) -> None:
     """options/round-trip: the option can be set and read with no handle in existence (backend-wide)."""
     for value in ("decoder", "encoder,decoder", ""):
-        set_skip(rt, value, "options/before-init")
+        set_skip(rt, value, BEFORE_INIT)
         check_round_trip(rt, value)
 
 
@@ -152,7 +173,7 @@ def test_list_values_are_accepted_and_read_back(rt: Backend, label: str) -> None
     """options/round-trip: every well-formed list (255 characters included) is accepted, and ``get_option``
     returns a string naming the same methods."""
     value, _ = LIST_VALUES[label]
-    set_skip(rt, value, "options/list-values")
+    set_skip(rt, value, LIST_VALUES_RULE)
     check_round_trip(rt, value)
 
 
@@ -161,10 +182,10 @@ def test_non_string_value_changes_nothing(rt: Backend, label: str) -> None:
     """options/non-string-value: a value that is not a str is an invalid-argument error naming the key, and
     the option keeps its previous value (options/all-or-nothing)."""
     value = WRONG_TYPES[label]
-    set_skip(rt, "encoder", "options/non-string-value")
+    set_skip(rt, "encoder", NON_STRING_VALUE)
     call = f"set_option({SKIP!r}, {value!r})"
     assert_raises_invalid_argument(
-        "options/non-string-value",
+        NON_STRING_VALUE,
         call,
         lambda: rt.set_option(SKIP, value),  # type: ignore[attr-defined]
         argument=SKIP,
@@ -176,10 +197,10 @@ def test_non_string_value_changes_nothing(rt: Backend, label: str) -> None:
 @pytest.mark.parametrize("key", [None, 42], ids=["None", "int"])
 def test_non_string_key_is_rejected(rt: Backend, key: object) -> None:
     """options/non-string-key: a key that is not a str is an invalid-argument error; nothing changes."""
-    set_skip(rt, "decoder", "options/non-string-key")
+    set_skip(rt, "decoder", NON_STRING_KEY)
     call = f"set_option({key!r}, 'encoder')"
     assert_raises_invalid_argument(
-        "options/non-string-key",
+        NON_STRING_KEY,
         call,
         lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
         argument="key",
@@ -190,10 +211,10 @@ def test_non_string_key_is_rejected(rt: Backend, key: object) -> None:
 
 def test_key_over_63_characters_is_rejected(rt: Backend) -> None:
     """options/key-length: a 64-character key is an error naming the limit, never truncated to 63."""
-    set_skip(rt, "decoder", "options/key-length")
+    set_skip(rt, "decoder", KEY_LENGTH)
     call = f"set_option({KEY_64!r}, 'encoder')"
     assert_raises_invalid_argument(
-        "options/key-length",
+        KEY_LENGTH,
         call,
         lambda: rt.set_option(KEY_64, "encoder"),  # type: ignore[attr-defined]
         argument="key",
@@ -205,18 +226,18 @@ def test_key_over_63_characters_is_rejected(rt: Backend) -> None:
 def test_value_over_255_characters_is_rejected_not_truncated(rt: Backend) -> None:
     """options/value-length: a 256-character value is an error naming the key; the option keeps its old
     value (not the first 255 characters); exactly 255 characters are accepted."""
-    set_skip(rt, "decoder", "options/value-length")
+    set_skip(rt, "decoder", VALUE_LENGTH)
     call = f"set_option({SKIP!r}, <{len(VALUE_256)} characters>)"
     assert_raises_invalid_argument(
-        "options/value-length",
+        VALUE_LENGTH,
         call,
         lambda: rt.set_option(SKIP, VALUE_256),  # type: ignore[attr-defined]
         argument=SKIP,
         keywords=(str(MAX_VALUE_CHARS), "too long", "limit"),
     )
     check_unchanged(rt, "decoder", call)
-    set_skip(rt, VALUE_255, "options/value-length")
-    check_round_trip(rt, VALUE_255, "options/value-length")
+    set_skip(rt, VALUE_255, VALUE_LENGTH)
+    check_round_trip(rt, VALUE_255, VALUE_LENGTH)
 
 
 @pytest.mark.parametrize("label", list(UNKNOWN_KEYS))
@@ -224,11 +245,11 @@ def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
     """options/unknown-key: ``set_option`` and ``get_option`` reject an unknown key (a 63-character one
     too: within the length limit, but unknown) with an error naming it; nothing changes."""
     key = UNKNOWN_KEYS[label]
-    set_skip(rt, "decoder", "options/unknown-key")
+    set_skip(rt, "decoder", UNKNOWN_KEY)
     keywords = ("unknown", "not known", "unsupported", "not a valid", "invalid")
     call = f"set_option({key!r}, 'encoder')"
     assert_raises_invalid_argument(
-        "options/unknown-key",
+        UNKNOWN_KEY,
         call,
         lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
         argument=key,
@@ -236,7 +257,7 @@ def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
     )
     check_unchanged(rt, "decoder", call)
     assert_raises_invalid_argument(
-        "options/unknown-key",
+        UNKNOWN_KEY,
         f"get_option({key!r})",
         lambda: rt.get_option(key),  # type: ignore[attr-defined]
         argument=key,
@@ -256,10 +277,10 @@ def test_nul_in_a_value_is_rejected(rt: Backend, label: str) -> None:
     option keeps its value. Accepting it would be the silent truncation the spec forbids (SPEC §1b): a C
     runtime reads the string only up to the NUL."""
     value = NUL_VALUES[label]
-    set_skip(rt, "encoder", "options/nul-character")
+    set_skip(rt, "encoder", NUL_CHARACTER)
     call = f"set_option({SKIP!r}, {value!r})"
     assert_raises_invalid_argument(
-        "options/nul-character",
+        NUL_CHARACTER,
         call,
         lambda: rt.set_option(SKIP, value),  # type: ignore[attr-defined]
         argument=SKIP,
@@ -273,10 +294,10 @@ def test_nul_in_a_key_is_rejected(rt: Backend, label: str) -> None:
     """options/nul-character: a key containing NUL is an invalid-argument error, never the key before the
     NUL (which here is the known key, or a prefix of it); nothing changes."""
     key = NUL_KEYS[label]
-    set_skip(rt, "decoder", "options/nul-character")
+    set_skip(rt, "decoder", NUL_CHARACTER)
     call = f"set_option({key!r}, 'encoder')"
     assert_raises_invalid_argument(
-        "options/nul-character",
+        NUL_CHARACTER,
         call,
         lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
         argument="key",
@@ -301,7 +322,7 @@ def test_control_characters_are_kept_or_rejected(rt: Backend, label: str) -> Non
     value containing one (an invalid-argument error naming the key; nothing changes) or keep it exactly.
     What it must not do is alter it silently: strip ``\\x07`` from ``"decoder\\x07"`` and the option names
     ``decoder``, a method the caller did not name (exact match)."""
-    rule = "options/control-characters"
+    rule = CONTROL_CHARACTERS
     value = CONTROL_VALUES[label]
     set_skip(rt, "encoder", rule)
     call = f"set_option({SKIP!r}, {value!r})"
@@ -329,16 +350,16 @@ def test_options_with_live_handles(rt_runtime: Backend, device: str) -> None:
     lm = lower_or_fail(rt, "llm", "float32", device)
     with handles(rt, lm.program, *lm.methods) as made:
         for value in ("prefill", "prefill, decode", "decode", ""):
-            set_skip(rt, value, "options/after-init")
+            set_skip(rt, value, AFTER_INIT)
             check_round_trip(rt, value)
             runs = run_methods(rt, lm, made)
             for method, run in runs.items():
                 call = f"execute({method}) with {SKIP}={value!r}"
-                check_values("options/after-init", call, lm, run)
+                check_values(AFTER_INIT, call, lm, run)
                 skipped = device == "cuda" and method in methods_named(value)
                 want = str(cuda_device()) if skipped else "cpu"
                 if any(d != want for d in devices(run.outputs)):
-                    fail("skip-copy/output-device", call, f"outputs on {devices(run.outputs)}, want {want}")
+                    fail(SKIP_COPY.output_device, call, f"outputs on {devices(run.outputs)}, want {want}")
 
 
 @pytest.mark.gpu
@@ -349,32 +370,32 @@ def test_option_change_applies_to_next_execute_only(rt_runtime: Backend) -> None
     lm = lower_or_fail(rt, "llm", "float32", "cuda")
     inputs = [t.detach().cpu() for t in lm.eager["prefill"][1]]
     call = "execute(prefill)"
-    set_skip(rt, "", "options/next-execute")
+    set_skip(rt, "", NEXT_EXECUTE)
     with handles(rt, lm.program, "prefill") as (prefill,):
         host = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
         host_before = [snapshot(t) for t in host]
-        set_skip(rt, "prefill", "options/next-execute")
+        set_skip(rt, "prefill", NEXT_EXECUTE)
         if devices(host) != ["cpu"] * len(host) or not all(
             torch.equal(a, b) for a, b in zip(host, host_before, strict=True)
         ):
-            fail("options/not-retroactive", call, "outputs returned before set_option moved or changed")
+            fail(NOT_RETROACTIVE, call, "outputs returned before set_option moved or changed")
         kept = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
         if any(d != str(cuda_device()) for d in devices(kept)):
-            fail("options/next-execute", call, f"after naming prefill, outputs are on {devices(kept)}")
+            fail(NEXT_EXECUTE, call, f"after naming prefill, outputs are on {devices(kept)}")
         kept_before = [snapshot(t) for t in kept]
-        set_skip(rt, "", "options/next-execute")
+        set_skip(rt, "", NEXT_EXECUTE)
         if any(d != str(cuda_device()) for d in devices(kept)) or not all(
             torch.equal(a, b) for a, b in zip(kept, kept_before, strict=True)
         ):
-            fail("options/not-retroactive", call, "device outputs moved or changed when the option changed")
+            fail(NOT_RETROACTIVE, call, "device outputs moved or changed when the option changed")
         again = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
         if devices(again) != ["cpu"] * len(again):
-            fail("options/next-execute", call, f"after clearing the option, outputs are on {devices(again)}")
+            fail(NEXT_EXECUTE, call, f"after clearing the option, outputs are on {devices(again)}")
         for index, (got, ref) in enumerate(zip(again, kept, strict=True)):
             err = relative_error(got, ref)
             if not err <= MODEL_TOLERANCES[torch.float32]:
                 fail(
-                    "options/next-execute",
+                    NEXT_EXECUTE,
                     call,
                     f"output {index}: copied and kept results differ ({err:.3g})",
                 )
@@ -388,14 +409,14 @@ def test_list_parsing_selects_methods(rt_runtime: Backend, label: str) -> None:
     rt = rt_runtime
     value, expected = LIST_VALUES[label]
     lm = lower_or_fail(rt, "asr", "float32", "cuda")
-    set_skip(rt, value, "options/list-parsing")
+    set_skip(rt, value, LIST_PARSING)
     with handles(rt, lm.program, *lm.methods) as made:
         runs = run_methods(rt, lm, made)
     for method, run in runs.items():
         want = str(cuda_device()) if method in expected else "cpu"
         if any(d != want for d in devices(run.outputs)):
             fail(
-                "options/list-parsing",
+                LIST_PARSING,
                 f"execute({method}) with {SKIP}={value!r}",
                 f"outputs on {devices(run.outputs)}; {method!r} is {'' if method in expected else 'not '}"
                 f"named, so they belong on {want}",
@@ -432,12 +453,12 @@ SKIP_CASES = _skip_cases()
 def _apply_skip(rt: Backend, model: str, value: str | None) -> None:
     """Set the option (after ``init``: handles exist), or for ``unset`` check the default names nothing."""
     if value is not None:
-        set_skip(rt, value, "skip-copy/option")
+        set_skip(rt, value, SKIP_COPY_ACCEPTED)
         return
-    default = get_skip(rt, "options/default")
+    default = get_skip(rt, DEFAULT_OPTION)
     named = methods_named(default) & set(MODEL_METHODS[model])
     if named:
-        fail("options/default", f"get_option({SKIP!r})", f"never set, yet it names {sorted(named)}")
+        fail(DEFAULT_OPTION, f"get_option({SKIP!r})", f"never set, yet it names {sorted(named)}")
 
 
 @pytest.mark.gpu
@@ -456,12 +477,12 @@ def test_skip_copy_matrix(
         runs = run_methods(rt, lm, made)
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) with {SKIP}={value!r}"
-            check_where_data_went("skip-copy", call, lm, run, keep=method in skipped)
+            check_where_data_went(SKIP_COPY, call, lm, run, keep=method in skipped)
         # Each execute again, under the profiler: what actually crosses PCIe device→host.
         for method, run in runs.items():
             call = f"execute({model}.{method}, {dtype}) with {SKIP}={value!r}"
             copies = profiled_copies(rt, run)
-            check_output_copies("skip-copy", call, copies, keep=method in skipped)
+            check_output_copies(SKIP_COPY, call, copies, keep=method in skipped)
             check_pinned_copies(call, copies)
 
 
@@ -479,4 +500,4 @@ def test_skip_copy_matrix_cpu_target(
         runs = run_methods(rt, lm, made)
     for method, run in runs.items():
         call = f"execute({model}.{method}, {dtype}, cpu target) with {SKIP}={value!r}"
-        check_cpu_target("skip-copy", call, lm, run)
+        check_cpu_target(SKIP_COPY, call, lm, run)

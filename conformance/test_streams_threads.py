@@ -53,8 +53,15 @@ from conformance.parts import require_part, skip_reason
 from conformance.pipelines import PIPELINE_MODELS, pipeline_params, run_greedy
 from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option, require_lowering_device
 from conformance.protocol import Backend
+from conformance.rules import rule_id
 
 DTYPE = torch.float32
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+OTHER_CONSUMER = rule_id("streams/other-consumer")
+CHAINED_DELEGATES = rule_id("streams/chained-delegates")
+THREADS = rule_id("streams/threads")
+
 CONSUMER_RUNS = 100
 CHAIN_RUNS = 50
 SLEEP_CYCLES = 50_000_000
@@ -186,7 +193,7 @@ def test_consumer_on_another_stream_reads_finished_outputs(
     """streams/other-consumer (#21727): with a long busy kernel queued on the caller's current stream before
     each execute, a consumer on a fresh stream summing the output as soon as execute returns reads the
     exact sum, 100 runs in a row — outputs on the GPU (skip-copy on) or copied to the CPU (off)."""
-    rule = "streams/other-consumer"
+    rule = OTHER_CONSUMER
     if skip_copy == "on":
         require_part(runtime, "runtime_options")  # outputs stay on the GPU through the runtime option
     device = torch.device("cuda", torch.cuda.current_device())
@@ -247,7 +254,7 @@ def test_chained_delegates_see_each_others_results(runtime: Backend, chain: str,
     two-programs: both methods are ``forward``, so both outputs stay on the GPU and the sum is read on a fresh
     stream; two-methods: only ``mul_add`` is named, so the final output is copied to the CPU. On a CPU target
     the same chain checks the data path only (no streams)."""
-    rule = "streams/chained-delegates"
+    rule = CHAINED_DELEGATES
     on_gpu = target == "cuda"
     if on_gpu:
         require_part(runtime, "runtime_options")  # mid stays on the GPU through the runtime option
@@ -338,7 +345,7 @@ def test_threads_match_serial_while_options_flip(
     per-thread inputs, while another thread flips the skip-copy option (for a backend with runtime
     options; without, the threads alone): every result, moved to the CPU, equals the serial result; no
     exception; every thread finishes (else: deadlock)."""
-    rule = "streams/threads"
+    rule = THREADS
     flipping_options = not skip_reason(runtime, "runtime_options")
     on_gpu = target == "cuda"
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
@@ -459,7 +466,7 @@ def test_pipeline_models_from_threads_match_serial(runtime: Backend, model: str,
     Face ``hf_whisper`` and ``hf_llm``): 4 threads, each with its own handles of one float32 program (and,
     on a GPU, its own CUDA stream), run the model's greedy loop 3 times; every token sequence equals the
     serial one, no exception, no deadlock."""
-    rule = "streams/threads"
+    rule = THREADS
     require_lowering_device(runtime, target)
     lm = lowered(runtime, model, DTYPE, target)
     first, _ = PIPELINE_MODELS[model].methods

@@ -15,11 +15,22 @@ import pytest
 import torch
 
 from conformance.checks import fail
+from conformance.rules import rule_id
 from harness.nvml_counters import COUNTER_MODULUS
 from harness.nvml_traffic import TrafficMeasurement, TrafficMeter
 from harness.pytest_plugin import set_case_params
 
 pytestmark = [pytest.mark.gpu, pytest.mark.traffic, pytest.mark.slow]
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+CALIBRATION = rule_id("traffic/calibration")
+DIRECTION = rule_id("traffic/direction")
+OVERHEAD = rule_id("traffic/overhead")
+VALID = rule_id("traffic/valid")
+ACCURACY = rule_id("traffic/accuracy")
+WRAP = rule_id("traffic/wrap")
+DRIFT = rule_id("traffic/drift")
+
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -69,7 +80,7 @@ def moved(m: TrafficMeasurement, direction: str) -> tuple[float | None, float | 
 
 def require_calibration(meter: TrafficMeter) -> None:
     if meter.calibration is None:
-        fail("traffic/calibration", "TrafficMeter", f"no calibration: {meter.calibration_reason}")
+        fail(CALIBRATION, "TrafficMeter", f"no calibration: {meter.calibration_reason}")
 
 
 def test_calibration_confirms_direction_and_overhead(
@@ -82,7 +93,7 @@ def test_calibration_confirms_direction_and_overhead(
     # NVML counts from the device's side: RX is traffic to the GPU. Calibration found it independently.
     if cal.h2d_counter != "rx":
         fail(
-            "traffic/direction",
+            DIRECTION,
             "calibration",
             f"the counter that moved during a host→device copy is {cal.h2d_counter!r}, not 'rx' as NVML "
             "documents (RX = to the GPU); figures stay correct (the meter follows calibration) but check "
@@ -91,13 +102,13 @@ def test_calibration_confirms_direction_and_overhead(
     for name, factor in (("h2d", cal.h2d_factor), ("d2h", cal.d2h_factor)):
         if not 1.0 <= factor <= 1.3:
             fail(
-                "traffic/overhead",
+                OVERHEAD,
                 "calibration",
                 f"{name} counts {factor:.3f} bytes per payload byte; PCIe protocol overhead should put it "
                 "between 1.0 and 1.3 (~1.09 measured on an H200)",
             )
     if cal.rel_noise > MAX_ERROR / 2:
-        fail("traffic/calibration", "calibration", f"repeats disagree by {cal.rel_noise:.1%} (want ≤ 2.5%)")
+        fail(CALIBRATION, "calibration", f"repeats disagree by {cal.rel_noise:.1%} (want ≤ 2.5%)")
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
@@ -156,16 +167,16 @@ def measure_copy(
 def measurement_problems(m: TrafficMeasurement, size: int, direction: str) -> list[tuple[str, str]]:
     """(rule, message) for every way ``m`` misses the known copy; empty when it is right."""
     if not m.valid:
-        return [("traffic/valid", f"measurement invalid: {m.reason}")]
+        return [(VALID, f"measurement invalid: {m.reason}")]
     ours, other = moved(m, direction)
     if ours is None or other is None:
-        return [("traffic/calibration", f"no payload estimate: {m.reason}")]
+        return [(CALIBRATION, f"no payload estimate: {m.reason}")]
     problems = []
     error = (ours - size) / size
     if abs(error) > MAX_ERROR:
         problems.append(
             (
-                "traffic/accuracy",
+                ACCURACY,
                 f"measured {ours:.0f} B of payload, {100 * error:+.2f}% off the {size} B copied "
                 f"(limit ±{100 * MAX_ERROR:.0f}%; counted h2d={m.h2d_bytes} d2h={m.d2h_bytes}, "
                 f"wraps {m.wraps})",
@@ -174,7 +185,7 @@ def measurement_problems(m: TrafficMeasurement, size: int, direction: str) -> li
     if other > MAX_ERROR * size:
         problems.append(
             (
-                "traffic/accuracy",
+                ACCURACY,
                 f"the other direction shows {other:.0f} B of payload ({100 * other / size:.2f}% of the "
                 f"copy, limit {100 * MAX_ERROR:.0f}%): other traffic on this GPU, or a wrong calibration",
             )
@@ -191,7 +202,7 @@ def test_transfer_larger_than_counter_range_is_counted_whole(
     wraps = m.wraps.get(cal.h2d_counter, 0)
     if m.h2d_bytes is None or m.h2d_bytes <= COUNTER_MODULUS or wraps < 1:
         fail(
-            "traffic/wrap",
+            WRAP,
             f"h2d copy of {WRAP_SIZE / GiB:.0f} GiB",
             f"counted {m.h2d_bytes} B with {wraps} wrap(s) of the 32-bit counter; a copy beyond 4 GiB "
             "must count more than 2^32 B and see the counter wrap",
@@ -211,11 +222,11 @@ def test_idle_drift_is_measured_and_small(meter: TrafficMeter, request: pytest.F
         },
     )
     if drift.duration_s <= 0:
-        fail("traffic/drift", "idle window", f"drift not measured: {meter.calibration_reason}")
+        fail(DRIFT, "idle window", f"drift not measured: {meter.calibration_reason}")
     worst = max(drift.tx_bytes_per_s, drift.rx_bytes_per_s)
     if worst > MAX_IDLE_DRIFT_BYTES_PER_S:
         fail(
-            "traffic/drift",
+            DRIFT,
             "idle window",
             f"idle counters advance {worst / 1e6:.2f} MB/s (tx {drift.tx_bytes_per_s / 1e6:.2f}, rx "
             f"{drift.rx_bytes_per_s / 1e6:.2f}); more than {MAX_IDLE_DRIFT_BYTES_PER_S / 1e6:.0f} MB/s "

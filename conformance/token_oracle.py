@@ -18,6 +18,7 @@ from conformance.checks import fail
 from conformance.models import greedy
 from conformance.pipelines import PIPELINE_MODELS, STEPS_BY_KIND
 from conformance.programs import LoweredModel
+from conformance.rules import rule_id
 from conformance.tolerances import MODEL_TOLERANCES
 
 ASR_STEPS, LLM_STEPS = STEPS_BY_KIND["asr"], STEPS_BY_KIND["llm"]
@@ -26,6 +27,10 @@ STEPS = {name: p.steps for name, p in PIPELINE_MODELS.items()}
 METHODS = {name: p.methods for name, p in PIPELINE_MODELS.items()}
 #: A legitimate half-precision flip: float64 logits of the two tokens within 2·tol·‖logits‖₂.
 NEAR_TIE_FACTOR = 2.0
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+TOKENS = rule_id("multi-method/tokens")
+
 
 Methods = dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
@@ -89,9 +94,7 @@ def check_tokens(
     """float32: ``got == want`` exactly. Half precision: each row's first difference is a near-tie.
     Returns the accepted near-tie flips as (row, step, gap, bound)."""
     if got.shape != want.shape or got.dtype != torch.int64:
-        fail(
-            "multi-method/tokens", call, f"tokens {got.dtype}{list(got.shape)}, want int64{list(want.shape)}"
-        )
+        fail(TOKENS, call, f"tokens {got.dtype}{list(got.shape)}, want int64{list(want.shape)}")
     flips: list[tuple[int, int, float, float]] = []
     for row in range(got.shape[0]):
         step = first_difference(got, want, row)
@@ -100,7 +103,7 @@ def check_tokens(
         a, b = int(want[row, step]), int(got[row, step])
         if lm.dtype == torch.float32:
             fail(
-                "multi-method/tokens",
+                TOKENS,
                 call,
                 f"row {row} differs from eager first at step {step}: token {b}, eager {a} "
                 f"(backend {got[row].tolist()}, eager {want[row].tolist()}); float32 must match exactly",
@@ -110,7 +113,7 @@ def check_tokens(
         bound = NEAR_TIE_FACTOR * MODEL_TOLERANCES[lm.dtype] * float(logits.norm())
         if gap > bound:
             fail(
-                "multi-method/tokens",
+                TOKENS,
                 call,
                 f"row {row} differs from eager first at step {step}: token {b}, eager {a}; their float64 "
                 f"logits differ by {gap:.4g} > {bound:.4g} (= {NEAR_TIE_FACTOR:g}·tol·‖logits‖): not a "

@@ -36,9 +36,15 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from conformance.catalogue.rule_table import VIEW_PASS_KINDS
+from conformance.rules import family_ids, rule_id
+
 __all__ = [
+    "BEHAVIOUR_RULES",
     "CASES",
     "CASES_BY_ID",
+    "MISSED_REWRITE_RULES",
+    "POLICY_RULES",
     "RULES",
     "CaseUnavailable",
     "ViewPassCase",
@@ -53,17 +59,9 @@ aten = torch.ops.aten
 Inputs = tuple[torch.Tensor, ...]
 Body = Callable[[Graph, list[Node]], Any]
 
-#: Rule id → the sentence of SPEC §1a it enforces. Failure messages read ``[view-pass/<rule id>] ...``.
-RULES: dict[str, str] = {
-    "call-method-user": "a call_method user blocks the rewrite (no schema says what it does to the value)",
-    "written-by-user": "a user whose schema writes the argument (in-place or out=) blocks the rewrite",
-    "view-user": "a user that is itself a view op blocks the rewrite",
-    "source-mutated": "a write to the base (or an alias of it) after the copy blocks the rewrite",
-    "aliases-output": "a returned value must not become an alias of an input or of another output",
-    "opaque-container": "a value reaching a user through a container the pass cannot see through blocks it",
-    "not-viewable": "a copy whose view op would fail on the base's layout is not rewritten",
-    "every-view-twin": "every *_copy op with a view twin is rewritten when safe, not only slice_copy",
-}
+#: Kind of situation (``view-pass/<kind>``) → why the pass must refuse (or make) the view, as failure
+#: messages quote it: the clauses of the rule table (``conformance/catalogue/rule_table.py``), their owner.
+RULES: dict[str, str] = VIEW_PASS_KINDS
 
 
 class CaseUnavailable(Exception):
@@ -638,6 +636,17 @@ _case("every-view-twin/permute_copy-into-mm", _transposed_gemm_operand, rewrite=
 
 CASES: tuple[ViewPassCase, ...] = tuple(_CASES)
 CASES_BY_ID: dict[str, ViewPassCase] = {case.id: case for case in CASES}
+#: The rule ids a case's checks name, by the case's kind: ``view-pass/<kind>`` (a hazard made a view, the
+#: behaviour changed), ``<kind>/policy`` (a policy copy made a view) and ``<kind>/missed-rewrite`` (a safe
+#: copy refused), for the kinds whose cases have such copies. Looked up in the rule table here, so a case
+#: of a kind the table lacks stops the import.
+BEHAVIOUR_RULES: dict[str, str] = {
+    kind: rule_id(f"view-pass/{kind}") for kind in sorted({c.rule for c in CASES})
+}
+POLICY_RULES = family_ids("view-pass/{kind}/policy", sorted({c.rule for c in CASES if c.policy}))
+MISSED_REWRITE_RULES = family_ids(
+    "view-pass/{kind}/missed-rewrite", sorted({c.rule for c in CASES if c.rewrite})
+)
 
 
 # ------------------------------------------------------------------------------------------ slicing-heavy

@@ -1,4 +1,4 @@
-"""Reading the rule coverage table that ``python -m conformance.rule_coverage --json`` prints.
+"""Reading the rule coverage table that ``python -m tests.rule_coverage --json`` prints.
 
 The dashboard shows it as a page of its own (``coverage.html``): every rule id with its level, whether a
 broken backend proves that a chapter fails on it (``proven``; ``proven-gpu`` where only a GPU run can),
@@ -7,7 +7,8 @@ gaps failed the self-tests) or that nothing covers it (``missing``), how many ca
 broken backends prove it. The table reaches the dashboard as data, a JSON file, never by importing the
 suite: ``reports`` does not import ``conformance``.
 
-The file is a list of rows, one per rule id, as ``conformance.rule_coverage.row_dict`` writes them::
+The file is a list of rows, one per rule id of the rule table, as ``conformance.rule_coverage.row_dict``
+writes them::
 
     [{"rule": "mm_out/values", "level": "must", "chapters": ["mm_out"], "cases": ["conformance/..."],
       "broken_backends": ["tests.broken_backends:WrongValues"], "spec": ['SPEC §1c: "..."'],
@@ -24,7 +25,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The name the dashboard picks up from a results directory (``python -m conformance.rule_coverage --json
+#: The name the dashboard picks up from a results directory (``python -m tests.rule_coverage --json
 #: > results/rule-coverage.json``); such a file is never read as a result file.
 COVERAGE_FILE = "rule-coverage.json"
 
@@ -98,7 +99,7 @@ def load_coverage(path: str | os.PathLike[str]) -> list[CoverageRule]:
         raise CoverageFileError(f"{path}: rule coverage file is not JSON: {exc}") from exc
     if not isinstance(data, list):
         raise CoverageFileError(
-            f"{path}: not a rule coverage table (want the JSON list `python -m conformance.rule_coverage "
+            f"{path}: not a rule coverage table (want the JSON list `python -m tests.rule_coverage "
             "--json` prints)"
         )
     try:

@@ -13,7 +13,7 @@ B / same outcome, plus B's benchmark figures against A's. Without the option, a 
 exactly two runs from different backends (name, version and spec as recorded) gets that page for them
 too, the first input being A. The index links every such page.
 
-Rule coverage: ``--coverage FILE`` (the JSON ``python -m conformance.rule_coverage --json`` prints) writes
+Rule coverage: ``--coverage FILE`` (the JSON ``python -m tests.rule_coverage --json`` prints) writes
 ``coverage.html``, the rule → cases → broken backends table, and sums it up on the index. Without the
 option, a ``rule-coverage.json`` in an input directory (or named as an input) is used; it is never read as
 a result file. The table reaches the dashboard as that file only: nothing here imports the suite.
@@ -89,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--coverage",
         metavar="FILE",
-        help="rule coverage table to show as coverage.html (the JSON `python -m conformance.rule_coverage "
+        help="rule coverage table to show as coverage.html (the JSON `python -m tests.rule_coverage "
         f"--json` prints); default: a {COVERAGE_FILE} among the inputs",
     )
     p.add_argument("--history", help="directory of earlier runs; this build's runs are added to it")

@@ -1,4 +1,4 @@
-"""The rule coverage page's view model: the table ``python -m conformance.rule_coverage --json`` prints,
+"""The rule coverage page's view model: the table ``python -m tests.rule_coverage --json`` prints,
 most urgent status first."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class CoverageRow:
 
 @dataclass(frozen=True)
 class CoveragePage:
-    """The rule coverage table (``python -m conformance.rule_coverage --json``): most urgent status first,
+    """The rule coverage table (``python -m tests.rule_coverage --json``): most urgent status first,
     rule ids in order within a status."""
 
     source: str

@@ -17,10 +17,10 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conformance.rule_coverage import Breaks
 from conformance.view_pass_cases import CASES
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW, VIEW_TO_COPY
+from tests.rule_coverage import Breaks
 
 
 class _Wrapped:
@@ -28,7 +28,7 @@ class _Wrapped:
 
     def __init__(self, name: str, breaks: Breaks | None = None) -> None:
         self.name = name
-        if breaks is not None:  # what it breaks, for conformance.rule_coverage
+        if breaks is not None:  # what it breaks, for tests.rule_coverage
             self.breaks = breaks
 
 

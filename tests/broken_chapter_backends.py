@@ -3,7 +3,7 @@ backend does, and declares (``breaks``) the rules a chapter must fail it on.
 
 ``tests/test_broken_chapter_backends.py`` runs each through its chapter, as a user would, and holds the
 declaration true: the run fails, every failure names a declared rule, every declared rule is named; the
-reference passes the same selection. ``python -m conformance.rule_coverage`` lists them per rule.
+reference passes the same selection. ``python -m tests.rule_coverage`` lists them per rule.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering.fallback_kernels import UnsupportedKernelsError
+from tests.rule_coverage import Breaks
 
 MM_OUT = "conformance/test_mm_out.py"
 LOWERING = "conformance/test_lowering.py"

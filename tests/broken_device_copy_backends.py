@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP
 from tests.broken_chapter_backends import MULTI_METHOD, RUNTIME_OPTIONS, Forwarding, HalvesOutputCopies
 from tests.broken_option_backends import ValidatesMethodNames
 from tests.broken_placement_backends import PLACEMENT, CountsArgumentBytes, StagesThroughTheHost
+from tests.rule_coverage import Breaks
 
 
 class MemoisesHostOutputs(Forwarding):

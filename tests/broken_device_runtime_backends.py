@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from tests.broken_chapter_backends import BAD_INPUTS, PROGRAM_FORMAT, STREAMS_THREADS, Forwarding
+from tests.rule_coverage import Breaks
 
 
 class MovesInputsToTheProgram(Forwarding):

@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.format.placement import SKIP_D2H, SKIP_H2D
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP_COPY_OPTION
 from tests.broken_chapter_backends import Forwarding, WritesOutputsBeforeChecking
 from tests.broken_input_backends import LoadErrorsAsRuntimeError
 from tests.broken_placement_backends import CountsArgumentBytes
+from tests.rule_coverage import Breaks
 
 DIFFERENTIAL = "conformance/test_differential.py"
 METAMORPHIC = "conformance/test_metamorphic.py"

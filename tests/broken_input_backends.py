@@ -3,7 +3,7 @@ slips one way a real backend does, and declares (``breaks``) the rules those cha
 
 ``tests/test_broken_chapter_backends.py`` runs each through its chapter (CPU cases only: every bug here is
 in the host-side wrapper, the same for either target) and holds the declaration true; the reference passes
-the same selection. ``python -m conformance.rule_coverage`` lists them per rule.
+the same selection. ``python -m tests.rule_coverage`` lists them per rule.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from tests.broken_chapter_backends import BAD_INPUTS, PROGRAM_FORMAT, Forwarding
+from tests.rule_coverage import Breaks
 
 # ============================================================================================ bad inputs
 

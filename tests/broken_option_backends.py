@@ -14,11 +14,11 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassResult
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW
 from tests.broken_backends import NaiveViewPassOutcome, _fake, _repropagate
 from tests.broken_chapter_backends import LOWERING, RUNTIME_OPTIONS, Forwarding
+from tests.rule_coverage import Breaks
 
 SKIP = "skip_copy_output_to_cpu_for_method"
 

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from tests.broken_chapter_backends import MULTI_METHOD, Forwarding
+from tests.rule_coverage import Breaks
 
 #: The byte counters' slots: the author's first model had two inputs (token ids and a position).
 COUNTED_INPUTS = 2

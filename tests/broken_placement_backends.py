@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.format.placement import SKIP_D2H, SKIP_H2D
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP_COPY_OPTION
 from tests.broken_chapter_backends import Forwarding
+from tests.rule_coverage import Breaks
 
 
 class DropsUnknownMethods(Forwarding):

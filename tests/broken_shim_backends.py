@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import torch
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from tests.broken_chapter_backends import MM_OUT, Forwarding
+from tests.rule_coverage import Breaks
 
 
 class AccumulatesIntoOut(Forwarding):

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from conformance.rule_coverage import Breaks
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW, VIEW_TO_COPY
 from tests.broken_backends import (
@@ -32,6 +31,7 @@ from tests.broken_backends import (
     _retarget_with_truthful_meta,
 )
 from tests.broken_chapter_backends import LOWERING, Forwarding
+from tests.rule_coverage import Breaks
 
 DIFFERENTIAL = "conformance/test_differential.py"
 

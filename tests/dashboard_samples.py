@@ -290,7 +290,7 @@ PHASES = [
     {"name": "report", "start_s": 725.0, "wall_s": 5.0, "detail": ""},
 ]
 
-#: A hand-written rule coverage table in the shape ``python -m conformance.rule_coverage --json`` prints
+#: A hand-written rule coverage table in the shape ``python -m tests.rule_coverage --json`` prints
 #: (one object per rule id), with each status, including the two the self-test fails on, and a hostile
 #: string where a person writes prose.
 RULE_COVERAGE = [

@@ -18,9 +18,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conformance.rule_coverage import broken_backends
 from conformance.rules import Level, level_of
 from harness.results import FAILING_OUTCOMES
+from tests.rule_coverage import broken_backends
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "conformance/test_differential.py"

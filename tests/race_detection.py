@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conformance.rule_coverage import broken_backends
 from harness.results import FAILING_OUTCOMES
+from tests.rule_coverage import broken_backends
 
 ROOT = Path(__file__).resolve().parent.parent
 RACERS = (

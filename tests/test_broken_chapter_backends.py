@@ -16,8 +16,8 @@ import pytest
 import torch
 from _pytest.mark.expression import Expression
 
-from conformance.rule_coverage import ROOT, BrokenBackend, broken_backends
 from harness.results import RunResult
+from tests.rule_coverage import ROOT, BrokenBackend, broken_backends
 from tests.test_suite_catches_broken_backends import run_chapter
 
 BACKENDS = broken_backends()

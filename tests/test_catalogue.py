@@ -7,6 +7,7 @@ chapters' rule ids at hand."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import subprocess
 import sys
@@ -15,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalogue import CATALOGUE, ENTRIES, UNCOVERED, for_rule, named_rule_ids, patterns
+from conformance.catalogue import (
+    CATALOGUE,
+    ENTRIES,
+    RULES_BY_ID,
+    UNCOVERED,
+    for_rule,
+    is_rule_id,
+    named_rule_ids,
+    patterns,
+)
 from conformance.catalogue.__main__ import main
 from conformance.catalogue.audit import audit, quoted, summary
 from conformance.catalogue.entry import Entry, enforced, informative, uncovered
@@ -28,7 +38,6 @@ from conformance.catalogue.text import (
     sentences,
     split_sentences,
 )
-from conformance.rule_coverage import is_rule_id
 
 TEXT = sentences()
 FINDINGS = audit(CATALOGUE, TEXT)
@@ -95,9 +104,14 @@ def test_every_normative_sentence_is_enforced_or_informative() -> None:
 
 
 def test_rule_patterns_are_rule_ids() -> None:
-    """Well-formed here; matching a rule id a case checks: tests/test_rule_coverage.py."""
+    """Well-formed, and each names a rule of the rule table (an id, or a glob over ids: ``mm_out/none-*``);
+    matching a rule id a case checks: tests/test_rule_coverage.py."""
     bad = [p for p in patterns() if not is_rule_id(p.replace("*", "x").replace("?", "x"))]
     assert bad == []
+    unknown = [p for p in patterns() if not any(fnmatch.fnmatchcase(rule, p) for rule in RULES_BY_ID)]
+    assert unknown == [], (
+        f"sentence rows naming rules the table lacks (conformance/catalogue/rule_table.py): {unknown}"
+    )
 
 
 def test_the_counts_add_up() -> None:

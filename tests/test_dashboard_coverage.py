@@ -1,4 +1,4 @@
-"""The rule coverage page: the table ``python -m conformance.rule_coverage --json`` prints, given to the
+"""The rule coverage page: the table ``python -m tests.rule_coverage --json`` prints, given to the
 dashboard as a file (``--coverage FILE``, or ``rule-coverage.json`` among the inputs), never by importing the
 suite. The sample is hand-written (``tests.dashboard_samples.RULE_COVERAGE``), not generated."""
 

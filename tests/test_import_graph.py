@@ -297,12 +297,35 @@ def imports_of(root: Path, packages: Sequence[str], top: str) -> list[str]:
     ]
 
 
-def test_no_product_module_imports_tests() -> None:
-    """``tests/`` is the self-test of the product, not part of it: an installed package has no ``tests``.
-    (``conformance.rule_coverage`` reads the broken backends in ``tests/broken*.py`` by string, for
-    importlib, on purpose: a self-test report, run from a checkout only.)"""
+def _imports_by_string(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """(leading text of the module name, line) of each ``import_module(...)``; an f-string: its first part."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        arg = node.args[0]
+        if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+            arg = arg.values[0]
+        if name == "import_module" and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            yield arg.value, node.lineno
+
+
+def test_product_code_never_imports_the_self_tests() -> None:
+    """``tests/`` depends on the product, never the reverse: not by an import, not by a name handed to
+    ``importlib`` (the rule coverage table once imported ``tests/broken*.py`` to learn which broken backend
+    proves each rule; ``python -m tests.rule_coverage`` now passes the declarations in)."""
     found = imports_of(ROOT, PACKAGES, "tests")
-    assert not found, f"product modules import tests: {found}"
+    for path in modules(ROOT).values():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        found += [
+            f"{path.relative_to(ROOT).as_posix()}:{line} import_module({text!r})"
+            for text, line in _imports_by_string(tree)
+            if text == "tests" or text.startswith("tests.")
+        ]
+    assert not found, f"product code importing the self-tests: {found}"
+    old = "import importlib\nmodule = importlib.import_module(f'tests.{stem}')\n"
+    assert [t for t, _ in _imports_by_string(ast.parse(old))] == ["tests."]
 
 
 def test_harness_loads_suites_and_backends_by_string_only() -> None:

@@ -393,7 +393,7 @@ def test_the_record_gives_the_table_and_whether_the_toolchain_is_known() -> None
 
 def test_the_rule_coverage_table_only_warns_when_it_fails(tmp_path: Path) -> None:
     console = FakeConsole(gpus=0)
-    report.write_rule_coverage(console, "false", tmp_path / "results")  # type: ignore[arg-type]
+    report.write_rule_coverage(console, ["false"], tmp_path / "results")  # type: ignore[arg-type]
     assert not (tmp_path / "results" / "rule-coverage.json").exists()
     assert console.of("warn") == [
         "rule coverage table not written (exit 1); the dashboard will have no coverage page"

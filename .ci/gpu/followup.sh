@@ -21,7 +21,7 @@ if step broken; then
   # Names of the CUDA-only broken backends; those judged on NVML (device-wide counters) run last and alone,
   # with the reference's run of their selection: other processes' copies would be in the counters.
   names() { python3 -c "
-from conformance.rule_coverage import broken_backends
+from tests.rule_coverage import broken_backends
 print(' or '.join(b.spec.split(':')[1] for b in broken_backends() if b.breaks.cuda and b.breaks.alone == $1))"; }
   cuda_only=$(names False); alone=$(names True)
   timeout "$limit" python3 -m pytest tests/test_broken_chapter_backends.py tests/test_placement_broken_backends.py \

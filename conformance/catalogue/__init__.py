@@ -1,17 +1,54 @@
 """The contract as rules: every normative sentence of the plug-in protocol and the SPEC, quoted, with the rule
 ids that enforce it (``entries.py``), the text it is held to (``text.py``) and the audit that holds it there
-(``audit.py``). ``python -m conformance.catalogue`` prints it.
+(``audit.py``); and the rule table (``rule_table.py``), every rule id with its chapters, level and clause.
+``python -m conformance.catalogue`` prints the sentences, ``python -m conformance.rules`` the rules.
 
-Nothing here imports torch or a chapter: the catalogue is data, read by the coverage table
-(``conformance.rule_coverage``: which sentence a rule enforces) and by its self-tests.
+Nothing here imports torch or a chapter: the catalogue is data, read by the chapters (their rule ids, through
+``conformance.rules``), the levels, and the coverage table (``conformance.rule_coverage``).
 """
 
 from __future__ import annotations
 
 from conformance.catalogue.entries import CATALOGUE, ENTRIES, UNCOVERED
 from conformance.catalogue.entry import Entry, Status
+from conformance.catalogue.rule import CHAPTERS, ID, Level, Rule, is_rule_id
+from conformance.catalogue.rule_table import RULE_TABLE
 
-__all__ = ["CATALOGUE", "ENTRIES", "UNCOVERED", "Entry", "Status", "for_rule", "named_rule_ids", "patterns"]
+__all__ = [
+    "CATALOGUE",
+    "CHAPTERS",
+    "ENTRIES",
+    "ID",
+    "RULES_BY_ID",
+    "RULE_TABLE",
+    "UNCOVERED",
+    "Entry",
+    "Level",
+    "Rule",
+    "Status",
+    "for_rule",
+    "is_rule_id",
+    "named_rule_ids",
+    "patterns",
+    "rule_index",
+]
+
+
+def rule_index(table: tuple[Rule, ...]) -> dict[str, Rule]:
+    """Every rule id -> its row; an id two rows make is an error (one owner per rule)."""
+    found: dict[str, Rule] = {}
+    for row in table:
+        for rule_id in row.ids:
+            if rule_id in found:
+                raise ValueError(
+                    f"rule table: {rule_id!r} is made by {found[rule_id].pattern!r} and {row.pattern!r}"
+                )
+            found[rule_id] = row
+    return found
+
+
+#: Every rule id of the table -> its row, in the table's order.
+RULES_BY_ID: dict[str, Rule] = rule_index(RULE_TABLE)
 
 
 def for_rule(rule: str, catalogue: tuple[Entry, ...] = CATALOGUE) -> list[Entry]:
