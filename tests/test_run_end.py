@@ -339,12 +339,18 @@ def test_last():
 DIE_AFTER_TEARDOWN = """
 import os, time
 
+WORKER = []
+
+def pytest_configure(config):
+    # Only a worker has workerinput (PYTEST_XDIST_WORKER may be inherited from an outer pytest-xdist run).
+    WORKER.append(hasattr(config, "workerinput"))
+
 def pytest_runtest_logfinish(nodeid, location):
     # After the teardown report went out, before the worker tells pytest-xdist the case is complete:
     # as a worker killed by a CI system's SIGTERM in that instant. The pause lets execnet send the report
-    # first (an exit at once can lose it on a loaded machine, and then the case did crash mid-teardown).
-    if nodeid.endswith("test_dies_after_its_teardown") and os.environ.get("PYTEST_XDIST_WORKER"):
-        time.sleep(2)
+    # first (an exit at once could lose it, and then the case did crash mid-teardown).
+    if nodeid.endswith("test_dies_after_its_teardown") and WORKER[0]:
+        time.sleep(1)
         os._exit(1)
 """
 
