@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.outcomes import FAILING, Outcome
+
 SCHEMA = "aoti-conformance-results"
 #: Version 2 added the case fields ``rule``, ``level`` and ``known_failure`` and the outcomes
 #: ``should-failed`` and ``coverage``. Version 3 added the outcomes ``timeout``, ``device-fault`` and
@@ -26,19 +28,10 @@ SCHEMA = "aoti-conformance-results"
 #: as version 3 cases without the new fields.
 SCHEMA_VERSION = 3
 SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
-#: ``should-failed``: a *should* rule failed (a policy, optimisation or performance contract); it fails
-#: the run only under ``--strict-should``. ``coverage``: the backend does not cover what the case
-#: exercises (e.g. an op it does not map); never a failure. ``xfailed``: a declared known failure (its
-#: ``known_failure`` says why) or a pytest xfail marker. ``timeout``: the case outlived its time limit
-#: (``evidence``: every thread's stack); ``device-fault``: the device was unusable after the case (a sticky
-#: CUDA error; ``evidence``: the error, ``repro``: the case under compute-sanitizer); both fail the run.
-#: ``not-run``: the run stopped before the case ended (deadline, SIGTERM, ...; ``message`` says why).
-OUTCOMES: tuple[str, ...] = (
-    "passed", "failed", "skipped", "error", "crashed", "xfailed", "xpassed", "should-failed", "coverage",
-    "timeout", "device-fault", "not-run",
-)  # fmt: skip
+#: Every outcome, in the order ``RunResult.summary()`` counts them; what each means: ``harness.outcomes``.
+OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)
 #: Outcomes that mean the backend did something wrong (they fail a run); one list for every reader.
-FAILING_OUTCOMES: tuple[str, ...] = ("failed", "error", "crashed", "xpassed", "timeout", "device-fault")
+FAILING_OUTCOMES: tuple[Outcome, ...] = tuple(o for o in Outcome if o in FAILING)
 #: Levels of the rule a failure names (``conformance/rules.py``).
 LEVELS: tuple[str, ...] = ("must", "should")
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -55,6 +48,7 @@ class CaseResult:
     id: str
     chapter: str
     params: dict[str, str]
+    #: An ``Outcome``: a member where it was recorded, its plain string where read back (the two are equal).
     outcome: str
     message: str
     repro: str
@@ -93,11 +87,12 @@ class RunResult:
 
     def summary(self) -> dict[str, Any]:
         """Counts per outcome (every outcome present, zeros included) and per chapter."""
-        outcomes = dict.fromkeys(OUTCOMES, 0)
+        zeros = {outcome.value: 0 for outcome in OUTCOMES}  # plain keys: a printed summary shows no members
+        outcomes = dict(zeros)
         chapters: dict[str, dict[str, int]] = {}
         for case in self.cases:
             outcomes[case.outcome] = outcomes.get(case.outcome, 0) + 1
-            per_chapter = chapters.setdefault(case.chapter, dict.fromkeys(OUTCOMES, 0))
+            per_chapter = chapters.setdefault(case.chapter, dict(zeros))
             per_chapter[case.outcome] = per_chapter.get(case.outcome, 0) + 1
         return {"total": len(self.cases), "outcomes": outcomes, "chapters": dict(sorted(chapters.items()))}
 
@@ -358,7 +353,7 @@ def add_not_run(run: RunResult, collected: Sequence[str], reason: str) -> list[C
 
 def not_run_case(case_id: str, reason: str, repro: str = "") -> CaseResult:
     """A case the run never finished."""
-    return CaseResult(case_id, chapter_of(case_id), {}, "not-run", reason, repro, 0.0, None)
+    return CaseResult(case_id, chapter_of(case_id), {}, Outcome.NOT_RUN, reason, repro, 0.0, None)
 
 
 def chapter_of(nodeid: str) -> str:
