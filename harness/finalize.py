@@ -10,7 +10,7 @@ C watchdog dumped, else ``crashed``; every other collected case ``not-run``. Wri
 case. Does nothing when the result file exists. The front door (``nox -s conformance``) runs it for every
 shard; the reports read a journal on their own, so the page never needs it.
 
-Standard library and ``harness.results`` only.
+Standard library, ``harness.results`` and ``harness.outcomes`` only.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.outcomes import FAILING, SKIP_LIKE, Outcome
 from harness.results import (
     CaseResult,
     ResultFileError,
@@ -32,9 +33,6 @@ from harness.results import (
     write_results,
 )
 
-#: How each outcome appears in JUnit: a failure, a skip, or a plain pass.
-_JUNIT_FAILURE = ("failed", "error", "crashed", "xpassed", "timeout", "device-fault")
-_JUNIT_SKIPPED = ("skipped", "xfailed", "should-failed", "coverage", "not-run")
 DEFAULT_REASON = "the pytest process ended before writing its result file"
 
 
@@ -64,7 +62,7 @@ def _judge_running(run: RunResult, directory: Path) -> None:
             continue
         case_id = running.get("case")
         index = by_id.get(case_id) if isinstance(case_id, str) else None
-        if index is None or run.cases[index].outcome != "not-run":
+        if index is None or run.cases[index].outcome != Outcome.NOT_RUN:
             continue  # it finished, or it is not one of this run's
         stacks_file = case_file.with_name(case_file.name.removesuffix(".case.json") + ".stacks")
         stacks = stacks_file.read_text(encoding="utf-8", errors="replace") if stacks_file.exists() else ""
@@ -74,17 +72,19 @@ def _judge_running(run: RunResult, directory: Path) -> None:
                 f"timeout: the case outlived its time limit of {limit} s ({running.get('source')}); the "
                 "last-resort watchdog ended its process. Every thread's Python stack is in the evidence."
             )
-            change = {"outcome": "timeout", "message": message, "evidence": stacks[-60_000:]}
+            change = {"outcome": Outcome.TIMEOUT, "message": message, "evidence": stacks[-60_000:]}
         else:
-            change = {"outcome": "crashed", "message": "its process ended while running it, with no word"}
+            message = "its process ended while running it, with no word"
+            change = {"outcome": Outcome.CRASHED, "message": message}
         run.cases[index] = dataclasses.replace(run.cases[index], **change)
 
 
 def write_junit(path: Path, run: RunResult) -> None:
     """One ``testsuite``, one ``testcase`` per case, each with its outcome as property
     ``conformance:outcome`` (pytest's own writer is used at every normal end)."""
-    failures = sum(case.outcome in _JUNIT_FAILURE for case in run.cases)
-    skipped = sum(case.outcome in _JUNIT_SKIPPED for case in run.cases)
+    # How each outcome appears in JUnit: a failure (FAILING), a skip (SKIP_LIKE), or a plain pass.
+    failures = sum(case.outcome in FAILING for case in run.cases)
+    skipped = sum(case.outcome in SKIP_LIKE for case in run.cases)
     suite = ET.Element(
         "testsuite",
         name="conformance",
@@ -129,12 +129,12 @@ def _testcase(case: CaseResult) -> ET.Element:
     classname = path.removesuffix(".py").replace("/", ".")
     element = ET.Element("testcase", classname=classname, name=name or path, time=f"{case.duration_s:.3f}")
     props = ET.SubElement(element, "properties")
-    ET.SubElement(props, "property", name="conformance:outcome", value=case.outcome)
+    ET.SubElement(props, "property", name="conformance:outcome", value=str(case.outcome))
     first = case.message.splitlines()[0] if case.message else case.outcome
-    if case.outcome in _JUNIT_FAILURE:
+    if case.outcome in FAILING:
         failure = ET.SubElement(element, "failure", message=f"{case.outcome}: {first}")
         failure.text = "\n\n".join(part for part in (case.message, case.evidence) if part)
-    elif case.outcome in _JUNIT_SKIPPED:
+    elif case.outcome in SKIP_LIKE:
         ET.SubElement(element, "skipped", type="pytest.skip", message=f"{case.outcome}: {first}")
     return element
 

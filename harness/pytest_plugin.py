@@ -7,11 +7,12 @@ atomically when the session ends. A worker that dies mid-test is recorded as ``c
 
 Another plugin may decide a case's recorded outcome where pytest has no word for it: it sets
 ``report.case_result`` (``CASE_RESULT_ATTR``) on the setup or call report to a JSON-serialisable dict with
-``outcome`` (one of ``harness.results.OUTCOMES``) and optionally ``message``, ``rule``, ``level``,
-``known_failure`` and ``evidence``. It is a plain report attribute, so it survives pytest-xdist's report
-serialisation. The conformance suite uses it for ``should-failed``, ``coverage`` and declared known
-failures; the watchdog and the run's end (``harness/watchdog.py``, ``harness/run_end.py``, registered
-here too) for ``timeout``, ``device-fault`` and ``not-run``, on any phase's report.
+``outcome`` (a ``harness.outcomes.Outcome``'s value, as a plain ``str``) and optionally ``message``,
+``rule``, ``level``, ``known_failure`` and ``evidence``. It is a plain report attribute, so it survives
+pytest-xdist's report serialisation (which takes no ``str`` subclass: hence ``Outcome.X.value``). The
+conformance suite uses it for ``should-failed``, ``coverage`` and declared known failures; the watchdog
+and the run's end (``harness/watchdog.py``, ``harness/run_end.py``, registered here too) for ``timeout``,
+``device-fault`` and ``not-run`` (``harness.outcomes.FINAL``), on any phase's report.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pytest
 from harness import run_end
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
+from harness.outcomes import FINAL, Outcome
 from harness.results import (
     LEVELS,
     OUTCOMES,
@@ -44,8 +46,6 @@ from harness.watchdog import CASE_RESULT_ATTR
 
 PARAM_PREFIX = "param:"
 MESSAGE_LIMIT = 4000
-#: The outcomes a case_result on any phase's report decides, over what the other reports say.
-_FAULT_OUTCOMES = ("timeout", "device-fault", "not-run")
 __all__ = ["CASE_RESULT_ATTR", "add_run_metadata", "chapter_of", "repro_command", "set_case_params"]
 
 _METADATA_KEY = pytest.StashKey[dict[str, Any]]()
@@ -191,7 +191,7 @@ class ResultRecorder:
                     id=report.nodeid,
                     chapter=chapter_of(report.nodeid),
                     params={},
-                    outcome="error",
+                    outcome=Outcome.ERROR,
                     message="collection failed: " + _failure_text(report),
                     repro=self._repro(report.nodeid),
                     duration_s=0.0,
@@ -281,7 +281,7 @@ class ResultRecorder:
         collected = int(getattr(session, "testscollected", 0) or 0)
         if self._recorded_tests < collected and not self.config.getoption("collectonly"):
             return f"{collected - self._recorded_tests} of {collected} collected tests have no result"
-        not_run = [case for case in self.run.cases if case.outcome == "not-run"]
+        not_run = [case for case in self.run.cases if case.outcome == Outcome.NOT_RUN]
         if not_run:  # e.g. after -x, or once pytest-xdist stopped replacing crashed workers
             return f"{len(not_run)} of {len(self.run.cases)} cases not run: {not_run[0].message}"
         return None
@@ -298,7 +298,7 @@ class ResultRecorder:
         crash_result = _override(crash) if crash is not None else None
         note = getattr(crash, CASE_RESULT_ATTR, None) if crash is not None else None
         if crash is not None and crash_result is None and not (isinstance(note, dict) and "note" in note):
-            outcome, message = "crashed", _failure_text(crash)
+            outcome, message = Outcome.CRASHED, _failure_text(crash)
         elif crash_result is not None:  # a worker ended by its watchdog: its verdict
             outcome, message = crash_result["outcome"], _override_message(crash_result, crash)
             details = _case_details({"call": crash}, outcome)
@@ -308,7 +308,7 @@ class ResultRecorder:
             if isinstance(note, dict) and note.get("note"):  # a worker replaced after this case: why
                 message = _truncate(f"{message}\n({note['note']})" if message else f"({note['note']})")
         repro = self._repro(nodeid)
-        if outcome == "device-fault":
+        if outcome == Outcome.DEVICE_FAULT:
             repro = sanitizer_repro(repro)
         duration = pending.duration
         if crash is not None and pending.start is not None:  # a hung or dead case: until its end was known
@@ -350,7 +350,7 @@ def _nothing() -> Iterator[None]:
 def summary_line(path: Path, run: RunResult) -> str:
     """``results: PATH (N passed, N failed, N skipped, N crashed)``, plus any other outcome that occurred."""
     counts = run.summary()["outcomes"]
-    always = ("passed", "failed", "skipped", "crashed")
+    always = (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED, Outcome.CRASHED)
     parts = [f"{counts[name]} {name}" for name in always]
     parts += [f"{count} {name}" for name, count in counts.items() if name not in always and count]
     return f"results: {path} ({', '.join(parts)})"
@@ -390,10 +390,10 @@ def _override_message(override: dict[str, Any], report: pytest.TestReport | None
 def _case_details(reports: dict[str, pytest.TestReport], outcome: str) -> dict[str, Any]:
     """``rule``, ``level``, ``known_failure`` and ``evidence`` from a ``case_result``, when the outcome still
     is its."""
-    for when in ("teardown", "setup", "call") if outcome in _FAULT_OUTCOMES else ("setup", "call"):
+    for when in ("teardown", "setup", "call") if outcome in FINAL else ("setup", "call"):
         override = _override(reports.get(when))
         if override is not None:
-            if override["outcome"] != outcome and outcome == "error":
+            if override["outcome"] != outcome and outcome == Outcome.ERROR:
                 return {}  # a teardown failure turned it into an error: the details no longer apply
             known = override.get("known_failure")
             return {
@@ -410,43 +410,43 @@ def _outcome(reports: dict[str, pytest.TestReport]) -> tuple[str, str]:
     setup, call, teardown = reports.get("setup"), reports.get("call"), reports.get("teardown")
     for report in (teardown, call, setup):  # a timeout, device fault or not-run ends the case, whatever else
         fault = _override(report)
-        if fault is not None and fault["outcome"] in _FAULT_OUTCOMES:
+        if fault is not None and fault["outcome"] in FINAL:
             return fault["outcome"], _override_message(fault, report)
     setup_override = _override(setup)
     if setup_override is not None:
         return setup_override["outcome"], _override_message(setup_override, setup)
     if setup is not None and setup.failed:
-        return "error", _failure_text(setup)
+        return Outcome.ERROR, _failure_text(setup)
     if setup is not None and setup.skipped:
         return _skip_outcome(setup)
     if call is None:
-        return "error", "the test did not run to completion (interrupted before its call phase ended)"
+        return Outcome.ERROR, "the test did not run to completion (interrupted before its call phase ended)"
     call_override = _override(call)
     if call_override is not None:
         outcome, message = call_override["outcome"], _override_message(call_override, call)
     elif call.skipped:
         outcome, message = _skip_outcome(call)
     elif call.failed:
-        outcome, message = "failed", _failure_text(call)
+        outcome, message = Outcome.FAILED, _failure_text(call)
     elif hasattr(call, "wasxfail"):
-        outcome, message = "xpassed", str(call.wasxfail)
+        outcome, message = Outcome.XPASSED, str(call.wasxfail)
     else:
-        outcome, message = "passed", ""
+        outcome, message = Outcome.PASSED, ""
     if teardown is not None and teardown.failed:
         teardown_text = _failure_text(teardown)
-        if outcome == "failed":
+        if outcome == Outcome.FAILED:
             return outcome, _truncate(f"{message}\n(teardown also failed: {teardown_text})")
-        return "error", "teardown failed: " + teardown_text
+        return Outcome.ERROR, "teardown failed: " + teardown_text
     return outcome, message
 
 
 def _skip_outcome(report: pytest.TestReport) -> tuple[str, str]:
     if hasattr(report, "wasxfail"):
-        return "xfailed", str(report.wasxfail)
+        return Outcome.XFAILED, str(report.wasxfail)
     longrepr = report.longrepr
     # A skip's longrepr is (path, lineno, "Skipped: reason"); xdist may turn the tuple into a list.
     reason = str(longrepr[2]) if isinstance(longrepr, (tuple, list)) and len(longrepr) == 3 else str(longrepr)
-    return "skipped", _truncate(reason.removeprefix("Skipped: "))
+    return Outcome.SKIPPED, _truncate(reason.removeprefix("Skipped: "))
 
 
 def _failure_text(report: pytest.TestReport | pytest.CollectReport) -> str:

@@ -33,6 +33,7 @@ from harness import run_control
 from harness.case_limits import MARKER, OPTION, CaseLimitError, parse_rules
 from harness.device_probe import DEFAULT_PROBE, load_probe
 from harness.finalize import drop_repeated_testcases
+from harness.outcomes import FAULTS, FINAL, Outcome
 from harness.run_control import EXIT_DEADLINE, EXIT_STOPPED_BY_FAULT, RunControl
 from harness.watchdog import (
     CASE_RESULT_ATTR,
@@ -45,14 +46,12 @@ from harness.watchdog import (
     set_case_result,
 )
 
-#: Outcomes the terminal shows with a letter of their own.
+#: Outcomes the terminal shows with a letter of their own: pytest's (category, letter, word), plain strings.
 _STATUS = {
-    "timeout": ("timeout", "T", "TIMEOUT"),
-    "device-fault": ("device-fault", "D", "DEVICE-FAULT"),
-    "not-run": ("not-run", "N", "NOT-RUN"),
+    Outcome.TIMEOUT: (Outcome.TIMEOUT.value, "T", "TIMEOUT"),
+    Outcome.DEVICE_FAULT: (Outcome.DEVICE_FAULT.value, "D", "DEVICE-FAULT"),
+    Outcome.NOT_RUN: (Outcome.NOT_RUN.value, "N", "NOT-RUN"),
 }
-#: Outcomes that end a case whatever phase their report is from.
-_FINAL = ("timeout", "device-fault", "not-run")
 LIST_LIMIT = 20
 _RUN_END_KEY = pytest.StashKey["RunEnd"]()
 
@@ -276,16 +275,16 @@ class RunEnd:
             seen.call = report
         result = getattr(report, CASE_RESULT_ATTR, None)
         outcome = result.get("outcome") if isinstance(result, dict) else None
-        if outcome in ("timeout", "device-fault"):
+        if outcome in FAULTS:
             self.faults.append((outcome, report.nodeid, str(result.get("message") or "").split("\n")[0]))
-        if report.when == "teardown" or report.nodeid in self.crashed or outcome in _FINAL:
+        if report.when == "teardown" or report.nodeid in self.crashed or outcome in FINAL:
             seen.done = True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         result = getattr(report, CASE_RESULT_ATTR, None)
         outcome = result.get("outcome") if isinstance(result, dict) else None
-        if outcome in _STATUS and (report.when != "teardown" or outcome == "device-fault"):
+        if outcome in _STATUS and (report.when != "teardown" or outcome == Outcome.DEVICE_FAULT):
             return _STATUS[outcome]
         return None
 
@@ -388,7 +387,7 @@ class RunEnd:
             message = f"not run: {reason} ({when})"
             main = _report(case, location, "skipped", "call" if started else "setup", None, props, last)
             main.longrepr = (location[0], location[1] or 0, message)
-            setattr(main, CASE_RESULT_ATTR, {"outcome": "not-run", "message": message})
+            setattr(main, CASE_RESULT_ATTR, {"outcome": Outcome.NOT_RUN.value, "message": message})
         main.user_properties = [*props, ("conformance:outcome", getattr(main, CASE_RESULT_ATTR)["outcome"])]
         teardown = _report(case, location, "passed", "teardown", None, main.user_properties, last)
         return [main, teardown]
@@ -445,13 +444,13 @@ def shape_crash_report(report: pytest.TestReport, verdict: Verdict, seen: _Seen 
         report.outcome, report.when, report.longrepr = "passed", "teardown", None  # type: ignore[assignment]
         setattr(report, CASE_RESULT_ATTR, {"outcome": None, "note": verdict.message})
         return
-    if verdict.outcome == "device-fault" or "call" in whens:
+    if verdict.outcome == Outcome.DEVICE_FAULT or "call" in whens:
         report.when = "teardown"  # type: ignore[assignment]
     else:
         report.when = "call" if "setup" in whens else "setup"  # type: ignore[assignment]
     report.outcome = "failed"
     report.longrepr = _longrepr(verdict)
-    report.user_properties = [("conformance:outcome", verdict.outcome)]
+    report.user_properties = [("conformance:outcome", Outcome(verdict.outcome).value)]
     set_case_result(report, verdict)
     call = seen.call if seen is not None else None
     if call is not None and call.failed:

@@ -59,6 +59,7 @@ from harness.device_probe import (
     memory_held_after_oom,
     release_after_failure,
 )
+from harness.outcomes import Outcome
 from harness.results import chapter_of
 
 #: Report attribute through which a plugin decides a case's recorded outcome (harness/pytest_plugin.py
@@ -168,7 +169,7 @@ class WatchdogFiles:
             "Python code could run (C code holding the GIL); the last-resort watchdog ended its process "
             "and a fresh one ran the rest. Every thread's Python stack is in the evidence."
         )
-        return Verdict(case, "timeout", message, truncate(stacks))
+        return Verdict(case, Outcome.TIMEOUT, message, truncate(stacks))
 
     def pid(self) -> int | None:
         with contextlib.suppress(OSError, ValueError, TypeError):
@@ -178,7 +179,9 @@ class WatchdogFiles:
 
 def set_case_result(report: pytest.TestReport, verdict: Verdict) -> None:
     """Make ``verdict`` the case's recorded outcome (terminal, JUnit and result file read it)."""
-    result: dict[str, Any] = {"outcome": verdict.outcome, "message": verdict.message}
+    # The plain string: the report may cross pytest-xdist's serialiser, which takes no str subclass.
+    outcome = None if verdict.outcome is None else Outcome(verdict.outcome).value
+    result: dict[str, Any] = {"outcome": outcome, "message": verdict.message}
     if verdict.evidence:
         result["evidence"] = verdict.evidence
     setattr(report, CASE_RESULT_ATTR, result)
@@ -413,7 +416,7 @@ class CaseWatchdog:
             else "without pytest-xdist no fresh process can take over, so the run stopped here"
         )
         message = f"device fault after this case: {first_line(error)}; {then}"
-        return Verdict(item.nodeid, "device-fault", message, truncate(error), "teardown")
+        return Verdict(item.nodeid, Outcome.DEVICE_FAULT, message, truncate(error), "teardown")
 
     def _device_fault(self, item: pytest.Item, report: pytest.TestReport, error: str) -> None:
         verdict = self._fault_verdict(item, error)
@@ -423,7 +426,8 @@ class CaseWatchdog:
         # In one process the teardown report itself carries the verdict (harness/run_end.py shapes it).
         report.outcome = "failed"
         report.longrepr = FaultRepr(verdict.message, verdict.evidence)  # type: ignore[assignment]
-        report.user_properties = [*report.user_properties, ("conformance:outcome", "device-fault")]
+        fault = ("conformance:outcome", Outcome.DEVICE_FAULT.value)
+        report.user_properties = [*report.user_properties, fault]
         set_case_result(report, verdict)
         self.on_verdict(verdict, False)
 
@@ -473,7 +477,7 @@ class CaseWatchdog:
             f"timeout: the case outlived its time limit of {running.limit_s:g} s ({running.source}) in its "
             f"{running.phase}; {then}. Every thread's stack is in the evidence."
         )
-        return Verdict(running.case, "timeout", message, evidence, running.phase)
+        return Verdict(running.case, Outcome.TIMEOUT, message, evidence, running.phase)
 
     def overhead(self) -> dict[str, float]:
         """What this process's watchdog cost the cases it ran (its timers, files and device probe)."""
