@@ -40,6 +40,7 @@ from harness.backend_loader import (
 )
 from harness.environment import capture_environment
 from harness.formatting import show_relative
+from harness.outcomes import FAILING, Outcome
 from harness.records import BenchRecord
 from harness.results import CaseResult, ResultJournal, RunResult, new_run, utc_now, write_results
 from harness.run_history import archive
@@ -168,11 +169,13 @@ class BenchRun:
         self.journal.add_case(case)
 
 
-def run_suite(name: str, bench: BenchRun, ctx_factory: Callable[[], BenchContext], cuda_reason: str) -> str:
+def run_suite(
+    name: str, bench: BenchRun, ctx_factory: Callable[[], BenchContext], cuda_reason: str
+) -> Outcome:
     """Run one suite and record its case; returns the outcome."""
     start = time.monotonic()
     ctx = ctx_factory()
-    outcome, message = "passed", ""
+    outcome, message = Outcome.PASSED, ""
     try:
         suite = resolve_suite(name)
         if suite.needs_cuda and cuda_reason:
@@ -183,15 +186,15 @@ def run_suite(name: str, bench: BenchRun, ctx_factory: Callable[[], BenchContext
         ctx.log(f"[{name}] {suite.description}")
         suite.run(ctx)
         if ctx.failures:
-            outcome, message = "failed", "\n".join(ctx.failures)
+            outcome, message = Outcome.FAILED, "\n".join(ctx.failures)
     except SuiteSkipped as exc:
-        outcome, message = "skipped", str(exc)
+        outcome, message = Outcome.SKIPPED, str(exc)
     except pytest.skip.Exception as exc:  # a helper shared with the chapters: a protocol part is missing
-        outcome, message = "skipped", str(exc.msg)
+        outcome, message = Outcome.SKIPPED, str(exc.msg)
     except Exception as exc:
-        outcome = "error"
+        outcome = Outcome.ERROR
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
-    if outcome in ("failed", "error"):  # skips are listed once, with their reason, in the closing table
+    if outcome in FAILING:  # skips are listed once, with their reason, in the closing table
         ctx.log(f"[{name}] {outcome}: {message.splitlines()[0] if message else ''}")
     bench.record_case(name, outcome, message, time.monotonic() - start, ctx.quick)
     return outcome
@@ -296,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.journal.discard()
     print(format_table(run))
     print(f"results: {args.out} ({', '.join(f'{k}: {v}' for k, v in outcomes.items())})")
-    if any(o in ("failed", "error") for o in outcomes.values()):
+    if any(o in FAILING for o in outcomes.values()):
         return 1
     if not run.benchmarks and not run.traffic:
         verdict = "--allow-empty: exit 0" if args.allow_empty else "failing (--allow-empty accepts this)"
@@ -331,8 +334,8 @@ def format_table(run: RunResult, extra_metrics: int = 3) -> str:
         lines.append(f"{entry.get('name', '?'):<44} " + "  ".join(figures))
     skipped: dict[str, list[str]] = {}  # one line per skip reason, not one per suite
     for case in run.cases:
-        reason = case.message.splitlines()[0] if case.message and case.outcome != "passed" else ""
-        if case.outcome == "skipped":
+        reason = case.message.splitlines()[0] if case.message and case.outcome != Outcome.PASSED else ""
+        if case.outcome == Outcome.SKIPPED:
             skipped.setdefault(reason, []).append(case.id)
             continue
         lines.append(f"{case.id:<44} {case.outcome}{f' — {reason}' if reason else ''}")

@@ -24,9 +24,11 @@ from typing import Any
 import pytest
 
 from harness.formatting import show_duration as duration
+from harness.outcomes import Outcome
 
 INTERVAL_S = 30.0
-PROGRESS_OUTCOMES = ("passed", "failed", "error", "skipped")
+# pytest's report outcomes, with a failed setup counted apart as an error (decided outcomes come later).
+PROGRESS_OUTCOMES = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
 
 
 class _Ticker:
@@ -108,7 +110,7 @@ class ProgressReporter:
                 self.running.pop(report.nodeid, None)
                 self.counts["done"] += 1
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            outcome = "error" if report.when == "setup" and report.failed else report.outcome
+            outcome = Outcome.ERROR if report.when == "setup" and report.failed else report.outcome
             with self.lock:
                 self.counts[outcome] += 1
 
