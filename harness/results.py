@@ -28,10 +28,11 @@ SCHEMA = "aoti-conformance-results"
 #: as version 3 cases without the new fields.
 SCHEMA_VERSION = 3
 SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
-#: Every outcome, in the order ``RunResult.summary()`` counts them; what each means: ``harness.outcomes``.
-OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)
+#: Every outcome as the file spells it, in the order ``RunResult.summary()`` counts them. Plain strings
+#: (what a file holds, what a ``repr`` or a cache key shows); what each means: ``harness.outcomes``.
+OUTCOMES: tuple[str, ...] = tuple(outcome.value for outcome in Outcome)
 #: Outcomes that mean the backend did something wrong (they fail a run); one list for every reader.
-FAILING_OUTCOMES: tuple[Outcome, ...] = tuple(o for o in Outcome if o in FAILING)
+FAILING_OUTCOMES: tuple[str, ...] = tuple(outcome.value for outcome in Outcome if outcome in FAILING)
 #: Levels of the rule a failure names (``conformance/rules.py``).
 LEVELS: tuple[str, ...] = ("must", "should")
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -87,12 +88,11 @@ class RunResult:
 
     def summary(self) -> dict[str, Any]:
         """Counts per outcome (every outcome present, zeros included) and per chapter."""
-        zeros = {outcome.value: 0 for outcome in OUTCOMES}  # plain keys: a printed summary shows no members
-        outcomes = dict(zeros)
+        outcomes = dict.fromkeys(OUTCOMES, 0)
         chapters: dict[str, dict[str, int]] = {}
         for case in self.cases:
             outcomes[case.outcome] = outcomes.get(case.outcome, 0) + 1
-            per_chapter = chapters.setdefault(case.chapter, dict(zeros))
+            per_chapter = chapters.setdefault(case.chapter, dict.fromkeys(OUTCOMES, 0))
             per_chapter[case.outcome] = per_chapter.get(case.outcome, 0) + 1
         return {"total": len(self.cases), "outcomes": outcomes, "chapters": dict(sorted(chapters.items()))}
 
