@@ -16,22 +16,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.formatting import scale_for
+from harness.outcomes import Outcome
 from reports import chart_cache
 
-# Outcome colours, shared with the stylesheet's badges.
-OUTCOME_COLOURS = {
-    "passed": "#1a7f37",
-    "xfailed": "#8c959f",
-    "coverage": "#54aeff",
-    "skipped": "#bf8700",
-    "should-failed": "#fb8f44",
-    "failed": "#cf222e",
-    "error": "#a40e26",
-    "xpassed": "#fa4549",
-    "crashed": "#6e40c9",
-    "timeout": "#8250df",
-    "device-fault": "#4c2889",
-    "not-run": "#d0d7de",
+# Outcome colours, shared with the stylesheet's badges; the stacking order of the history chart.
+OUTCOME_COLOURS: dict[Outcome, str] = {
+    Outcome.PASSED: "#1a7f37",
+    Outcome.XFAILED: "#8c959f",
+    Outcome.COVERAGE: "#54aeff",
+    Outcome.SKIPPED: "#bf8700",
+    Outcome.SHOULD_FAILED: "#fb8f44",
+    Outcome.FAILED: "#cf222e",
+    Outcome.ERROR: "#a40e26",
+    Outcome.XPASSED: "#fa4549",
+    Outcome.CRASHED: "#6e40c9",
+    Outcome.TIMEOUT: "#8250df",
+    Outcome.DEVICE_FAULT: "#4c2889",
+    Outcome.NOT_RUN: "#d0d7de",
 }
 _CURRENT, _BASELINE, _GRID, _TEXT = "#0969da", "#57606a", "#d8dee4", "#1f2328"
 MAX_BARS = 40
@@ -166,7 +167,7 @@ def _draw_history_chart(labels: Sequence[str], counts: Sequence[dict[str, int]])
     for outcome, colour in OUTCOME_COLOURS.items():
         heights = [c.get(outcome, 0) for c in counts]
         if any(heights):
-            ax.bar(xs, heights, bottom=bottoms, color=colour, width=0.7, label=outcome)
+            ax.bar(xs, heights, bottom=bottoms, color=colour, width=0.7, label=outcome.value)
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     ax.set_xticks(xs, [_shorten(label, 14) for label in labels], rotation=30, ha="right")
     ax.set_ylabel("cases")

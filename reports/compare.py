@@ -16,7 +16,7 @@ A metric is matched by section (benchmarks or traffic), suite, name and metric n
 Case changes (by case id; a case in several shards counts with its worst outcome):
 
 * ``newly_failing`` — passed (or failed as a declared known failure) in the baseline, failing now. Failing
-  is an outcome of the result file's ``FAILING_OUTCOMES`` or one this version does not know
+  is an outcome of ``harness.outcomes.FAILING`` or one this version does not know
   (:func:`is_failing`), so an outcome added later counts as failing until it is listed otherwise.
 * ``newly_skipped`` — passed (or xfailed) in the baseline, and now skipped, a coverage gap or not run
   (the run stopped first): the case no longer checks anything.
@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.formatting import number, show_quantity
-from harness.results import FAILING_OUTCOMES, OUTCOMES, CaseResult, RunResult
+from harness.outcomes import FAILING, NOT_CHECKING, OK, Outcome
+from harness.results import OUTCOMES, CaseResult, RunResult
 
 DEFAULT_THRESHOLD_PCT = 5.0
 METRIC_VERDICTS: tuple[str, ...] = ("slower", "ambiguous", "changed", "faster", "same", "n/a")
@@ -52,25 +53,22 @@ CASE_CHANGE_LABELS: dict[str, str] = {
 }
 #: Changes that fail the gate only when the comparison is not narrowed.
 COVERAGE_CHANGES: tuple[str, ...] = ("newly_skipped", "lost")
-OK_OUTCOMES = frozenset({"passed", "xfailed"})
-#: Failing outcomes: the result file's own list (a backend did something wrong), and any outcome this
-#: version does not know (added to the result file later): it fails until it is listed as not failing.
-#: should-failed (a policy/performance rule) and coverage never gate; a skip checked nothing.
-BAD_OUTCOMES = frozenset(FAILING_OUTCOMES)
-#: The outcomes of a case that no longer checks anything: skipped, a coverage gap, or not run at all (the
-#: run stopped before it: deadline, SIGTERM).
-NOT_CHECKING = frozenset({"skipped", "coverage", "not-run"})
+# Outcome groups (harness.outcomes): OK (checked, as expected), FAILING (a backend did something wrong)
+# and NOT_CHECKING (skipped, a coverage gap, or not run at all). Failing is also any outcome this version
+# does not know (added to the result file later): it fails until it is listed as not failing.
+# should-failed (a policy/performance rule) and coverage never gate; a skip checked nothing.
 # When one id appears in several shards, the worst outcome speaks for it; unknown outcomes rank worst.
-_SEVERITY_ORDER = (
-    "passed", "xfailed", "coverage", "skipped", "not-run", "should-failed", "xpassed", "failed", "error",
-    "crashed", "device-fault", "timeout",
+_SEVERITY_ORDER: tuple[Outcome, ...] = (
+    Outcome.PASSED, Outcome.XFAILED, Outcome.COVERAGE, Outcome.SKIPPED, Outcome.NOT_RUN,
+    Outcome.SHOULD_FAILED, Outcome.XPASSED, Outcome.FAILED, Outcome.ERROR, Outcome.CRASHED,
+    Outcome.DEVICE_FAULT, Outcome.TIMEOUT,
 )  # fmt: skip
 _OUTCOME_SEVERITY = {outcome: rank for rank, outcome in enumerate(_SEVERITY_ORDER)}
 
 
 def is_failing(outcome: str | None) -> bool:
     """Whether a recorded outcome is a failure (see the module docstring)."""
-    return outcome is not None and (outcome in BAD_OUTCOMES or outcome not in OUTCOMES)
+    return outcome is not None and (outcome in FAILING or outcome not in OUTCOMES)
 
 
 def severity(outcome: str) -> int:
@@ -310,11 +308,11 @@ def case_change(baseline: str | None, current: str | None) -> str | None:
         return "new" if current is not None else None
     if current is None:
         return "lost"
-    if baseline in OK_OUTCOMES and is_failing(current):
+    if baseline in OK and is_failing(current):
         return "newly_failing"
-    if baseline in OK_OUTCOMES and current in NOT_CHECKING:
+    if baseline in OK and current in NOT_CHECKING:
         return "newly_skipped"
-    if is_failing(baseline) and current in OK_OUTCOMES:
+    if is_failing(baseline) and current in OK:
         return "newly_passing"
     return None
 

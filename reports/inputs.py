@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.outcomes import Outcome
 from harness.results import JOURNAL_SUFFIX, ResultFileError, RunResult, load_results, merge_runs
 from reports.coverage import COVERAGE_FILE
 
@@ -108,7 +109,7 @@ def measured_nothing(run: RunResult) -> bool:
         run.metadata.get("kind") == "bench"
         and not run.benchmarks
         and not run.traffic
-        and all(case.outcome == "skipped" for case in run.cases)
+        and all(case.outcome == Outcome.SKIPPED for case in run.cases)
     )
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.outcomes import Outcome
 from harness.results import OUTCOMES, CaseResult
 
 NO_DTYPE = "—"
@@ -21,19 +22,20 @@ _DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64")
 # "wrong" (red/purple); should (a policy or performance rule failed), known (a declared known failure)
 # and coverage (the backend does not cover it) have colours of their own.
 CELL_STATUSES: tuple[str, ...] = ("crash", "fail", "should", "known", "coverage", "pass", "notrun", "skip")
-_STATUS_OF_OUTCOME = {
-    "crashed": "crash",
-    "timeout": "crash",
-    "device-fault": "crash",
-    "not-run": "notrun",
-    "error": "fail",
-    "failed": "fail",
-    "xpassed": "fail",
-    "should-failed": "should",
-    "xfailed": "known",
-    "coverage": "coverage",
-    "passed": "pass",
-    "skipped": "skip",
+# crash: harness.outcomes.CRASH_LIKE; crash and fail together: FAILING.
+_STATUS_OF_OUTCOME: dict[Outcome, str] = {
+    Outcome.CRASHED: "crash",
+    Outcome.TIMEOUT: "crash",
+    Outcome.DEVICE_FAULT: "crash",
+    Outcome.NOT_RUN: "notrun",
+    Outcome.ERROR: "fail",
+    Outcome.FAILED: "fail",
+    Outcome.XPASSED: "fail",
+    Outcome.SHOULD_FAILED: "should",
+    Outcome.XFAILED: "known",
+    Outcome.COVERAGE: "coverage",
+    Outcome.PASSED: "pass",
+    Outcome.SKIPPED: "skip",
 }
 
 
@@ -50,15 +52,15 @@ class Cell:
 
     @property
     def passed(self) -> int:
-        return dict(self.counts).get("passed", 0)
+        return dict(self.counts).get(Outcome.PASSED, 0)
 
     @property
     def skipped(self) -> int:
-        return dict(self.counts).get("skipped", 0)
+        return dict(self.counts).get(Outcome.SKIPPED, 0)
 
     @property
     def not_run(self) -> int:
-        return dict(self.counts).get("not-run", 0)
+        return dict(self.counts).get(Outcome.NOT_RUN, 0)
 
     @property
     def run(self) -> int:

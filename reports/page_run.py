@@ -17,6 +17,7 @@ from typing import Any
 
 from harness import formatting
 from harness.formatting import show_bytes, show_quantity
+from harness.outcomes import Outcome
 from harness.phases import phases_from_metadata, run_wall
 from harness.results import CaseResult, RunResult
 from reports import charts
@@ -38,7 +39,10 @@ from reports.suite_tables import SuiteView, suite_views
 
 # Outcomes listed one by one with message and repro: everything that needs a person to look at it.
 # Timeouts and device faults first: a hung or faulting case is the likeliest cause of what follows it.
-PROBLEM_OUTCOMES = ("timeout", "device-fault", "crashed", "error", "failed", "xpassed")
+# The failing outcomes (harness.outcomes.FAILING) in the order the page lists them.
+PROBLEM_OUTCOMES: tuple[Outcome, ...] = (
+    Outcome.TIMEOUT, Outcome.DEVICE_FAULT, Outcome.CRASHED, Outcome.ERROR, Outcome.FAILED, Outcome.XPASSED,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -166,9 +170,10 @@ class RunPage:
 def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
     run = loaded.run
     problems = problem_list(run.cases)
-    should = outcome_list(run.cases, "should-failed", "should", len(problems))
-    known = outcome_list(run.cases, "xfailed", "known", len(problems) + len(should))
-    coverage = outcome_list(run.cases, "coverage", "coverage", len(problems) + len(should) + len(known))
+    should = outcome_list(run.cases, Outcome.SHOULD_FAILED, "should", len(problems))
+    known = outcome_list(run.cases, Outcome.XFAILED, "known", len(problems) + len(should))
+    noted = len(problems) + len(should) + len(known)
+    coverage = outcome_list(run.cases, Outcome.COVERAGE, "coverage", noted)
     anchors = {id(p.case): p.anchor for p in (*problems, *should, *known, *coverage)}
     verdicts = {m.key: m for m in comparison.metrics} if comparison else {}
     return RunPage(
@@ -193,7 +198,7 @@ def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
         warnings=run_warnings(run),
         strict_should=run.metadata.get("strict_should") is True,
         skips=skip_groups(run.cases),
-        not_run=skip_groups(run.cases, "not-run"),
+        not_run=skip_groups(run.cases, Outcome.NOT_RUN),
         benchmarks=suite_views("benchmarks", run.benchmarks, verdicts),
         traffic=suite_views("traffic", run.traffic, verdicts),
         comparison=comparison_view(comparison),
@@ -372,7 +377,9 @@ def problem_list(cases: Sequence[CaseResult]) -> list[Problem]:
     return [Problem(f"case-{n}", c, sorted(c.params.items())) for n, c in enumerate(chosen, start=1)]
 
 
-def outcome_list(cases: Sequence[CaseResult], outcome: str, prefix: str, offset: int = 0) -> list[Problem]:
+def outcome_list(
+    cases: Sequence[CaseResult], outcome: Outcome, prefix: str, offset: int = 0
+) -> list[Problem]:
     """The cases of one non-failing but notable outcome (should-failed, xfailed, coverage), in run order;
     anchors are ``<prefix>-N`` so they never collide with the failures' ``case-N``."""
     chosen = [c for c in cases if c.outcome == outcome]
@@ -405,7 +412,7 @@ def run_warnings(run: RunResult) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def skip_groups(cases: Sequence[CaseResult], outcome: str = "skipped") -> list[SkipGroup]:
+def skip_groups(cases: Sequence[CaseResult], outcome: Outcome = Outcome.SKIPPED) -> list[SkipGroup]:
     """The cases of ``outcome`` (skipped, or not-run) grouped by their reason, largest group first."""
     groups: dict[str, list[CaseResult]] = {}
     for case in cases:
