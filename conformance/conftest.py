@@ -25,6 +25,7 @@ from harness.backend_loader import (
     load_backend,
     use_backend_path,
 )
+from harness.outcomes import Outcome
 
 #: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
 #: slowest case of a cold H100 run (158 s: a case that waited on the zoo's compiles); twice that for the
@@ -228,18 +229,19 @@ def pytest_terminal_summary(
     """One line per chapter, with the main skip reason, so a CPU run says plainly what it skipped."""
     per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    # should-failed and coverage are the outcomes.py plugin's categories; xfailed: declared known failures;
-    # timeout, device-fault and not-run the watchdog's and the run's end (harness/run_end.py).
-    extras = (case_outcomes.SHOULD_FAILED, case_outcomes.COVERAGE, case_outcomes.XFAILED)
-    extras += ("timeout", "device-fault", "not-run")
-    for outcome in ("passed", "failed", "skipped", "error", *extras):
+    # pytest's categories, then the outcomes.py plugin's (should-failed, coverage; xfailed: declared known
+    # failures) and the watchdog's and the run's end (timeout, device-fault, not-run: harness/run_end.py).
+    plain = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
+    extras = (Outcome.SHOULD_FAILED, Outcome.COVERAGE, Outcome.XFAILED)
+    extras += (Outcome.TIMEOUT, Outcome.DEVICE_FAULT, Outcome.NOT_RUN)
+    for outcome in (*plain, *extras):
         for report in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(report, "nodeid", "")
-            if not nodeid.startswith("conformance/") or (outcome == "passed" and report.when != "call"):
+            if not nodeid.startswith("conformance/") or (outcome == Outcome.PASSED and report.when != "call"):
                 continue
             chapter = nodeid.split("::")[0].rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
             per_chapter[chapter][outcome] += 1
-            if outcome == "skipped" and isinstance(report.longrepr, tuple):
+            if outcome == Outcome.SKIPPED and isinstance(report.longrepr, tuple):
                 reasons[chapter][report.longrepr[2].removeprefix("Skipped: ")] += 1
     _failed_rules_summary(terminalreporter)
     if not per_chapter:
@@ -247,8 +249,7 @@ def pytest_terminal_summary(
     terminalreporter.section("conformance chapters")
     for chapter in sorted(per_chapter):
         counts = per_chapter[chapter]
-        outcomes = ("passed", "failed", "error", "skipped")
-        line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in outcomes)
+        line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in plain)
         line += "".join(f", {counts[o]} {o}" for o in extras if counts[o])
         if reasons[chapter]:
             reason, n = reasons[chapter].most_common(1)[0]
@@ -259,7 +260,7 @@ def pytest_terminal_summary(
 def _failed_rules_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """One line per rule that failed, with its count, most first: what a reader wants before case ids."""
     rules: Counter[str] = Counter()
-    for outcome in ("failed", "error"):
+    for outcome in (Outcome.FAILED, Outcome.ERROR):
         for report in terminalreporter.stats.get(outcome, []):
             if getattr(report, "when", "call") in ("setup", "call"):
                 rule = (case_outcomes.case_result(report) or {}).get("rule")

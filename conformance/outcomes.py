@@ -33,11 +33,11 @@ from conformance.checks import CoverageGap
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
 from conformance.parts import missing_part_reason
 from conformance.rules import Level, level_of, rule_of
+from harness.outcomes import SUITE_DECIDED, Outcome
 from harness.pytest_plugin import CASE_RESULT_ATTR
 
 PROPERTY_PREFIX = "conformance:"
 WORKER_OUTPUT_KEY = "conformance_known_failures_matched"
-SHOULD_FAILED, COVERAGE, XFAILED = "should-failed", "coverage", "xfailed"
 #: Where a summary stops listing cases one by one.
 LIST_LIMIT = 20
 _EXCEPTION_PREFIX = re.compile(r"^[\w.]+: (?=\[)")
@@ -82,7 +82,7 @@ class CaseOutcomes:
         self.sources = list(sources)
         self.strict_should = bool(config.getoption("--strict-should"))
         self.matched: set[int] = set()  # indices of the entries that match a collected case
-        self.decided: dict[str, list[pytest.TestReport]] = {SHOULD_FAILED: [], COVERAGE: [], XFAILED: []}
+        self.decided: dict[Outcome, list[pytest.TestReport]] = {outcome: [] for outcome in SUITE_DECIDED}
         self.stale: list[pytest.TestReport] = []
 
     # -- where the case runs ---------------------------------------------------------------------------
@@ -110,18 +110,18 @@ class CaseOutcomes:
         text = str(exc).strip() if isinstance(exc, (AssertionError, CoverageGap)) else message
         first = text.splitlines()[0] if text else type(exc).__name__
         if isinstance(exc, CoverageGap):
-            self._convert(item, report, COVERAGE, f"coverage: {first}", message, exc.rule, None, None)
+            self._convert(item, report, Outcome.COVERAGE, f"coverage: {first}", message, exc.rule, None, None)
             return
         rule = rule_of(str(exc)) if isinstance(exc, AssertionError) else None
         level = level_of(rule) if rule else Level.MUST
         known = first_match(self.entries, item.nodeid, rule)
         if known is not None:
             why = f"known failure: {known.reason}" + (f" ({known.link})" if known.link else "")
-            self._convert(item, report, XFAILED, f"{why} — {first}", message, rule, level, known)
+            self._convert(item, report, Outcome.XFAILED, f"{why} — {first}", message, rule, level, known)
         elif level is Level.SHOULD:
-            self._convert(item, report, SHOULD_FAILED, f"should: {first}", message, rule, level, None)
+            self._convert(item, report, Outcome.SHOULD_FAILED, f"should: {first}", message, rule, level, None)
         else:
-            outcome = "failed" if report.when == "call" else "error"
+            outcome = Outcome.FAILED if report.when == "call" else Outcome.ERROR
             self._annotate(item, report, outcome, None, rule, level, None)
 
     def _check_stale(self, item: pytest.Item, report: pytest.TestReport) -> None:
@@ -136,13 +136,13 @@ class CaseOutcomes:
         )
         report.outcome = "failed"
         report.longrepr = message
-        self._annotate(item, report, "failed", message, STALE_RULE, Level.MUST, entry)
+        self._annotate(item, report, Outcome.FAILED, message, STALE_RULE, Level.MUST, entry)
 
     def _convert(
         self,
         item: pytest.Item,
         report: pytest.TestReport,
-        outcome: str,
+        outcome: Outcome,
         shown: str,
         message: str,
         rule: str | None,
@@ -158,21 +158,22 @@ class CaseOutcomes:
         self,
         item: pytest.Item,
         report: pytest.TestReport,
-        outcome: str,
+        outcome: Outcome,
         message: str | None,
         rule: str | None,
         level: Level | None,
         known: KnownFailure | None,
     ) -> None:
+        # Plain strings: the report crosses pytest-xdist's serialiser, which takes no str subclass.
         result: dict[str, Any] = {
-            "outcome": outcome,
+            "outcome": outcome.value,
             "message": message,
             "rule": rule,
             "level": level.value if level else None,
             "known_failure": known.to_dict() if known else None,
         }
         setattr(report, CASE_RESULT_ATTR, result)
-        props = [(PROPERTY_PREFIX + "outcome", outcome)]
+        props = [(PROPERTY_PREFIX + "outcome", outcome.value)]
         props += [(PROPERTY_PREFIX + "rule", rule)] if rule else []
         props += [(PROPERTY_PREFIX + "level", level.value)] if level else []
         if known is not None:
@@ -187,10 +188,10 @@ class CaseOutcomes:
         result = case_result(report)
         if result is None or report.when not in ("setup", "call"):
             return None
-        if result["outcome"] == SHOULD_FAILED:
-            return SHOULD_FAILED, "S", ("SHOULD-FAIL", {"yellow": True})
-        if result["outcome"] == COVERAGE:
-            return COVERAGE, "C", ("COVERAGE", {"cyan": True})
+        if result["outcome"] == Outcome.SHOULD_FAILED:
+            return Outcome.SHOULD_FAILED.value, "S", ("SHOULD-FAIL", {"yellow": True})
+        if result["outcome"] == Outcome.COVERAGE:
+            return Outcome.COVERAGE.value, "C", ("COVERAGE", {"cyan": True})
         return None
 
     # -- where reports gather (the controller, or the single process) ----------------------------------
@@ -245,7 +246,8 @@ class CaseOutcomes:
             warnings = self.warnings()
             if warnings:
                 add_run_metadata(self.config, "warnings", warnings)
-        if self.strict_should and self.decided[SHOULD_FAILED] and session.exitstatus == pytest.ExitCode.OK:
+        should_failed = self.decided[Outcome.SHOULD_FAILED]
+        if self.strict_should and should_failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(trylast=True)
@@ -253,7 +255,7 @@ class CaseOutcomes:
         if hasattr(self.config, "workerinput"):
             return
         write = terminalreporter.write_line
-        should = self.decided[SHOULD_FAILED]
+        should = self.decided[Outcome.SHOULD_FAILED]
         if should:
             verdict = (
                 "they fail this run (--strict-should)"
@@ -262,11 +264,11 @@ class CaseOutcomes:
             )
             terminalreporter.section(f"should-level failures: {len(should)}; {verdict}", yellow=True)
             _list_reports(write, should)
-        coverage = self.decided[COVERAGE]
+        coverage = self.decided[Outcome.COVERAGE]
         if coverage:
             terminalreporter.section(f"coverage gaps: {len(coverage)} (never a failure)", cyan=True)
             _list_reports(write, coverage)
-        known = self.decided[XFAILED]
+        known = self.decided[Outcome.XFAILED]
         if known or self.stale or self.entries:
             terminalreporter.section("known failures", bold=True)
             write(
