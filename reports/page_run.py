@@ -89,6 +89,11 @@ class Problem:
     params: list[tuple[str, str]]
     known: KnownFailureView | None = None
 
+    @property
+    def evidence_kind(self) -> str:
+        """What the case's ``evidence`` holds: every thread's stack at a timeout, else the error."""
+        return "every thread's stack" if self.case.outcome == Outcome.TIMEOUT else "the error"
+
 
 @dataclass(frozen=True)
 class SkipGroup:
