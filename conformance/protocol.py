@@ -210,7 +210,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "runtime_options": ("set_option", "get_option"),
 }
 #: Protocol part name → its typed protocol (a self-test holds their members to ``PARTS``).
-PART_PROTOCOLS: dict[str, type[Backend]] = {
+PART_PROTOCOLS: dict[str, type] = {
     "mm_out": MmOutBackend,
     "view_pass": ViewPassBackend,
     "preflight": PreflightBackend,
@@ -269,6 +269,8 @@ def implements(backend: object, part: Literal["runtime"]) -> TypeIs[RuntimeBacke
 def implements(backend: object, part: Literal["runtime_options"]) -> TypeIs[RuntimeOptionsBackend]: ...
 @overload
 def implements(backend: object, part: Literal["device_placement"]) -> TypeIs[DevicePlacementBackend]: ...
+@overload
+def implements(backend: object, part: str) -> bool: ...  # a part named at run time: no narrowing
 def implements(backend: object, part: str) -> bool:
     """Whether ``backend`` implements protocol part ``part`` (nothing missing); narrows it to the part's
     typed protocol."""
