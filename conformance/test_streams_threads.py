@@ -432,11 +432,8 @@ def test_threads_match_serial_while_options_flip(
                 errors.append(f"option thread: {type(exc).__name__}: {exc}")
 
         pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-        flipping = (
-            threading.Thread(target=flipper, args=(options,), daemon=True)
-            if options is not None
-            else threading.Thread(target=stop.wait, daemon=True)
-        )
+        flip = functools.partial(flipper, options) if options is not None else stop.wait
+        flipping = threading.Thread(target=flip, daemon=True)
         with switching_often():
             flipping.start()
             for t in pool:
