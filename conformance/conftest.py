@@ -12,7 +12,7 @@ import torch
 from conformance import generation, known_failures
 from conformance import outcomes as case_outcomes
 from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
-from conformance.parts import require_part
+from conformance.parts import part_fixture
 from conformance.protocol import Backend
 from conformance.toolchain import run_preflight
 from harness import progress
@@ -216,11 +216,12 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return request.config.stash[BACKEND_KEY]
 
 
-@pytest.fixture
-def runtime(backend: Backend) -> Backend:
-    """The backend, for chapters that lower programs and run them (parts ``lowering`` and ``runtime``)."""
-    require_part(backend, "lowering", "runtime")
-    return backend
+# Cases annotate it ``LoweringRuntimeBackend`` (conformance/parts.py).
+runtime = part_fixture(
+    "lowering",
+    "runtime",
+    doc="The backend, for chapters that lower programs and run them (parts ``lowering`` and ``runtime``).",
+)
 
 
 def pytest_terminal_summary(

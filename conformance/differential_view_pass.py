@@ -25,10 +25,11 @@ line that rebuilds it. No backend is imported here.
 from __future__ import annotations
 
 import copy
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 from conformance.checks import fail
 from conformance.graph_strategies import GeneratedGraph
+from conformance.protocol import ViewPassBackend
 from conformance.rules import rule_id
 from conformance.view_pass_checks import (
     differences,
@@ -55,10 +56,6 @@ REPORT = rule_id("view-pass/report")
 
 #: How many findings a message lists before the repro (the shrunk graph usually has one).
 _SHOWN = 4
-
-
-class ViewPassBackend(Protocol):
-    def view_copy_pass(self, graph_module: Any, /) -> Any: ...
 
 
 def _fail(rule: str, graph: GeneratedGraph, findings: list[str]) -> NoReturn:

@@ -18,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from conformance.checks import assert_model_output_close, fail
 from conformance.pipelines import PIPELINE_MODELS
 from conformance.programs import LoweredModel
-from conformance.protocol import Backend
+from conformance.protocol import RuntimeBackend
 from conformance.rules import rule_id
 
 #: The multi-method (pipeline) models and their two methods in call order: ``asr``, ``llm`` and, with
@@ -83,7 +83,7 @@ class MethodRun:
 
 
 def run_methods(
-    backend: Backend, lm: LoweredModel, made: Sequence[object], device_inputs: Collection[str] = ()
+    backend: RuntimeBackend, lm: LoweredModel, made: Sequence[object], device_inputs: Collection[str] = ()
 ) -> dict[str, MethodRun]:
     """Execute every method once, in order: host copies of the example inputs, chained through ``FEEDS``.
 
@@ -98,8 +98,8 @@ def run_methods(
         if method in device_inputs:
             inputs = [t.to(cuda_device()) for t in inputs]
             torch.cuda.synchronize()
-        outputs = list(backend.execute(handle, inputs))  # type: ignore[attr-defined]
-        stats = dict(backend.execute_stats(handle))  # type: ignore[attr-defined]
+        outputs = list(backend.execute(handle, inputs))
+        stats = dict(backend.execute_stats(handle))
         runs[method] = MethodRun(method, handle, inputs, outputs, stats)
     return runs
 
@@ -191,9 +191,9 @@ def check_where_data_went(
         fail(rules.h2d_bytes, call, f"execute_stats h2d_bytes = {h2d}, want {want_h2d} ({why})")
 
 
-def profiled_copies(backend: Backend, run: MethodRun) -> list[str]:
+def profiled_copies(backend: RuntimeBackend, run: MethodRun) -> list[str]:
     """The execute again under the profiler: the memcpy activities it made (skips where CUPTI saw nothing)."""
-    copies, activities = memcpy_names(lambda: backend.execute(run.handle, run.inputs))  # type: ignore[attr-defined]
+    copies, activities = memcpy_names(lambda: backend.execute(run.handle, run.inputs))
     if activities == 0:
         pytest.skip("the torch profiler recorded no CUDA activity (CUPTI unavailable?): copies not observed")
     return copies

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from conformance.checks import fail, names_argument
+from conformance.protocol import Backend
 from conformance.rules import rule_id
 
 DEFAULT_ORACLE = "reference_impl:ORACLE"
-ORACLE_KEY = pytest.StashKey[object]()
+ORACLE_KEY = pytest.StashKey[Backend]()
 ORACLE_SPEC_KEY = pytest.StashKey[str]()
 
 # The rules this module checks (conformance/catalogue/rule_table.py).

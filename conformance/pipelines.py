@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conformance.models import HF_KINDS, HF_UNAVAILABLE, ZOO, Greedy, greedy
-from conformance.protocol import Backend
+from conformance.protocol import RuntimeBackend
 
 __all__ = [
     "PIPELINE_MODELS",
@@ -90,14 +90,14 @@ def pipeline_params(kind: str | None = None) -> list:
 
 
 def method_callable(
-    backend: Backend, handle: object, method: str, stats: CallStats | None = None
+    backend: RuntimeBackend, handle: object, method: str, stats: CallStats | None = None
 ) -> Callable[..., list[torch.Tensor]]:
     """``f(*tensors) -> outputs``: one method of a backend as a plain function (what the loops call)."""
 
     def call(*tensors: torch.Tensor) -> list[torch.Tensor]:
-        outputs = backend.execute(handle, list(tensors))  # type: ignore[attr-defined]
+        outputs = backend.execute(handle, list(tensors))
         if stats is not None:
-            stats.append((method, dict(backend.execute_stats(handle))))  # type: ignore[attr-defined]
+            stats.append((method, dict(backend.execute_stats(handle))))
         return outputs
 
     call.__name__ = f"execute_{method}"
@@ -105,7 +105,7 @@ def method_callable(
 
 
 def run_greedy(
-    backend: Backend,
+    backend: RuntimeBackend,
     model: str,
     first: object,
     second: object,
@@ -126,7 +126,7 @@ def run_greedy(
 
 
 def asr_transcribe(
-    backend: Backend,
+    backend: RuntimeBackend,
     encoder: object,
     decoder: object,
     features: torch.Tensor,
@@ -139,7 +139,7 @@ def asr_transcribe(
 
 
 def llm_generate(
-    backend: Backend,
+    backend: RuntimeBackend,
     prefill: object,
     decode: object,
     prompt: torch.Tensor,

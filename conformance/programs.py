@@ -17,8 +17,15 @@ from torch import nn
 
 from conformance.checks import fail
 from conformance.models import ZooModel, get_model
-from conformance.parts import require_part, skip_reason
-from conformance.protocol import Backend, lowering_devices
+from conformance.parts import require_part
+from conformance.protocol import (
+    Backend,
+    LoweringBackend,
+    RuntimeBackend,
+    RuntimeOptionsBackend,
+    implements,
+    lowering_devices,
+)
 from conformance.rules import rule_id
 from conformance.tolerances import DTYPES_BY_NAME
 from harness.pytest_plugin import set_case_params
@@ -52,7 +59,11 @@ def _options_key(options: Mapping[str, object] | None) -> str:
 
 
 def _lower(
-    backend: Backend, model: str, dtype: torch.dtype, device: str, options: Mapping[str, object] | None
+    backend: LoweringBackend,
+    model: str,
+    dtype: torch.dtype,
+    device: str,
+    options: Mapping[str, object] | None,
 ) -> LoweredModel:
     key = (id(backend), model, dtype, device, _options_key(options))
     if key not in _LOWERED:
@@ -60,7 +71,7 @@ def _lower(
         eager = entry.build(dtype, torch.device(device))
         spec = {name: (mod, inputs, entry.dynamic_shapes_for(name)) for name, (mod, inputs) in eager.items()}
         extra = {} if not options else {"options": dict(options)}
-        program = backend.lower(spec, device=device, **extra)  # type: ignore[attr-defined]
+        program = backend.lower(spec, device=device, **extra)
         _LOWERED[key] = LoweredModel(entry, dtype, device, program, eager)
     return _LOWERED[key]
 
@@ -73,7 +84,7 @@ def require_lowering_device(backend: Backend, device: str) -> None:
 
 
 def lowered(
-    backend: Backend,
+    backend: LoweringBackend,
     model: str,
     dtype: torch.dtype,
     device: str,
@@ -86,7 +97,7 @@ def lowered(
 
 
 def lower_or_fail(
-    backend: Backend, model: str, dtype: str, device: str, options: Mapping[str, object] | None = None
+    backend: LoweringBackend, model: str, dtype: str, device: str, options: Mapping[str, object] | None = None
 ) -> LoweredModel:
     """``lowered`` for a chapter: a backend that cannot lower the model fails the case, naming it."""
     try:
@@ -108,49 +119,49 @@ def record(request: pytest.FixtureRequest, **values: object) -> None:
 
 
 @contextlib.contextmanager
-def option(backend: Backend, key: str, value: object) -> Iterator[None]:
+def option(backend: Backend, key: str, value: str) -> Iterator[None]:
     """Set a backend option for the block and restore the previous value after it, even on failure.
 
     A backend without part ``runtime_options`` (deprecated upstream: a current backend has none) copies
     every output, which is what the empty value asks for: the block runs as it is. Any other value needs
     the part: the case is skipped with the reason."""
-    if skip_reason(backend, "runtime_options"):
+    if not implements(backend, "runtime_options"):
         if value != "":
             require_part(backend, "runtime_options")
         yield
         return
-    previous = backend.get_option(key)  # type: ignore[attr-defined]
-    backend.set_option(key, value)  # type: ignore[attr-defined]
+    previous = backend.get_option(key)
+    backend.set_option(key, value)
     try:
         yield
     finally:
-        backend.set_option(key, previous)  # type: ignore[attr-defined]
+        backend.set_option(key, previous)
 
 
 @contextlib.contextmanager
-def option_restored(backend: Backend, key: str = SKIP_COPY_OPTION) -> Iterator[None]:
+def option_restored(backend: RuntimeOptionsBackend, key: str = SKIP_COPY_OPTION) -> Iterator[None]:
     """The block may set option ``key`` any way it likes (the runtime_options chapter's cases do, directly):
     afterwards it is what it was before, whatever the block did or broke. A ``get_option`` that fails is
     left for the case to report."""
     try:
-        before = backend.get_option(key)  # type: ignore[attr-defined]
+        before = backend.get_option(key)
     except Exception:
         yield
         return
     try:
         yield
     finally:
-        backend.set_option(key, before)  # type: ignore[attr-defined]
+        backend.set_option(key, before)
 
 
 @contextlib.contextmanager
-def handles(backend: Backend, program: bytes, *methods: str) -> Iterator[list[object]]:
+def handles(backend: RuntimeBackend, program: bytes, *methods: str) -> Iterator[list[object]]:
     """``init`` each method of ``program``; ``destroy`` them all afterwards."""
     made: list[object] = []
     try:
         for method in methods:
-            made.append(backend.init(program, method))  # type: ignore[attr-defined]
+            made.append(backend.init(program, method))
         yield made
     finally:
         for handle in made:
-            backend.destroy(handle)  # type: ignore[attr-defined]
+            backend.destroy(handle)

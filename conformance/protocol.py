@@ -100,10 +100,16 @@ Part ``runtime_options`` (chapter ``runtime_options``; SPEC §1b — the seed's 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import torch
+    from torch import nn
+    from torch.fx import GraphModule
+    from typing_extensions import TypeIs
 
 
 @runtime_checkable
@@ -121,6 +127,79 @@ class MmOutBackend(Backend, Protocol):
     def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None: ...
 
 
+# The parts' typed protocols: what the sections above specify, as signatures. Arguments are positional-only
+# (the suite passes them by position, so a backend may name them as it likes), except where a section
+# names keywords. Optional attributes are read with ``getattr`` and a default, so they are not members.
+
+
+@runtime_checkable
+class ViewPassOutcome(Protocol):
+    """What ``view_copy_pass`` returns (its optional ``unmapped`` mapping is read with ``getattr``)."""
+
+    graph_module: GraphModule
+    rewritten: Sequence[str]
+    refused: Mapping[str, str]
+
+
+@runtime_checkable
+class ViewPassBackend(Backend, Protocol):
+    """Part ``view_pass``: the backend's ReplaceViewCopyWithViewPass."""
+
+    def view_copy_pass(self, graph_module: GraphModule, /) -> ViewPassOutcome: ...
+
+
+@runtime_checkable
+class PreflightBackend(Backend, Protocol):
+    """Part ``preflight``: ``(ok, message)`` for the toolchain on ``device``."""
+
+    def preflight(self, device: str, /) -> tuple[bool, str]: ...
+
+
+#: One method to lower: ``(nn.Module, example inputs)`` or ``(nn.Module, example inputs, dynamic_shapes)``.
+MethodSpec: TypeAlias = "tuple[nn.Module, Sequence[Any]] | tuple[nn.Module, Sequence[Any], Any]"
+
+
+@runtime_checkable
+class LoweringBackend(Backend, Protocol):
+    """Part ``lowering``: one program file for every method, for ``device``."""
+
+    def lower(
+        self, methods: Mapping[str, MethodSpec], /, *, device: str, options: Mapping[str, object] = ...
+    ) -> bytes: ...
+
+
+@runtime_checkable
+class DevicePlacementBackend(LoweringBackend, Protocol):
+    """Part ``device_placement``: ``lower`` whose ``lower_options`` list both placement keys."""
+
+    @property
+    def lower_options(self) -> Collection[str]: ...
+
+
+@runtime_checkable
+class RuntimeBackend(Backend, Protocol):
+    """Part ``runtime``: load a method of a program, run it, release it. A handle is the backend's own."""
+
+    def init(self, program: bytes, method: str, /) -> object: ...
+
+    def execute(
+        self, handle: object, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None, /
+    ) -> list[torch.Tensor]: ...
+
+    def destroy(self, handle: object, /) -> None: ...
+
+    def execute_stats(self, handle: object, /) -> Mapping[str, int]: ...
+
+
+@runtime_checkable
+class RuntimeOptionsBackend(Backend, Protocol):
+    """Part ``runtime_options``: backend-wide string options (``skip_copy_output_to_cpu_for_method``)."""
+
+    def set_option(self, key: str, value: str, /) -> None: ...
+
+    def get_option(self, key: str, /) -> str: ...
+
+
 #: Protocol part name → the attributes a backend needs for that part. Chapters skip on a missing part.
 PARTS: dict[str, tuple[str, ...]] = {
     "mm_out": ("mm_out",),
@@ -129,6 +208,16 @@ PARTS: dict[str, tuple[str, ...]] = {
     "lowering": ("lower",),
     "runtime": ("init", "execute", "destroy", "execute_stats"),
     "runtime_options": ("set_option", "get_option"),
+}
+#: Protocol part name → its typed protocol (a self-test holds their members to ``PARTS``).
+PART_PROTOCOLS: dict[str, type] = {
+    "mm_out": MmOutBackend,
+    "view_pass": ViewPassBackend,
+    "preflight": PreflightBackend,
+    "lowering": LoweringBackend,
+    "runtime": RuntimeBackend,
+    "runtime_options": RuntimeOptionsBackend,
+    "device_placement": DevicePlacementBackend,
 }
 #: Export-time device placement: the ``lower`` option keys (upstream's ``PropagateDeviceConfig`` fields).
 SKIP_H2D = "skip_h2d_for_method_inputs"
@@ -163,3 +252,26 @@ def missing_attributes(backend: object, part: str) -> list[str]:
         keys = lower_options(backend)
         return lacking + [f"lower_options[{k!r}]" for k in LOWER_OPTION_PARTS[part] if k not in keys]
     return [attr for attr in PARTS[part] if not callable(getattr(backend, attr, None))]
+
+
+# ``implements`` narrows a backend to the part's protocol (as the checks above define "implements").
+@overload
+def implements(backend: object, part: Literal["mm_out"]) -> TypeIs[MmOutBackend]: ...
+@overload
+def implements(backend: object, part: Literal["view_pass"]) -> TypeIs[ViewPassBackend]: ...
+@overload
+def implements(backend: object, part: Literal["preflight"]) -> TypeIs[PreflightBackend]: ...
+@overload
+def implements(backend: object, part: Literal["lowering"]) -> TypeIs[LoweringBackend]: ...
+@overload
+def implements(backend: object, part: Literal["runtime"]) -> TypeIs[RuntimeBackend]: ...
+@overload
+def implements(backend: object, part: Literal["runtime_options"]) -> TypeIs[RuntimeOptionsBackend]: ...
+@overload
+def implements(backend: object, part: Literal["device_placement"]) -> TypeIs[DevicePlacementBackend]: ...
+@overload
+def implements(backend: object, part: str) -> bool: ...  # a part named at run time: no narrowing
+def implements(backend: object, part: str) -> bool:
+    """Whether ``backend`` implements protocol part ``part`` (nothing missing); narrows it to the part's
+    typed protocol."""
+    return not missing_attributes(backend, part)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 import torch
@@ -34,8 +35,9 @@ from conformance.checks import (
     fail,
     snapshot,
 )
+from conformance.parts import LoweringRuntimeBackend
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
-from conformance.protocol import Backend
+from conformance.protocol import RuntimeBackend
 from conformance.rules import family_ids, rule_id
 
 MODEL, METHOD, DTYPE = "add_mul", "forward", torch.float32
@@ -108,8 +110,8 @@ def sentinels(expected: Sequence[torch.Tensor], device: str | torch.device = "cp
     return [torch.full(e.shape, SENTINEL, dtype=e.dtype, device=device) for e in expected]
 
 
-def assert_all_untouched(rule: str, call: str, outputs: object, before: list[torch.Tensor]) -> None:
-    tensors = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or [])  # type: ignore[call-overload]
+def assert_all_untouched(rule: str, call: str, outputs: Any, before: list[torch.Tensor]) -> None:
+    tensors = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or [])
     tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
     if tensors and tensors[0].is_cuda:
         torch.cuda.synchronize()  # a stray asynchronous write would land by now
@@ -117,13 +119,14 @@ def assert_all_untouched(rule: str, call: str, outputs: object, before: list[tor
         assert_untouched(rule, call, f"outputs[{index}]", old, new)
 
 
-def snapshots(outputs: object) -> list[torch.Tensor]:
-    tensors = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or [])  # type: ignore[call-overload]
+def snapshots(outputs: Any) -> list[torch.Tensor]:
+    """Copies of the tensors among ``outputs``, whatever the case passes (``Any``: often wrong on purpose)."""
+    tensors = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or [])
     return [snapshot(t) for t in tensors if isinstance(t, torch.Tensor)]
 
 
 def assert_still_healthy(
-    runtime: Backend,
+    runtime: RuntimeBackend,
     rule: str,
     healthy: dict[str, object],
     good: list[torch.Tensor],
@@ -133,7 +136,7 @@ def assert_still_healthy(
     for role, handle in healthy.items():
         call = f"execute({role}, {describe(good)}) right after the rejected call"
         try:
-            outs = runtime.execute(handle, good)  # type: ignore[attr-defined]
+            outs = runtime.execute(handle, good)
         except Exception as exc:  # reported as the rule break it is
             fail(
                 rule,
@@ -190,16 +193,17 @@ INPUT_RULE_IDS = family_ids("bad-inputs/{bad_input}", INPUT_RULES)
 
 
 def reject_execute(
-    runtime: Backend,
+    runtime: RuntimeBackend,
     lm: LoweredModel,
     rule: str,
     *,
-    inputs: object,
-    outputs: object,
+    inputs: Any,
+    outputs: Any,
     argument: str,
     keywords: tuple[str, ...],
 ) -> None:
-    """``execute(inputs, outputs)`` on a fresh handle is rejected naming ``argument``; nothing is affected."""
+    """``execute(inputs, outputs)`` on a fresh handle is rejected naming ``argument``; nothing is affected.
+    ``inputs`` and ``outputs`` are ``Any``: wrong on purpose, of whatever type the rule breaks."""
     good = exact_inputs(lm)
     expected = eager_outputs(lm, good)
     with option(runtime, SKIP_COPY_OPTION, ""), handles(runtime, lm.program, METHOD, METHOD) as made:
@@ -209,7 +213,7 @@ def reject_execute(
         assert_raises_invalid_argument(
             rule,
             call,
-            lambda: runtime.execute(victim, inputs, outputs),  # type: ignore[attr-defined]
+            lambda: runtime.execute(victim, inputs, outputs),
             argument=argument,
             keywords=keywords,
         )
@@ -225,7 +229,9 @@ def reject_execute(
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rule", list(INPUT_RULES))
-def test_bad_inputs_are_rejected_and_change_nothing(runtime: Backend, target: str, rule: str) -> None:
+def test_bad_inputs_are_rejected_and_change_nothing(
+    runtime: LoweringRuntimeBackend, target: str, rule: str
+) -> None:
     """bad-inputs/<rule>: inputs breaking one rule (count, dtype, rank, size, type) raise an invalid-argument
     error naming ``inputs`` and the rule; outputs untouched; this handle and a second one still work."""
     keywords, make = INPUT_RULES[rule]
@@ -243,7 +249,7 @@ def test_bad_inputs_are_rejected_and_change_nothing(runtime: Backend, target: st
 
 
 @pytest.mark.gpu
-def test_cuda_tensor_to_cpu_program(runtime: Backend) -> None:
+def test_cuda_tensor_to_cpu_program(runtime: LoweringRuntimeBackend) -> None:
     """bad-inputs/wrong-device: a CUDA input to a program lowered for the CPU is rejected naming ``inputs``
     and the device (it is never silently copied back); outputs untouched; the handles still work."""
     lm = lowered(runtime, MODEL, DTYPE, "cpu")
@@ -261,7 +267,7 @@ def test_cuda_tensor_to_cpu_program(runtime: Backend) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
-def test_tensor_on_another_gpu_to_cuda_program(runtime: Backend) -> None:
+def test_tensor_on_another_gpu_to_cuda_program(runtime: LoweringRuntimeBackend) -> None:
     """bad-inputs/other-gpu: for a CUDA program initialised on cuda:0, an input on cuda:1 is rejected
     naming ``inputs`` and the device; outputs untouched; the handles still work."""
     torch.cuda.set_device(0)
@@ -295,7 +301,9 @@ OUTPUT_RULE_IDS = family_ids("bad-inputs/{bad_output}", OUTPUT_RULES)
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rule", list(OUTPUT_RULES))
-def test_bad_outputs_are_rejected_and_left_untouched(runtime: Backend, target: str, rule: str) -> None:
+def test_bad_outputs_are_rejected_and_left_untouched(
+    runtime: LoweringRuntimeBackend, target: str, rule: str
+) -> None:
     """bad-inputs/<rule>: caller-provided outputs breaking one rule raise an invalid-argument error naming
     ``outputs``; every provided tensor is left untouched (nothing was written before the checks); the
     handles still work."""
@@ -315,7 +323,7 @@ def test_bad_outputs_are_rejected_and_left_untouched(runtime: Backend, target: s
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
-def test_cuda_outputs_where_outputs_go_to_the_cpu(runtime: Backend, target: str) -> None:
+def test_cuda_outputs_where_outputs_go_to_the_cpu(runtime: LoweringRuntimeBackend, target: str) -> None:
     """bad-inputs/outputs-wrong-device: with the skip-copy option not naming the method, outputs go to
     the CPU, so caller-provided CUDA outputs are rejected naming ``outputs`` and the device, untouched."""
     lm = lowered(runtime, MODEL, DTYPE, target)
@@ -342,7 +350,7 @@ AFTER_DESTROY = {
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("call_after", list(AFTER_DESTROY))
-def test_destroyed_handle_is_rejected(runtime: Backend, target: str, call_after: str) -> None:
+def test_destroyed_handle_is_rejected(runtime: LoweringRuntimeBackend, target: str, call_after: str) -> None:
     """bad-inputs/execute-after-destroy, destroy-twice, stats-after-destroy: a destroyed handle is an
     invalid-argument error naming ``handle`` and that it was destroyed (never a crash or a use-after-free);
     outputs untouched; another handle of the program still works, and a new one can be made."""
@@ -351,20 +359,20 @@ def test_destroyed_handle_is_rejected(runtime: Backend, target: str, call_after:
     good = exact_inputs(lm)
     expected = eager_outputs(lm, good)
     with option(runtime, SKIP_COPY_OPTION, ""), handles(runtime, lm.program, METHOD) as (bystander,):
-        victim = runtime.init(lm.program, METHOD)  # type: ignore[attr-defined]
-        runtime.execute(victim, good)  # type: ignore[attr-defined]  # used once: it has state to release
-        runtime.destroy(victim)  # type: ignore[attr-defined]
+        victim = runtime.init(lm.program, METHOD)
+        runtime.execute(victim, good)  # used once: it has state to release
+        runtime.destroy(victim)
         outputs = sentinels(expected)
         before = snapshots(outputs)
         calls: dict[str, tuple[str, Callable[[], object]]] = {
             "execute": (
                 f"execute(destroyed handle, {describe(good)}, outputs={describe(outputs)})",
-                lambda: runtime.execute(victim, good, outputs),  # type: ignore[attr-defined]
+                lambda: runtime.execute(victim, good, outputs),
             ),
-            "destroy": ("destroy(destroyed handle)", lambda: runtime.destroy(victim)),  # type: ignore[attr-defined]
+            "destroy": ("destroy(destroyed handle)", lambda: runtime.destroy(victim)),
             "execute_stats": (
                 "execute_stats(destroyed handle)",
-                lambda: runtime.execute_stats(victim),  # type: ignore[attr-defined]
+                lambda: runtime.execute_stats(victim),
             ),
         }
         call, fn = calls[call_after]
@@ -377,7 +385,7 @@ def test_destroyed_handle_is_rejected(runtime: Backend, target: str, call_after:
 
 
 @pytest.mark.parametrize("not_a_handle", [None, METHOD, 0], ids=["None", "method-name", "int"])
-def test_execute_on_something_not_a_handle(runtime: Backend, not_a_handle: object) -> None:
+def test_execute_on_something_not_a_handle(runtime: LoweringRuntimeBackend, not_a_handle: object) -> None:
     """bad-inputs/not-a-handle: execute on a value that init did not return is an invalid-argument error
     naming ``handle``; a real handle still works."""
     rule = NOT_A_HANDLE
@@ -391,7 +399,7 @@ def test_execute_on_something_not_a_handle(runtime: Backend, not_a_handle: objec
         assert_raises_invalid_argument(
             rule,
             call,
-            lambda: runtime.execute(not_a_handle, good, outputs),  # type: ignore[attr-defined]
+            lambda: runtime.execute(not_a_handle, good, outputs),
             argument="handle",
             keywords=NOT_A_HANDLE_WORDS,
         )
@@ -402,7 +410,8 @@ def test_execute_on_something_not_a_handle(runtime: Backend, not_a_handle: objec
 # ----------------------------------------------------------------------------------------------- init
 
 
-METHOD_RULES: dict[str, tuple[object, tuple[str, ...]]] = {
+#: rule → (the method name, wrong on purpose: ``Any``; keywords the message must contain one of)
+METHOD_RULES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "unknown-method": ("no_such_method", UNKNOWN_METHOD_WORDS),
     "unknown-method-empty-name": ("", (*UNKNOWN_METHOD_WORDS, "empty")),
     "method-not-a-string": (None, METHOD_TYPE_WORDS),
@@ -412,7 +421,7 @@ METHOD_RULE_IDS = family_ids("bad-inputs/{bad_method}", METHOD_RULES)
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rule", list(METHOD_RULES))
-def test_init_with_a_bad_method_is_rejected(runtime: Backend, target: str, rule: str) -> None:
+def test_init_with_a_bad_method_is_rejected(runtime: LoweringRuntimeBackend, target: str, rule: str) -> None:
     """bad-inputs/unknown-method, unknown-method-empty-name, method-not-a-string: init of a method the
     program does not have raises an invalid-argument error naming ``method``; a handle made before still
     works, and the right method still initialises."""
@@ -425,7 +434,7 @@ def test_init_with_a_bad_method_is_rejected(runtime: Backend, target: str, rule:
         assert_raises_invalid_argument(
             METHOD_RULE_IDS[rule],
             call,
-            lambda: runtime.init(lm.program, method),  # type: ignore[attr-defined]
+            lambda: runtime.init(lm.program, method),
             argument="method",
             keywords=keywords,
         )
@@ -448,7 +457,9 @@ CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("corruption", list(CORRUPTIONS))
-def test_init_with_a_corrupt_program_is_rejected(runtime: Backend, target: str, corruption: str) -> None:
+def test_init_with_a_corrupt_program_is_rejected(
+    runtime: LoweringRuntimeBackend, target: str, corruption: str
+) -> None:
     """bad-inputs/corrupt-program: init of a corrupt program raises an invalid-argument error that blames
     the program and says what is wrong (never a crash); a handle of the intact program made before still
     works, and the intact program still initialises. The format chapter sweeps truncations and flips."""
@@ -459,7 +470,7 @@ def test_init_with_a_corrupt_program_is_rejected(runtime: Backend, target: str, 
     bad = CORRUPTIONS[corruption](lm.program)
     with option(runtime, SKIP_COPY_OPTION, ""), handles(runtime, lm.program, METHOD) as (bystander,):
         call = f"init(<{len(bad)} bytes: {corruption}>, {METHOD!r})"
-        assert_program_rejected(rule, call, lambda: runtime.init(bad, METHOD))  # type: ignore[attr-defined]
+        assert_program_rejected(rule, call, lambda: runtime.init(bad, METHOD))
         with handles(runtime, lm.program, METHOD) as (fresh,):
             assert_still_healthy(
                 runtime,

@@ -64,7 +64,7 @@ from conformance.method_runs import (
     run_methods,
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
-from conformance.parts import require_part
+from conformance.parts import PlacementRuntimeBackend, part_fixture, require_part
 from conformance.pcie_checks import (
     COMMAND_ALLOWANCE,
     COMMAND_FACTOR,
@@ -84,7 +84,14 @@ from conformance.programs import (
     record,
     require_lowering_device,
 )
-from conformance.protocol import SKIP_D2H, SKIP_H2D, Backend, lowering_devices
+from conformance.protocol import (
+    SKIP_D2H,
+    SKIP_H2D,
+    Backend,
+    DevicePlacementBackend,
+    RuntimeBackend,
+    lowering_devices,
+)
 from conformance.rules import rule_id
 from conformance.token_oracle import STEPS, check_tokens, eager_tokens
 from conformance.tolerances import DTYPES_BY_NAME
@@ -101,12 +108,15 @@ PIPELINE = rule_id("placement/pipeline")
 BAD_INPUT = rule_id("placement/bad-input")
 
 
-@pytest.fixture
-def placing(backend: Backend) -> Backend:
-    """A backend with export-time placement and a runtime to run what it lowers."""
-    require_part(backend, "device_placement")
-    require_part(backend, "runtime")
-    return backend
+# Cases annotate them ``PlacementRuntimeBackend`` and ``DevicePlacementBackend``.
+placing = part_fixture(
+    "device_placement",
+    "runtime",
+    doc="A backend with export-time placement and a runtime to run what it lowers.",
+)
+placement = part_fixture(
+    "device_placement", doc="A backend with export-time placement (the options' validation needs no runtime)."
+)
 
 
 def covered(options: Mapping[str, object], key: str, method: str) -> bool:
@@ -149,25 +159,25 @@ def two_methods(device: str) -> dict[str, tuple]:
 
 @pytest.mark.parametrize("key", [SKIP_H2D, SKIP_D2H])
 @pytest.mark.parametrize("label", list(BAD_VALUES))
-def test_placement_options_are_validated(backend: Backend, key: str, label: str) -> None:
+def test_placement_options_are_validated(placement: DevicePlacementBackend, key: str, label: str) -> None:
     """placement/validation: an unknown method name (case-sensitive) or a non-bool value is an
     invalid-argument error naming the key and the rule (a misspelt method would silently keep the copy)."""
-    require_part(backend, "device_placement")
+    backend = placement
     device = validation_device(backend)
     value, words = BAD_VALUES[label]
     assert_raises_invalid_argument(
         VALIDATION,
         f"lower(prefill + decode, device={device!r}, options={{{key!r}: {value!r}}})",
-        lambda: backend.lower(two_methods(device), device=device, options={key: value}),  # type: ignore[attr-defined]
+        lambda: backend.lower(two_methods(device), device=device, options={key: value}),
         argument=key,
         keywords=words,
     )
 
 
-def test_placement_conflicting_with_the_runtime_option_is_rejected(backend: Backend) -> None:
+def test_placement_conflicting_with_the_runtime_option_is_rejected(placement: DevicePlacementBackend) -> None:
     """placement/conflict: lowering ``decode`` with host outputs while the runtime option names it is an
     invalid-argument error naming both keys (export-time placement wins; the user must drop one)."""
-    require_part(backend, "device_placement")
+    backend = placement
     require_part(backend, "runtime_options")
     device = validation_device(backend)
     options = {SKIP_D2H: {"decode": False}}
@@ -175,7 +185,7 @@ def test_placement_conflicting_with_the_runtime_option_is_rejected(backend: Back
         assert_raises_invalid_argument(
             CONFLICT,
             f"lower(prefill + decode, options={options!r}) with {SKIP_COPY_OPTION}='decode'",
-            lambda: backend.lower(two_methods(device), device=device, options=options),  # type: ignore[attr-defined]
+            lambda: backend.lower(two_methods(device), device=device, options=options),
             argument=SKIP_D2H,
             keywords=(SKIP_COPY_OPTION,),
         )
@@ -209,7 +219,9 @@ if HF_UNAVAILABLE is not None:  # the Hugging Face pipeline models: one skipped 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("model", "label", "options"), MATRIX)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_placement_matrix(placing: Backend, dtype: str, model: str, label: str, options: Options) -> None:
+def test_placement_matrix(
+    placing: PlacementRuntimeBackend, dtype: str, model: str, label: str, options: Options
+) -> None:
     """placement/*: a method lowered with ``skip_d2h`` returns CUDA tensors and moves no byte device→host;
     one lowered with ``skip_h2d`` takes device inputs and moves no byte host→device (counters and
     profiler); every other copy goes through pinned memory; values match float64 eager."""
@@ -226,7 +238,7 @@ def test_placement_matrix(placing: Backend, dtype: str, model: str, label: str, 
 
 
 def check_profiled(
-    rules: WhereRules, backend: Backend, call: str, run: MethodRun, keep: bool, device_in: bool
+    rules: WhereRules, backend: RuntimeBackend, call: str, run: MethodRun, keep: bool, device_in: bool
 ) -> None:
     """The execute again under the profiler: output copies as placed, no host→device copy of device
     inputs, and every copy through pinned memory."""
@@ -246,7 +258,7 @@ END_TO_END: Options = {SKIP_H2D: True, SKIP_D2H: True}
 @pytest.mark.parametrize("model", pipeline_params())
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pipeline_stays_on_the_device(
-    placing: Backend, dtype: str, model: str, request: pytest.FixtureRequest
+    placing: PlacementRuntimeBackend, dtype: str, model: str, request: pytest.FixtureRequest
 ) -> None:
     """placement/pipeline: with every input and output on the device, the ASR encoder's output feeds the
     decoder and the LLM's KV cache goes from prefill through every decode step without a host round trip:
@@ -272,7 +284,7 @@ OTHER_ZOO = [name for name in ZOO if name not in MODEL_METHODS]
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", OTHER_ZOO)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_zoo_model_device_resident(placing: Backend, dtype: str, model: str) -> None:
+def test_zoo_model_device_resident(placing: PlacementRuntimeBackend, dtype: str, model: str) -> None:
     """placement/zoo: every zoo model lowered with every input and output on the device returns CUDA
     tensors equal to float64 eager, and moves 0 bytes either way (counters and profiler)."""
     backend = placing
@@ -296,7 +308,7 @@ def _bad_input_cases() -> list:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", _bad_input_cases())
-def test_device_input_method_rejects_wrong_inputs(placing: Backend, kind: str) -> None:
+def test_device_input_method_rejects_wrong_inputs(placing: PlacementRuntimeBackend, kind: str) -> None:
     """placement/bad-input: a method lowered with ``skip_h2d`` rejects a host tensor, a tensor on another
     GPU and a wrong dtype with a ``ValueError`` naming the input; the inputs, the byte counters of the
     last execute and later results are unchanged."""
@@ -305,8 +317,8 @@ def test_device_input_method_rejects_wrong_inputs(placing: Backend, kind: str) -
     here = cuda_device()
     good = [t.detach().to(here) for t in lm.eager["prefill"][1]]
     with handles(backend, lm.program, "prefill") as (prefill,):
-        reference = [t.cpu() for t in backend.execute(prefill, good)]  # type: ignore[attr-defined]
-        stats_before = dict(backend.execute_stats(prefill))  # type: ignore[attr-defined]
+        reference = [t.cpu() for t in backend.execute(prefill, good)]
+        stats_before = dict(backend.execute_stats(prefill))
         bad = list(good)
         if kind == "host-tensor":
             bad[0], keywords = good[0].cpu(), ("device", "cuda")
@@ -320,16 +332,16 @@ def test_device_input_method_rejects_wrong_inputs(placing: Backend, kind: str) -
         assert_raises_invalid_argument(
             BAD_INPUT,
             call,
-            lambda: backend.execute(prefill, bad),  # type: ignore[attr-defined]
+            lambda: backend.execute(prefill, bad),
             argument="inputs",
             keywords=keywords,
         )
         if any(not torch.equal(bits(a), bits(b)) for a, b in zip(before, bad, strict=True)):
             fail(BAD_INPUT, call, "the rejected call changed its inputs")
-        stats_after = dict(backend.execute_stats(prefill))  # type: ignore[attr-defined]
+        stats_after = dict(backend.execute_stats(prefill))
         if stats_after != stats_before:
             fail(BAD_INPUT, call, f"execute_stats changed from {stats_before} to {stats_after}")
-        again = [t.cpu() for t in backend.execute(prefill, good)]  # type: ignore[attr-defined]
+        again = [t.cpu() for t in backend.execute(prefill, good)]
     if any(not torch.equal(a, b) for a, b in zip(reference, again, strict=True)):
         fail(BAD_INPUT, call, "after the rejected call, the same inputs give different outputs")
 
@@ -378,8 +390,8 @@ def _per_execute(meter: TrafficMeter, execute: Callable[[], object], runs: int, 
     raise AssertionError("unreachable")
 
 
-def _executes(backend: Backend, run: MethodRun) -> Callable[[], object]:
-    return lambda: backend.execute(run.handle, run.inputs)  # type: ignore[attr-defined]
+def _executes(backend: RuntimeBackend, run: MethodRun) -> Callable[[], object]:
+    return lambda: backend.execute(run.handle, run.inputs)
 
 
 @contextlib.contextmanager
@@ -393,7 +405,7 @@ def _runtime_option(backend: Backend, methods: str) -> Iterator[None]:
 
 
 def _savings(
-    backend: Backend, meter: TrafficMeter, host: MethodRun, kept: MethodRun, keep: str, call: str
+    backend: RuntimeBackend, meter: TrafficMeter, host: MethodRun, kept: MethodRun, keep: str, call: str
 ) -> tuple[list[Saving], int]:
     """(h2d and d2h savings per execute, K): ``host`` and ``kept`` each executed K times in a window of
     their own; expected savings from the host tensors each passes and gets back."""
@@ -418,7 +430,11 @@ def _savings(
 @pytest.mark.parametrize("mechanism", list(MECHANISMS))
 @pytest.mark.parametrize("model", PCIE_MODELS)
 def test_pcie_bytes_saved_as_nvml_counts_them(
-    placing: Backend, pcie_meter: TrafficMeter, model: str, mechanism: str, request: pytest.FixtureRequest
+    placing: PlacementRuntimeBackend,
+    pcie_meter: TrafficMeter,
+    model: str,
+    mechanism: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """skip-copy/pcie, placement/pcie: each method executed alone, K times per NVML window, once with every
     input and output on the host and once with the mechanism keeping them on the device (runtime option:
@@ -474,7 +490,7 @@ def test_pcie_bytes_saved_as_nvml_counts_them(
 
 
 @pytest.mark.parametrize("model", pipeline_params("llm"))
-def test_placement_on_a_cpu_target_changes_nothing(placing: Backend, model: str) -> None:
+def test_placement_on_a_cpu_target_changes_nothing(placing: PlacementRuntimeBackend, model: str) -> None:
     """placement/cpu-target: on a program lowered for the CPU both flags are accepted and change nothing:
     outputs are host tensors, both byte counters are 0, values match float64 eager (the LLM-kind models:
     ``llm`` and, with ``transformers``, ``hf_llm``)."""

@@ -30,12 +30,12 @@ from hypothesis.strategies import SearchStrategy
 
 from conformance import differential_view_pass as view_pass_checks
 from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
-from conformance.conftest import require_part
 from conformance.generation import budget
 from conformance.graph_strategies import GeneratedGraph, graphs
 from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
+from conformance.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
 from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
-from conformance.protocol import Backend, missing_attributes
+from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
 from conformance.protocol_machine import (
     EXECUTE_FOCUSES,
     PLACEMENT_FOCUSES,
@@ -60,7 +60,7 @@ OUTPUTS_UNTOUCHED = rule_id("differential/outputs-untouched")
 @pytest.fixture(scope="session")
 def oracle(request: pytest.FixtureRequest) -> Backend:
     """The oracle backend (``--oracle``, default the reference with options of its own)."""
-    return request.config.stash[ORACLE_KEY]  # type: ignore[return-value]
+    return request.config.stash[ORACLE_KEY]
 
 
 def _shrunk(exc: BaseException, spec: str) -> str:
@@ -92,15 +92,18 @@ def run_machine(machine: type, examples: int, steps: int, spec: str) -> None:
 VIEW_PASS_EXAMPLES = {"behaviour": 100, "meta": 80, "recompiled": 20, "report": 30}
 
 
-@pytest.fixture
-def view_pass(backend: Backend) -> Backend:
-    require_part(backend, "view_pass")
-    return backend
+# Cases annotate the gates with their parts' protocols: ``ViewPassBackend``, ``MmOutBackend`` and, for
+# ``runtime_with_options``, ``OptionsRuntimeBackend`` (the ``runtime`` fixture's parts, then the option's).
+view_pass = part_fixture("view_pass", doc="The backend, for the view pass's generated cases.")
+runtime_with_options = part_fixture(
+    "lowering", "runtime", "runtime_options", doc="The backend, for the generated option calls."
+)
+mm = part_fixture("mm_out", doc="The backend, for the generated mm_out calls.")
 
 
 @budget(VIEW_PASS_EXAMPLES["behaviour"])
 @given(graph=graphs())
-def test_view_pass_generated_keeps_behaviour(view_pass: Backend, graph: GeneratedGraph) -> None:
+def test_view_pass_generated_keeps_behaviour(view_pass: ViewPassBackend, graph: GeneratedGraph) -> None:
     """differential/view-pass-behaviour: on fresh inputs laid out as generated, the result gives bit for bit
     the graph's outputs and the inputs' final values, and no output shares memory it did not share."""
     view_pass_checks.check_behaviour(view_pass, graph)
@@ -108,7 +111,7 @@ def test_view_pass_generated_keeps_behaviour(view_pass: Backend, graph: Generate
 
 @budget(VIEW_PASS_EXAMPLES["meta"])
 @given(graph=graphs())
-def test_view_pass_generated_meta_is_truthful(view_pass: Backend, graph: GeneratedGraph) -> None:
+def test_view_pass_generated_meta_is_truthful(view_pass: ViewPassBackend, graph: GeneratedGraph) -> None:
     """differential/view-pass-meta: every node that became a view, and every node downstream of one, has
     the dtype, shape, strides and storage offset in ``meta["val"]`` that a real run gives it."""
     view_pass_checks.check_meta(view_pass, graph)
@@ -116,14 +119,16 @@ def test_view_pass_generated_meta_is_truthful(view_pass: Backend, graph: Generat
 
 @budget(VIEW_PASS_EXAMPLES["recompiled"])
 @given(graph=graphs())
-def test_view_pass_generated_code_is_the_graphs(view_pass: Backend, graph: GeneratedGraph) -> None:
+def test_view_pass_generated_code_is_the_graphs(view_pass: ViewPassBackend, graph: GeneratedGraph) -> None:
     """differential/view-pass-recompiled: the returned module runs the code of its own graph."""
     view_pass_checks.check_recompiled(view_pass, graph)
 
 
 @budget(VIEW_PASS_EXAMPLES["report"])
 @given(graph=graphs())
-def test_view_pass_generated_report_describes_the_result(view_pass: Backend, graph: GeneratedGraph) -> None:
+def test_view_pass_generated_report_describes_the_result(
+    view_pass: ViewPassBackend, graph: GeneratedGraph
+) -> None:
     """differential/view-pass-report, view-pass/report (*should*): no node both rewritten and refused, only
     nodes the result has, and ``rewritten`` is exactly the copies that are views in the result."""
     view_pass_checks.check_report(view_pass, graph)
@@ -135,7 +140,7 @@ def test_view_pass_generated_report_describes_the_result(view_pass: Backend, gra
 @pytest.mark.slow
 @pytest.mark.parametrize("device", TARGETS)
 def test_protocol_calls_agree_with_the_oracle(
-    runtime: Backend, oracle: Backend, device: str, request: pytest.FixtureRequest
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
 ) -> None:
     """Sequences of lower / init / set_option / execute / execute_stats / destroy calls, generated, on the
     backend and the oracle side by side: the same calls are errors (of the same kind, naming the same
@@ -146,7 +151,7 @@ def test_protocol_calls_agree_with_the_oracle(
     run_machine(machine, examples=30, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
 
 
-def _machine(runtime: Backend, oracle: Backend, device: str) -> type[ProtocolMachine]:
+def _machine(runtime: LoweringRuntimeBackend, oracle: Backend, device: str) -> type[ProtocolMachine]:
     """The machine class for this backend and target, or a skip saying which part or device is missing
     (the ``runtime`` fixture has already required the backend's own parts)."""
     for part in ("lowering", "runtime"):
@@ -160,16 +165,18 @@ def _machine(runtime: Backend, oracle: Backend, device: str) -> type[ProtocolMac
 # ============================================================================================== options
 
 
-def test_option_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend) -> None:
+def test_option_calls_agree_with_the_oracle(
+    runtime_with_options: OptionsRuntimeBackend, oracle: Backend
+) -> None:
     """``set_option`` on generated keys and values (lists spaced every way, names in other forms, limits,
     forbidden characters, values that are not strings), each call then ``get_option``: the same calls are
     errors, of the same kind, naming the same argument; what is read back is what the oracle reads back.
     No program is needed, so this case tries many more values than the state machine can (rules
     ``differential/*``); the option is restored afterwards."""
-    require_part(runtime, "runtime_options")
-    if missing_attributes(oracle, "runtime_options"):
+    runtime = runtime_with_options
+    if not implements(oracle, "runtime_options"):
         pytest.skip(f"the oracle {oracle.name!r} lacks protocol part 'runtime_options'")
-    saved = (runtime.get_option(SKIP_COPY_OPTION), oracle.get_option(SKIP_COPY_OPTION))  # type: ignore[attr-defined]
+    saved = (runtime.get_option(SKIP_COPY_OPTION), oracle.get_option(SKIP_COPY_OPTION))
 
     @given(key_value=option_calls())
     @budget(examples=200)
@@ -179,8 +186,8 @@ def test_option_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend) -
     try:
         run_generated(check)
     finally:
-        runtime.set_option(SKIP_COPY_OPTION, saved[0])  # type: ignore[attr-defined]
-        oracle.set_option(SKIP_COPY_OPTION, saved[1])  # type: ignore[attr-defined]
+        runtime.set_option(SKIP_COPY_OPTION, saved[0])
+        oracle.set_option(SKIP_COPY_OPTION, saved[1])
 
 
 # ========================================================================================= focused calls
@@ -214,7 +221,9 @@ def focused(
 
 
 @pytest.mark.parametrize("device", TARGETS)
-def test_execute_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend, device: str) -> None:
+def test_execute_calls_agree_with_the_oracle(
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str
+) -> None:
     """Executes on a handle of every method of the menu's models, broken one way (a dtype, a rank, a size
     past a ``Dim``'s bound or empty, an element, ``outputs=``) or valid in any layout and size, with the
     skip-copy option naming the method or not: the same calls are errors as for the oracle, and every other
@@ -233,7 +242,9 @@ def test_execute_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend, 
 
 
 @pytest.mark.parametrize("device", TARGETS)
-def test_placement_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend, device: str) -> None:
+def test_placement_calls_agree_with_the_oracle(
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str
+) -> None:
     """Rounds of ``lower`` → ``init`` → one execute, each aimed at one thing (``PLACEMENT_FOCUSES``): methods
     renamed at ``lower`` and misspelt at ``init``; placement values written every way (falsy values,
     mappings whose unknown, misspelt or spaced names carry ``False``); a valid placement against the runtime
@@ -255,13 +266,12 @@ def test_placement_calls_agree_with_the_oracle(runtime: Backend, oracle: Backend
 
 
 @pytest.mark.parametrize("device", TARGETS)
-def test_mm_out_agrees_with_the_oracle(backend: Backend, oracle: Backend, device: str) -> None:
+def test_mm_out_agrees_with_the_oracle(mm: MmOutBackend, oracle: Backend, device: str) -> None:
     """``mm_out`` on generated sizes (0, 1, primes, powers of two and one past), dtypes and operand layouts
     (transposed, step-sliced, offset, expanded), ``out`` right or broken one way: the same calls are errors
     as for the oracle (on a machine without CUDA every call is one: the operands are host tensors); values
     match float64 within the dtype's tolerance; ``out`` is untouched on error and operands never."""
-    require_part(backend, "mm_out")
-    if missing_attributes(oracle, "mm_out"):
+    if not implements(oracle, "mm_out"):
         pytest.skip(f"the oracle {oracle.name!r} lacks protocol part 'mm_out'")
     if device == "cpu" and torch.cuda.is_available():
         pytest.skip("host operands are checked on machines without CUDA; here the cuda case runs")
@@ -273,8 +283,8 @@ def test_mm_out_agrees_with_the_oracle(backend: Backend, oracle: Backend, device
         out_o, a_o, b_o = plan.build(device)
         before = [bits(t).clone() for t in (out, a, b)]
         text = f"mm_out({plan!r})"
-        got = call(backend.mm_out, out, a, b)  # type: ignore[attr-defined]
-        want = call(oracle.mm_out, out_o, a_o, b_o)  # type: ignore[attr-defined]
+        got = call(mm.mm_out, out, a, b)
+        want = call(oracle.mm_out, out_o, a_o, b_o)
         if device == "cuda":
             torch.cuda.synchronize()
         judge("mm_out", text, got, want)

@@ -26,9 +26,8 @@ import copy
 import functools
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import pytest
 import torch
@@ -37,9 +36,9 @@ from torch.fx import GraphModule, Node
 from conformance.checks import CheckFailure, assert_model_output_close, coverage_gap, fail
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
 from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
-from conformance.parts import require_part
+from conformance.parts import LoweringRuntimeBackend, part_fixture
 from conformance.programs import handles, lowered, record, require_lowering_device
-from conformance.protocol import Backend, missing_attributes
+from conformance.protocol import LoweringBackend, ViewPassBackend, ViewPassOutcome, implements
 from conformance.rules import Level, level_of, rule_id
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.view_pass_cases import (
@@ -90,22 +89,9 @@ KV_CACHE_MIN_REWRITES = 20
 KV_CACHE_TOLERANCE = 1e-5
 
 
-class ViewPassOutcome(Protocol):
-    """What ``view_copy_pass`` returns (protocol part ``view_pass``)."""
-
-    graph_module: GraphModule
-    rewritten: Sequence[str]
-    refused: Mapping[str, str]
-
-
-class ViewPassBackend(Backend, Protocol):
-    def view_copy_pass(self, graph_module: GraphModule, /) -> ViewPassOutcome: ...
-
-
-@pytest.fixture
-def view_pass(backend: ViewPassBackend) -> ViewPassBackend:
-    require_part(backend, "view_pass")
-    return backend
+# Cases annotate them with the parts' protocols: ``ViewPassBackend``, ``LoweringBackend``.
+view_pass = part_fixture("view_pass", doc="The backend, for cases of part ``view_pass``.")
+lowering = part_fixture("lowering", doc="The backend, for cases of part ``lowering`` alone.")
 
 
 @dataclass(frozen=True)
@@ -423,19 +409,18 @@ def eager_float64(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> li
 @pytest.mark.parametrize("model", ZOO_MODELS)
 @pytest.mark.parametrize("dtype", list(DTYPES_BY_NAME))
 def test_zoo_model_lowers(
-    backend: Backend, dtype: str, model: str, device: str, request: pytest.FixtureRequest
+    lowering: LoweringBackend, dtype: str, model: str, device: str, request: pytest.FixtureRequest
 ) -> None:
     """lowering/zoo-lowers: the model lowers for the device into a non-empty program (part ``lowering``
     alone, so it also judges a backend whose programs the suite cannot run). A backend that says it cannot
     lower the model — the protocol's ``ValueError`` naming what and why — is reported as coverage; a
     ``RuntimeError`` saying so is the *should* rule ``lowering/unsupported-is-valueerror``; any other
     exception is a crash."""
-    require_part(backend, "lowering")
-    require_lowering_device(backend, device)
+    require_lowering_device(lowering, device)
     call = f"lower({model}, {dtype}, device={device!r})"
     start = time.perf_counter()
     try:
-        program = lowered(backend, model, DTYPES_BY_NAME[dtype], device)
+        program = lowered(lowering, model, DTYPES_BY_NAME[dtype], device)
     except ValueError as exc:
         coverage_gap(ZOO_LOWERS, call, f"the backend cannot lower this model: {exc}")
         raise AssertionError("unreachable") from exc
@@ -456,7 +441,7 @@ def test_zoo_model_lowers(
 @pytest.mark.parametrize("model", ZOO_MODELS)
 @pytest.mark.parametrize("dtype", list(DTYPES_BY_NAME))
 def test_zoo_model_lowers_runs_and_matches_eager(
-    runtime: Backend, dtype: str, model: str, device: str, request: pytest.FixtureRequest
+    runtime: LoweringRuntimeBackend, dtype: str, model: str, device: str, request: pytest.FixtureRequest
 ) -> None:
     """lowering/zoo: the model lowers for the device, every method runs, outputs match eager float64."""
     program = lowered(runtime, model, DTYPES_BY_NAME[dtype], device)
@@ -464,7 +449,7 @@ def test_zoo_model_lowers_runs_and_matches_eager(
     for method, (module, inputs) in program.eager.items():
         call = f"lower({model}, {dtype}, device={device}) then execute({method!r})"
         with handles(runtime, program.program, method) as (handle,):
-            outputs = runtime.execute(handle, [t.cpu() for t in inputs])  # type: ignore[attr-defined]
+            outputs = runtime.execute(handle, [t.cpu() for t in inputs])
         expected = eager_float64(module, inputs)
         if len(outputs) != len(expected):
             fail(ZOO_MATCHES_EAGER, call, f"{len(outputs)} outputs, eager gives {len(expected)}")
@@ -480,12 +465,12 @@ def test_zoo_model_lowers_runs_and_matches_eager(
 UNSUPPORTED_WORDS = ("opaque_scale", "kernel", "unsupported", "not supported")
 
 
-def lower_unsupported(backend: Backend, device: str) -> None:
+def lower_unsupported(backend: LoweringBackend, device: str) -> None:
     """``lower`` of a method calling :data:`OPAQUE_OP` fails as the protocol says, naming what is missing."""
     call = f"lower({{'forward': calls {OPAQUE_OP}}}, device={device!r})"
     methods = {"forward": (CallsOpaqueOp(), opaque_inputs(device))}
     try:
-        program = backend.lower(methods, device=device)  # type: ignore[attr-defined]
+        program = backend.lower(methods, device=device)
     except ValueError as exc:
         if not any(word in str(exc).lower() for word in UNSUPPORTED_WORDS):
             fail(UNSUPPORTED_KERNELS, call, f"the error must name what is missing: {exc}")
@@ -504,20 +489,21 @@ def lower_unsupported(backend: Backend, device: str) -> None:
 
 
 @pytest.mark.parametrize("device", MODEL_DEVICES)
-def test_unsupported_kernels_fail_and_later_lowers_are_unaffected(backend: Backend, device: str) -> None:
+def test_unsupported_kernels_fail_and_later_lowers_are_unaffected(
+    lowering: LoweringBackend, device: str
+) -> None:
     """lowering/unsupported-kernels: a method calling an op no backend has a kernel for is refused with a
     ValueError naming what is missing (lowering/unsupported-is-valueerror, *should*, for a RuntimeError).
     lowering/failure-not-sticky: right after, in the same process, a model the backend lowers fine still
     lowers (and runs to eager's result, for a backend with a runtime): nothing of the failure is kept."""
-    require_part(backend, "lowering")
-    require_lowering_device(backend, device)
+    require_lowering_device(lowering, device)
     refusal: CheckFailure | None = None
     try:
-        lower_unsupported(backend, device)
+        lower_unsupported(lowering, device)
     except CheckFailure as exc:  # the later lowering is checked even when the refusal itself was wrong
         refusal = exc
     try:
-        check_later_lower(backend, device)
+        check_later_lower(lowering, device)
     except CheckFailure as later:
         if refusal is None:
             raise
@@ -526,14 +512,14 @@ def test_unsupported_kernels_fail_and_later_lowers_are_unaffected(backend: Backe
         raise refusal
 
 
-def check_later_lower(backend: Backend, device: str) -> None:
+def check_later_lower(backend: LoweringBackend, device: str) -> None:
     rule = FAILURE_NOT_STICKY
     # Built and lowered here, not through programs.lowered(): a program lowered earlier in this process
     # would come from the suite's cache and never ask the backend again.
     module, inputs = get_model("add").build(torch.float32, torch.device(device))["forward"]
     call = f"lower(add, float32, device={device!r}) right after a refused lower"
     try:
-        program = backend.lower({"forward": (module, inputs)}, device=device)  # type: ignore[attr-defined]
+        program = backend.lower({"forward": (module, inputs)}, device=device)
     except Exception as exc:
         fail(
             rule,
@@ -542,8 +528,8 @@ def check_later_lower(backend: Backend, device: str) -> None:
         )
     if not isinstance(program, bytes) or not program:
         fail(rule, call, f"returned {type(program).__name__}, not program bytes")
-    if missing_attributes(backend, "runtime"):
+    if not implements(backend, "runtime"):
         return
     with handles(backend, program, "forward") as (handle,):
-        outputs = backend.execute(handle, [t.cpu() for t in inputs])  # type: ignore[attr-defined]
+        outputs = backend.execute(handle, [t.cpu() for t in inputs])
     assert_model_output_close(rule, f"{call} then execute", outputs[0], eager_float64(module, inputs)[0])

@@ -26,8 +26,9 @@ from conformance.checks import assert_model_output_close, fail
 from conformance.conftest import SPEC_KEY
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
 from conformance.models.variants import BASE_MAX_ROWS, VARIANTS, build_variant, variant_inputs
+from conformance.parts import LoweringRuntimeBackend
 from conformance.programs import handles, require_lowering_device
-from conformance.protocol import SKIP_D2H, Backend, lower_options
+from conformance.protocol import SKIP_D2H, LoweringBackend, RuntimeBackend, lower_options
 from conformance.rules import rule_id
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
@@ -40,9 +41,9 @@ VARIANT = rule_id("metamorphic/variant")
 AFTER_FAILURE = rule_id("metamorphic/after-failure")
 
 
-def _lower(backend: Backend, kind: str, device: str, rule: str) -> bytes:
+def _lower(backend: LoweringBackend, kind: str, device: str, rule: str) -> bytes:
     try:
-        return backend.lower(build_variant(kind, device), device=device)  # type: ignore[attr-defined]
+        return backend.lower(build_variant(kind, device), device=device)
     except Exception as exc:
         fail(rule, f"lower({kind} model, device={device!r})", f"{type(exc).__name__}: {exc}")
     raise AssertionError("unreachable")
@@ -54,12 +55,12 @@ def _eager(kind: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         return module(*(t.detach().cpu().double() for t in inputs))
 
 
-def _run(backend: Backend, program: bytes, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def _run(backend: RuntimeBackend, program: bytes, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     with handles(backend, program, "forward") as (handle,):
-        return list(backend.execute(handle, list(inputs)))  # type: ignore[attr-defined]
+        return list(backend.execute(handle, list(inputs)))
 
 
-def _check(backend: Backend, rule: str, what: str, kind: str, program: bytes, rows: int) -> None:
+def _check(backend: RuntimeBackend, rule: str, what: str, kind: str, program: bytes, rows: int) -> None:
     inputs = variant_inputs(rows)
     call = f"execute({what} program, x [{rows}, 16])"
     try:
@@ -79,7 +80,7 @@ VARIANT_CASES = [pytest.param("cpu", v, id=f"cpu-{v}") for v in VARIANTS] + [
 @pytest.mark.slow
 @pytest.mark.parametrize(("device", "variant"), VARIANT_CASES)
 def test_a_variant_lowered_after_its_base_is_its_own_program(
-    runtime: Backend, device: str, variant: str
+    runtime: LoweringRuntimeBackend, device: str, variant: str
 ) -> None:
     """metamorphic/variant: lower the base, then the variant, then the base again, in one process: each
     program matches its own module's float64 eager result (the dim-bound variant on a batch only it takes,
@@ -118,18 +119,18 @@ _FRESH = textwrap.dedent(
 )
 
 
-def _failing_lowers(backend: Backend, device: str) -> list[str]:
+def _failing_lowers(backend: LoweringBackend, device: str) -> list[str]:
     """Make ``lower`` fail twice: an op no backend can lower, and (where the backend takes placement
     options) a placement naming a method the program does not have. Returns what was tried."""
     tried = []
     try:
-        backend.lower({"forward": (CallsOpaqueOp(), opaque_inputs(device))}, device=device)  # type: ignore[attr-defined]
+        backend.lower({"forward": (CallsOpaqueOp(), opaque_inputs(device))}, device=device)
     except Exception:
         tried.append("an op with no kernel")
     if SKIP_D2H in lower_options(backend):
         try:
             options = {SKIP_D2H: {"no_such_method": False}}
-            backend.lower(build_variant("base", device), device=device, options=options)  # type: ignore[attr-defined]
+            backend.lower(build_variant("base", device), device=device, options=options)
         except Exception:
             tried.append("a placement naming no method")
     return tried
@@ -138,7 +139,7 @@ def _failing_lowers(backend: Backend, device: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("device", TARGETS)
 def test_a_failed_lower_leaves_the_next_lower_as_a_fresh_process_makes_it(
-    runtime: Backend, device: str, request: pytest.FixtureRequest, tmp_path: Path
+    runtime: LoweringRuntimeBackend, device: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """metamorphic/after-failure: lower the base, make two lowers fail, lower the base again: the program
     runs and matches eager, and matches the program a fresh process lowers from the same model."""

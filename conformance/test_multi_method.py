@@ -45,10 +45,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.checks import fail
-from conformance.parts import require_part, skip_reason
+from conformance.parts import LoweringRuntimeBackend, require_part, skip_reason
 from conformance.pipelines import PIPELINE_MODELS, CallStats, pipeline_params, run_greedy
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
-from conformance.protocol import Backend
+from conformance.protocol import RuntimeBackend
 from conformance.rules import rule_id
 from conformance.token_oracle import (
     METHODS,
@@ -89,7 +89,11 @@ PIPELINE_CASES = [
 
 
 def run_pipeline(
-    backend: Backend, model: str, eager: Methods, made: Sequence[object], stats: CallStats | None = None
+    backend: RuntimeBackend,
+    model: str,
+    eager: Methods,
+    made: Sequence[object],
+    stats: CallStats | None = None,
 ) -> torch.Tensor:
     first, second = made
     first_input = host_inputs(eager, METHODS[model][0])[0]
@@ -97,7 +101,7 @@ def run_pipeline(
 
 
 def first_step_logits(
-    backend: Backend, model: str, lm: LoweredModel, made: Sequence[object]
+    backend: RuntimeBackend, model: str, lm: LoweredModel, made: Sequence[object]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(backend, float64 eager) logits of the pipeline's first step: the decoder on [BOS] after the encoder,
     or prefill over the prompt."""
@@ -107,16 +111,16 @@ def first_step_logits(
     first_name, second_name = p.methods
     if p.kind == "asr":
         features = host_inputs(eager, first_name)
-        hidden = backend.execute(first, features)[0]  # type: ignore[attr-defined]
+        hidden = backend.execute(first, features)[0]
         bos = torch.full((features[0].shape[0], 1), p.greedy.bos, dtype=torch.int64)
-        got = backend.execute(second, [bos, hidden])[0]  # type: ignore[attr-defined]
+        got = backend.execute(second, [bos, hidden])[0]
         with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
             ref = float64_module(eager, second_name)(
                 bos, float64_module(eager, first_name)(as_float64(features[0]))
             )
         return got, ref
     prompt = host_inputs(eager, first_name)
-    got = backend.execute(first, prompt)[0]  # type: ignore[attr-defined]
+    got = backend.execute(first, prompt)[0]
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         ref = float64_module(eager, first_name)(prompt[0])[0]
     return got, ref
@@ -128,7 +132,7 @@ def first_step_logits(
 @pytest.mark.parametrize(("device", "dtype"), PIPELINE_CASES)
 @pytest.mark.parametrize("model", pipeline_params())
 def test_pipeline_tokens_match_eager(
-    runtime: Backend, model: str, device: str, dtype: str, request: pytest.FixtureRequest
+    runtime: LoweringRuntimeBackend, model: str, device: str, dtype: str, request: pytest.FixtureRequest
 ) -> None:
     """multi-method/tokens: the greedy pipeline through the protocol gives eager PyTorch's tokens (float32:
     exactly; half precision: first-step logits within tolerance, differences only from near-ties); on a CPU
@@ -199,7 +203,9 @@ class Measured:
         return sum(s.get(key, 0) for _, s in self.stats)
 
 
-def measure(backend: Backend, value: str, pipeline: Callable[[CallStats | None], torch.Tensor]) -> Measured:
+def measure(
+    backend: RuntimeBackend, value: str, pipeline: Callable[[CallStats | None], torch.Tensor]
+) -> Measured:
     """With the skip option at ``value``: one run, with its per-execute stats."""
     with option(backend, SKIP, value):
         stats: CallStats = []
@@ -253,7 +259,12 @@ def output_bytes(lm: LoweredModel, method: str) -> int:
 
 
 def copied_and_kept(
-    request: pytest.FixtureRequest, backend: Backend, model: str, lm: LoweredModel, skip: str, call: str
+    request: pytest.FixtureRequest,
+    backend: RuntimeBackend,
+    model: str,
+    lm: LoweredModel,
+    skip: str,
+    call: str,
 ) -> tuple[Measured, Measured]:
     """The pipeline measured without skip-copy and with ``skip``; figures recorded; tokens must agree."""
     with handles(backend, lm.program, *METHODS[model]) as made:
@@ -277,7 +288,7 @@ def copied_and_kept(
 @pytest.mark.parametrize("model", pipeline_params("llm"))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_llm_kv_cache_stays_on_gpu(
-    runtime: Backend, dtype: str, model: str, request: pytest.FixtureRequest
+    runtime: LoweringRuntimeBackend, dtype: str, model: str, request: pytest.FixtureRequest
 ) -> None:
     """multi-method/kv-cache-on-device: with prefill and decode both skipped, no execute copies anything to
     the host and each decode step uploads only its token and position; tokens are those of the copying
@@ -306,7 +317,7 @@ def test_llm_kv_cache_stays_on_gpu(
 @pytest.mark.parametrize("model", pipeline_params("asr"))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_asr_decoder_consumes_encoder_output_on_gpu(
-    runtime: Backend, dtype: str, model: str, request: pytest.FixtureRequest
+    runtime: LoweringRuntimeBackend, dtype: str, model: str, request: pytest.FixtureRequest
 ) -> None:
     """multi-method/device-input: with ``encoder`` skipped, its output stays on the GPU and every decoder
     step uploads only the token ids, not the hidden states; the decoder's logits are still copied out as

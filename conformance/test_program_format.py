@@ -33,6 +33,7 @@ import copy
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -47,9 +48,9 @@ from conformance.checks import (
     fail,
 )
 from conformance.models import get_model
-from conformance.parts import require_part
+from conformance.parts import LoweringRuntimeBackend, require_part
 from conformance.programs import SKIP_COPY_OPTION, lowered, option
-from conformance.protocol import Backend
+from conformance.protocol import LoweringBackend, RuntimeBackend
 from conformance.rules import rule_id
 
 DTYPE = torch.float32
@@ -87,12 +88,12 @@ class Program:
 
 
 @functools.cache
-def _program(backend: Backend, methods: tuple[tuple[str, str], ...], device: str) -> Program:
+def _program(backend: LoweringBackend, methods: tuple[tuple[str, str], ...], device: str) -> Program:
     eager = {name: get_model(model).build(DTYPE, torch.device(device))["forward"] for name, model in methods}
-    return Program(backend.lower(eager, device=device), eager)  # type: ignore[attr-defined]
+    return Program(backend.lower(eager, device=device), eager)
 
 
-def program(backend: Backend, methods: dict[str, str], device: str) -> Program:
+def program(backend: LoweringBackend, methods: dict[str, str], device: str) -> Program:
     """``methods`` (name → zoo model) lowered into one program for ``device``, once per process."""
     return _program(backend, tuple(methods.items()), device)
 
@@ -114,23 +115,25 @@ def eager_outputs(prog: Program, method: str, inputs: Sequence[torch.Tensor]) ->
     return [o.to(DTYPE) for o in outs]
 
 
-def check_runs(runtime: Backend, rule: str, data: bytes, prog: Program, method: str, what: str) -> None:
+def check_runs(
+    runtime: RuntimeBackend, rule: str, data: bytes, prog: Program, method: str, what: str
+) -> None:
     """``init(data, method)`` succeeds and its handle computes the exact result (outputs moved to the CPU)."""
     call = f"init(<{what}>, {method!r}) then execute"
     try:
-        handle = runtime.init(data, method)  # type: ignore[attr-defined]
+        handle = runtime.init(data, method)
     except Exception as exc:  # reported as the rule break it is
         fail(rule, call, f"init must succeed, but raised {type(exc).__name__}: {exc}")
     try:
         inputs = exact_inputs(prog, method)
-        outs = runtime.execute(handle, inputs)  # type: ignore[attr-defined]
+        outs = runtime.execute(handle, inputs)
         expected = eager_outputs(prog, method, inputs)
         if len(outs) != len(expected):
             fail(rule, call, f"returned {len(outs)} outputs, expected {len(expected)}")
         for got, want in zip(outs, expected, strict=True):
             assert_exact(rule, call, got.cpu(), want)
     finally:
-        runtime.destroy(handle)  # type: ignore[attr-defined]
+        runtime.destroy(handle)
 
 
 def assert_program_rejected(
@@ -143,7 +146,7 @@ def assert_program_rejected(
 
 
 def reject_everywhere(
-    runtime: Backend,
+    runtime: RuntimeBackend,
     rule: str,
     bad: bytes,
     what: str,
@@ -155,7 +158,7 @@ def reject_everywhere(
         assert_program_rejected(
             rule,
             f"init(<{what}>, {method!r})",
-            lambda method=method: runtime.init(bad, method),  # type: ignore[attr-defined]
+            lambda method=method: runtime.init(bad, method),
             keywords,
         )
     check_runs(
@@ -167,7 +170,7 @@ def reject_everywhere(
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_every_method_of_a_multi_method_program(runtime: Backend, target: str) -> None:
+def test_every_method_of_a_multi_method_program(runtime: LoweringRuntimeBackend, target: str) -> None:
     """format/multi-method: ``lower`` of two methods returns one program from which each method
     initialises by its name and computes its own function (not the other's)."""
     prog = program(runtime, MULTI_METHODS, target)
@@ -179,7 +182,7 @@ def test_every_method_of_a_multi_method_program(runtime: Backend, target: str) -
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_non_ascii_method_names_round_trip(runtime: Backend, target: str) -> None:
+def test_non_ascii_method_names_round_trip(runtime: LoweringRuntimeBackend, target: str) -> None:
     """format/non-ascii-name: methods named "décodeur" and "解码器" initialise by those names and compute
     their own functions; the ASCII look-alike "decodeur" is not a method of the program."""
     prog = program(runtime, NON_ASCII_METHODS, target)
@@ -189,7 +192,7 @@ def test_non_ascii_method_names_round_trip(runtime: Backend, target: str) -> Non
     assert_raises_invalid_argument(
         NON_ASCII_NAME,
         "init(<program of 'décodeur', '解码器'>, 'decodeur')",
-        lambda: runtime.init(prog.data, "decodeur"),  # type: ignore[attr-defined]
+        lambda: runtime.init(prog.data, "decodeur"),
         argument="method",
         keywords=UNKNOWN_METHOD_WORDS,
     )
@@ -198,14 +201,14 @@ def test_non_ascii_method_names_round_trip(runtime: Backend, target: str) -> Non
 @pytest.mark.parametrize(
     "name", ["MUL_ADD", "Mul_Add", "Plus", "mul_ad"], ids=["upper", "title", "capital", "prefix"]
 )
-def test_method_names_match_exactly(runtime: Backend, name: str) -> None:
+def test_method_names_match_exactly(runtime: LoweringRuntimeBackend, name: str) -> None:
     """format/method-name-case: a method name differing in case (or a prefix of one) is not the method:
     init raises an invalid-argument error naming ``method``."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     assert_raises_invalid_argument(
         METHOD_NAME_CASE,
         f"init(<program of {list(prog.eager)}>, {name!r})",
-        lambda: runtime.init(prog.data, name),  # type: ignore[attr-defined]
+        lambda: runtime.init(prog.data, name),
         argument="method",
         keywords=UNKNOWN_METHOD_WORDS,
     )
@@ -214,7 +217,7 @@ def test_method_names_match_exactly(runtime: Backend, name: str) -> None:
 # -------------------------------------------------------------------------------------------- integrity
 
 
-def test_empty_program(runtime: Backend) -> None:
+def test_empty_program(runtime: LoweringRuntimeBackend) -> None:
     """format/empty: init of ``b""`` is an invalid-argument error blaming the program, for every method."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     reject_everywhere(runtime, EMPTY, b"", "empty bytes", prog)
@@ -225,7 +228,7 @@ def test_empty_program(runtime: Backend) -> None:
     [None, "a str", 0, [65, 79, 84, 73]],
     ids=["None", "str", "int", "list-of-ints"],
 )
-def test_program_that_is_not_bytes(runtime: Backend, not_bytes: object) -> None:
+def test_program_that_is_not_bytes(runtime: LoweringRuntimeBackend, not_bytes: Any) -> None:
     """format/not-bytes: a program argument that is not bytes is an invalid-argument error naming
     ``program`` and the type it must have."""
     prog = program(runtime, MULTI_METHODS, "cpu")
@@ -233,7 +236,7 @@ def test_program_that_is_not_bytes(runtime: Backend, not_bytes: object) -> None:
         assert_raises_invalid_argument(
             NOT_BYTES,
             f"init({not_bytes!r}, {method!r})",
-            lambda method=method: runtime.init(not_bytes, method),  # type: ignore[attr-defined]
+            lambda method=method: runtime.init(not_bytes, method),
             argument="program",
             keywords=("bytes", "type"),
         )
@@ -254,7 +257,7 @@ TRUNCATIONS: dict[str, Callable[[int], int]] = {
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("cut", list(TRUNCATIONS))
-def test_truncated_program(runtime: Backend, target: str, cut: str) -> None:
+def test_truncated_program(runtime: LoweringRuntimeBackend, target: str, cut: str) -> None:
     """format/truncated: a program cut short (inside the header, inside an artifact, one byte short) is an
     invalid-argument error blaming the program, for every method; the intact program still runs."""
     prog = program(runtime, MULTI_METHODS, target)
@@ -264,7 +267,7 @@ def test_truncated_program(runtime: Backend, target: str, cut: str) -> None:
     reject_everywhere(runtime, TRUNCATED, prog.data[:keep], what, prog)
 
 
-def test_trailing_bytes(runtime: Backend) -> None:
+def test_trailing_bytes(runtime: LoweringRuntimeBackend) -> None:
     """format/trailing-data: bytes after the program's declared end are tampering, not padding: an
     invalid-argument error blaming the program, for every method."""
     prog = program(runtime, MULTI_METHODS, "cpu")
@@ -302,7 +305,7 @@ FLIPS: dict[str, Callable[[bytes, Sequence[str]], int]] = {
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("where", list(FLIPS))
-def test_flipped_byte(runtime: Backend, target: str, where: str) -> None:
+def test_flipped_byte(runtime: LoweringRuntimeBackend, target: str, where: str) -> None:
     """format/flipped-byte: one byte inverted (XOR 0xFF) anywhere — header, manifest, a method name, each
     method's artifact, the end — is an invalid-argument error blaming the program, for every method (a
     tampered file is refused as a whole); the intact program still runs."""
@@ -321,7 +324,7 @@ def test_flipped_byte(runtime: Backend, target: str, where: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("skip_copy", ["unset", "names-the-method"])
-def test_cpu_program_on_a_cuda_machine(runtime: Backend, skip_copy: str) -> None:
+def test_cpu_program_on_a_cuda_machine(runtime: LoweringRuntimeBackend, skip_copy: str) -> None:
     """format/cpu-target: a program lowered for "cpu", initialised where CUDA is present, runs on the CPU:
     CPU inputs give the exact result as CPU tensors, whether or not the skip-copy option names the method
     (the reference's rule). A clear refusal (a ValueError naming the device or target) also conforms;
@@ -337,7 +340,7 @@ def test_cpu_program_on_a_cuda_machine(runtime: Backend, skip_copy: str) -> None
     refusal_words = ("cpu", "cuda", "device", "target")
     with option(runtime, SKIP_COPY_OPTION, "forward" if skip_copy == "names-the-method" else ""):
         try:
-            handle = runtime.init(lm.program, "forward")  # type: ignore[attr-defined]
+            handle = runtime.init(lm.program, "forward")
         except ValueError as exc:
             if not any(word in str(exc).lower() for word in refusal_words):
                 fail(rule, call, f"a refusal must name the device or target ({refusal_words}): {exc}")
@@ -350,7 +353,7 @@ def test_cpu_program_on_a_cuda_machine(runtime: Backend, skip_copy: str) -> None
             )
         try:
             try:
-                outs = runtime.execute(handle, inputs)  # type: ignore[attr-defined]
+                outs = runtime.execute(handle, inputs)
             except ValueError as exc:
                 if not any(word in str(exc).lower() for word in refusal_words):
                     fail(rule, call, f"a refusal must name the device or target ({refusal_words}): {exc}")
@@ -366,4 +369,4 @@ def test_cpu_program_on_a_cuda_machine(runtime: Backend, skip_copy: str) -> None
                     )
                 assert_exact(rule, call, got, want)
         finally:
-            runtime.destroy(handle)  # type: ignore[attr-defined]
+            runtime.destroy(handle)

@@ -26,7 +26,7 @@ whatever the option says; the device-specific checks are marked ``gpu``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -47,9 +47,9 @@ from conformance.method_runs import (
     run_methods,
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE
-from conformance.parts import require_part
+from conformance.parts import OptionsRuntimeBackend, part_fixture
 from conformance.programs import SKIP_COPY_OPTION, handles, lower_or_fail, option_restored
-from conformance.protocol import Backend
+from conformance.protocol import RuntimeOptionsBackend
 from conformance.rules import rule_id
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
@@ -83,20 +83,19 @@ SKIP_COPY_ACCEPTED = rule_id("skip-copy/option")
 # ================================================================================================ helpers
 
 
-@pytest.fixture
-def rt(backend: Backend) -> Iterator[Backend]:
-    """A backend with runtime options; the case may set the option directly, and it is restored after."""
-    require_part(backend, "runtime_options")
-    with option_restored(backend):
-        yield backend
-
-
-@pytest.fixture
-def rt_runtime(backend: Backend) -> Iterator[Backend]:
-    """The option on programs it runs: parts ``runtime_options``, ``lowering`` and ``runtime``."""
-    require_part(backend, "runtime_options", "lowering", "runtime")
-    with option_restored(backend):
-        yield backend
+# Cases annotate them ``RuntimeOptionsBackend`` and ``OptionsRuntimeBackend``.
+rt = part_fixture(
+    "runtime_options",
+    hold=option_restored,
+    doc="A backend with runtime options; the case may set the option directly, and it is restored after.",
+)
+rt_runtime = part_fixture(
+    "runtime_options",
+    "lowering",
+    "runtime",
+    hold=option_restored,
+    doc="The option on programs it runs: parts ``runtime_options``, ``lowering`` and ``runtime``.",
+)
 
 
 def methods_named(value: object) -> set[str]:
@@ -104,28 +103,28 @@ def methods_named(value: object) -> set[str]:
     return {t.strip() for t in value.split(",") if t.strip()} if isinstance(value, str) else set()
 
 
-def get_skip(backend: Backend, rule: str) -> object:
+def get_skip(backend: RuntimeOptionsBackend, rule: str) -> object:
     try:
-        return backend.get_option(SKIP)  # type: ignore[attr-defined]
+        return backend.get_option(SKIP)
     except Exception as exc:
         fail(rule, f"get_option({SKIP!r})", f"a known key must be readable, but it raised {exc!r}")
     raise AssertionError("unreachable")
 
 
-def set_skip(backend: Backend, value: str, rule: str) -> None:
+def set_skip(backend: RuntimeOptionsBackend, value: str, rule: str) -> None:
     try:
-        backend.set_option(SKIP, value)  # type: ignore[attr-defined]
+        backend.set_option(SKIP, value)
     except Exception as exc:
         fail(rule, f"set_option({SKIP!r}, {value!r})", f"a valid value was rejected: {exc!r}")
 
 
-def check_round_trip(backend: Backend, value: str, rule: str = ROUND_TRIP) -> None:
+def check_round_trip(backend: RuntimeOptionsBackend, value: str, rule: str = ROUND_TRIP) -> None:
     got = get_skip(backend, rule)
     if not isinstance(got, str) or methods_named(got) != methods_named(value):
         fail(rule, f"get_option({SKIP!r})", f"after set_option(..., {value!r}) it returned {got!r}")
 
 
-def check_unchanged(backend: Backend, before: object, call: str) -> None:
+def check_unchanged(backend: RuntimeOptionsBackend, before: object, call: str) -> None:
     after = get_skip(backend, ALL_OR_NOTHING)
     if after != before:
         fail(ALL_OR_NOTHING, call, f"failed, yet changed the option from {before!r} to {after!r}")
@@ -139,7 +138,8 @@ KEY_63 = SKIP + "_" * (MAX_KEY_CHARS - len(SKIP))
 #: to 255 characters would keep a valid-looking list ending in "encode", so truncation cannot hide.
 VALUE_255 = "decoder" + "," * (MAX_VALUE_CHARS - 14) + "encoder"
 VALUE_256 = "decoder" + "," * (MAX_VALUE_CHARS + 1 - 14) + "encoder"
-WRONG_TYPES = {"int": 1, "None": None, "bytes": b"decoder", "list": ["decoder"]}
+#: Values of the wrong type, passed on purpose (hence ``Any``).
+WRONG_TYPES: dict[str, Any] = {"int": 1, "None": None, "bytes": b"decoder", "list": ["decoder"]}
 UNKNOWN_KEYS = {
     "plural-typo": SKIP + "s",
     "case": SKIP.upper(),
@@ -161,7 +161,7 @@ LIST_VALUES: dict[str, tuple[str, set[str]]] = {
 }
 
 
-def test_options_before_init(rt: Backend) -> None:
+def test_options_before_init(rt: RuntimeOptionsBackend) -> None:
     """options/round-trip: the option can be set and read with no handle in existence (backend-wide)."""
     for value in ("decoder", "encoder,decoder", ""):
         set_skip(rt, value, BEFORE_INIT)
@@ -169,7 +169,7 @@ def test_options_before_init(rt: Backend) -> None:
 
 
 @pytest.mark.parametrize("label", list(LIST_VALUES))
-def test_list_values_are_accepted_and_read_back(rt: Backend, label: str) -> None:
+def test_list_values_are_accepted_and_read_back(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/round-trip: every well-formed list (255 characters included) is accepted, and ``get_option``
     returns a string naming the same methods."""
     value, _ = LIST_VALUES[label]
@@ -178,7 +178,7 @@ def test_list_values_are_accepted_and_read_back(rt: Backend, label: str) -> None
 
 
 @pytest.mark.parametrize("label", list(WRONG_TYPES))
-def test_non_string_value_changes_nothing(rt: Backend, label: str) -> None:
+def test_non_string_value_changes_nothing(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/non-string-value: a value that is not a str is an invalid-argument error naming the key, and
     the option keeps its previous value (options/all-or-nothing)."""
     value = WRONG_TYPES[label]
@@ -187,7 +187,7 @@ def test_non_string_value_changes_nothing(rt: Backend, label: str) -> None:
     assert_raises_invalid_argument(
         NON_STRING_VALUE,
         call,
-        lambda: rt.set_option(SKIP, value),  # type: ignore[attr-defined]
+        lambda: rt.set_option(SKIP, value),
         argument=SKIP,
         keywords=("str", "string", "type"),
     )
@@ -195,35 +195,35 @@ def test_non_string_value_changes_nothing(rt: Backend, label: str) -> None:
 
 
 @pytest.mark.parametrize("key", [None, 42], ids=["None", "int"])
-def test_non_string_key_is_rejected(rt: Backend, key: object) -> None:
+def test_non_string_key_is_rejected(rt: RuntimeOptionsBackend, key: Any) -> None:
     """options/non-string-key: a key that is not a str is an invalid-argument error; nothing changes."""
     set_skip(rt, "decoder", NON_STRING_KEY)
     call = f"set_option({key!r}, 'encoder')"
     assert_raises_invalid_argument(
         NON_STRING_KEY,
         call,
-        lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
+        lambda: rt.set_option(key, "encoder"),
         argument="key",
         keywords=("str", "string", "type"),
     )
     check_unchanged(rt, "decoder", call)
 
 
-def test_key_over_63_characters_is_rejected(rt: Backend) -> None:
+def test_key_over_63_characters_is_rejected(rt: RuntimeOptionsBackend) -> None:
     """options/key-length: a 64-character key is an error naming the limit, never truncated to 63."""
     set_skip(rt, "decoder", KEY_LENGTH)
     call = f"set_option({KEY_64!r}, 'encoder')"
     assert_raises_invalid_argument(
         KEY_LENGTH,
         call,
-        lambda: rt.set_option(KEY_64, "encoder"),  # type: ignore[attr-defined]
+        lambda: rt.set_option(KEY_64, "encoder"),
         argument="key",
         keywords=(str(MAX_KEY_CHARS), "too long", "limit"),
     )
     check_unchanged(rt, "decoder", call)
 
 
-def test_value_over_255_characters_is_rejected_not_truncated(rt: Backend) -> None:
+def test_value_over_255_characters_is_rejected_not_truncated(rt: RuntimeOptionsBackend) -> None:
     """options/value-length: a 256-character value is an error naming the key; the option keeps its old
     value (not the first 255 characters); exactly 255 characters are accepted."""
     set_skip(rt, "decoder", VALUE_LENGTH)
@@ -231,7 +231,7 @@ def test_value_over_255_characters_is_rejected_not_truncated(rt: Backend) -> Non
     assert_raises_invalid_argument(
         VALUE_LENGTH,
         call,
-        lambda: rt.set_option(SKIP, VALUE_256),  # type: ignore[attr-defined]
+        lambda: rt.set_option(SKIP, VALUE_256),
         argument=SKIP,
         keywords=(str(MAX_VALUE_CHARS), "too long", "limit"),
     )
@@ -241,7 +241,7 @@ def test_value_over_255_characters_is_rejected_not_truncated(rt: Backend) -> Non
 
 
 @pytest.mark.parametrize("label", list(UNKNOWN_KEYS))
-def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
+def test_unknown_key_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/unknown-key: ``set_option`` and ``get_option`` reject an unknown key (a 63-character one
     too: within the length limit, but unknown) with an error naming it; nothing changes."""
     key = UNKNOWN_KEYS[label]
@@ -251,7 +251,7 @@ def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
     assert_raises_invalid_argument(
         UNKNOWN_KEY,
         call,
-        lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
+        lambda: rt.set_option(key, "encoder"),
         argument=key,
         keywords=keywords,
     )
@@ -259,7 +259,7 @@ def test_unknown_key_is_rejected(rt: Backend, label: str) -> None:
     assert_raises_invalid_argument(
         UNKNOWN_KEY,
         f"get_option({key!r})",
-        lambda: rt.get_option(key),  # type: ignore[attr-defined]
+        lambda: rt.get_option(key),
         argument=key,
         keywords=keywords,
     )
@@ -272,7 +272,7 @@ NUL_KEYS = {"after-known-key": SKIP + "\0", "inside-known-key": "skip_copy\0outp
 
 
 @pytest.mark.parametrize("label", list(NUL_VALUES))
-def test_nul_in_a_value_is_rejected(rt: Backend, label: str) -> None:
+def test_nul_in_a_value_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/nul-character: a value containing NUL is an invalid-argument error naming the key, and the
     option keeps its value. Accepting it would be the silent truncation the spec forbids (SPEC §1b): a C
     runtime reads the string only up to the NUL."""
@@ -282,7 +282,7 @@ def test_nul_in_a_value_is_rejected(rt: Backend, label: str) -> None:
     assert_raises_invalid_argument(
         NUL_CHARACTER,
         call,
-        lambda: rt.set_option(SKIP, value),  # type: ignore[attr-defined]
+        lambda: rt.set_option(SKIP, value),
         argument=SKIP,
         keywords=("nul", "\\x00", "\\0", "null"),
     )
@@ -290,7 +290,7 @@ def test_nul_in_a_value_is_rejected(rt: Backend, label: str) -> None:
 
 
 @pytest.mark.parametrize("label", list(NUL_KEYS))
-def test_nul_in_a_key_is_rejected(rt: Backend, label: str) -> None:
+def test_nul_in_a_key_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/nul-character: a key containing NUL is an invalid-argument error, never the key before the
     NUL (which here is the known key, or a prefix of it); nothing changes."""
     key = NUL_KEYS[label]
@@ -299,7 +299,7 @@ def test_nul_in_a_key_is_rejected(rt: Backend, label: str) -> None:
     assert_raises_invalid_argument(
         NUL_CHARACTER,
         call,
-        lambda: rt.set_option(key, "encoder"),  # type: ignore[attr-defined]
+        lambda: rt.set_option(key, "encoder"),
         argument="key",
         keywords=("nul", "\\x00", "\\0", "null", "unknown"),
     )
@@ -317,7 +317,7 @@ CONTROL_VALUES = {
 
 
 @pytest.mark.parametrize("label", list(CONTROL_VALUES))
-def test_control_characters_are_kept_or_rejected(rt: Backend, label: str) -> None:
+def test_control_characters_are_kept_or_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/control-characters: the spec gives control characters no meaning, so a backend may reject a
     value containing one (an invalid-argument error naming the key; nothing changes) or keep it exactly.
     What it must not do is alter it silently: strip ``\\x07`` from ``"decoder\\x07"`` and the option names
@@ -327,7 +327,7 @@ def test_control_characters_are_kept_or_rejected(rt: Backend, label: str) -> Non
     set_skip(rt, "encoder", rule)
     call = f"set_option({SKIP!r}, {value!r})"
     try:
-        rt.set_option(SKIP, value)  # type: ignore[attr-defined]
+        rt.set_option(SKIP, value)
     except ValueError as exc:
         if SKIP not in str(exc):
             fail(rule, call, f"a rejection must name the key {SKIP!r}; it said: {exc}")
@@ -343,7 +343,7 @@ def test_control_characters_are_kept_or_rejected(rt: Backend, label: str) -> Non
 @pytest.mark.parametrize(
     "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu-target", "cuda-target"]
 )
-def test_options_with_live_handles(rt_runtime: Backend, device: str) -> None:
+def test_options_with_live_handles(rt_runtime: OptionsRuntimeBackend, device: str) -> None:
     """options/after-init: with handles alive the option is set and read back, and executes keep working and
     stay correct (float32 ``llm``). On a CPU target outputs stay host tensors whatever the option says."""
     rt = rt_runtime
@@ -363,7 +363,7 @@ def test_options_with_live_handles(rt_runtime: Backend, device: str) -> None:
 
 
 @pytest.mark.gpu
-def test_option_change_applies_to_next_execute_only(rt_runtime: Backend) -> None:
+def test_option_change_applies_to_next_execute_only(rt_runtime: OptionsRuntimeBackend) -> None:
     """options/next-execute: a change takes effect on the next execute; options/not-retroactive: outputs
     already returned stay where they are, with the same contents."""
     rt = rt_runtime
@@ -372,14 +372,14 @@ def test_option_change_applies_to_next_execute_only(rt_runtime: Backend) -> None
     call = "execute(prefill)"
     set_skip(rt, "", NEXT_EXECUTE)
     with handles(rt, lm.program, "prefill") as (prefill,):
-        host = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
+        host = rt.execute(prefill, inputs)
         host_before = [snapshot(t) for t in host]
         set_skip(rt, "prefill", NEXT_EXECUTE)
         if devices(host) != ["cpu"] * len(host) or not all(
             torch.equal(a, b) for a, b in zip(host, host_before, strict=True)
         ):
             fail(NOT_RETROACTIVE, call, "outputs returned before set_option moved or changed")
-        kept = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
+        kept = rt.execute(prefill, inputs)
         if any(d != str(cuda_device()) for d in devices(kept)):
             fail(NEXT_EXECUTE, call, f"after naming prefill, outputs are on {devices(kept)}")
         kept_before = [snapshot(t) for t in kept]
@@ -388,7 +388,7 @@ def test_option_change_applies_to_next_execute_only(rt_runtime: Backend) -> None
             torch.equal(a, b) for a, b in zip(kept, kept_before, strict=True)
         ):
             fail(NOT_RETROACTIVE, call, "device outputs moved or changed when the option changed")
-        again = rt.execute(prefill, inputs)  # type: ignore[attr-defined]
+        again = rt.execute(prefill, inputs)
         if devices(again) != ["cpu"] * len(again):
             fail(NEXT_EXECUTE, call, f"after clearing the option, outputs are on {devices(again)}")
         for index, (got, ref) in enumerate(zip(again, kept, strict=True)):
@@ -403,7 +403,7 @@ def test_option_change_applies_to_next_execute_only(rt_runtime: Backend) -> None
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("label", list(LIST_VALUES))
-def test_list_parsing_selects_methods(rt_runtime: Backend, label: str) -> None:
+def test_list_parsing_selects_methods(rt_runtime: OptionsRuntimeBackend, label: str) -> None:
     """options/list-parsing: set before ``init``, a list keeps exactly the methods it names on the GPU
     (tokens trimmed, empties ignored, case-sensitive, whole-name match); the others are copied out."""
     rt = rt_runtime
@@ -450,7 +450,7 @@ def _skip_cases() -> list:
 SKIP_CASES = _skip_cases()
 
 
-def _apply_skip(rt: Backend, model: str, value: str | None) -> None:
+def _apply_skip(rt: RuntimeOptionsBackend, model: str, value: str | None) -> None:
     """Set the option (after ``init``: handles exist), or for ``unset`` check the default names nothing."""
     if value is not None:
         set_skip(rt, value, SKIP_COPY_ACCEPTED)
@@ -465,7 +465,7 @@ def _apply_skip(rt: Backend, model: str, value: str | None) -> None:
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_skip_copy_matrix(
-    rt_runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+    rt_runtime: OptionsRuntimeBackend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
     """skip-copy/*: a method named in the option returns CUDA tensors on the handle's device and moves no
     byte device→host (counter and profiler); any other returns host tensors and counts their bytes; inputs
@@ -489,7 +489,7 @@ def test_skip_copy_matrix(
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_skip_copy_matrix_cpu_target(
-    rt_runtime: Backend, dtype: str, model: str, value: str | None, skipped: set[str]
+    rt_runtime: OptionsRuntimeBackend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
     """skip-copy/cpu-target: on a program lowered for the CPU the option changes nothing: every output is a
     host tensor, both byte counters are 0, and values match float64 eager."""

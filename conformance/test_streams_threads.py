@@ -49,10 +49,10 @@ from torch import nn
 
 from conformance.checks import assert_exact, fail
 from conformance.models import get_model
-from conformance.parts import require_part, skip_reason
+from conformance.parts import LoweringRuntimeBackend, require_part, skip_reason
 from conformance.pipelines import PIPELINE_MODELS, pipeline_params, run_greedy
 from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option, require_lowering_device
-from conformance.protocol import Backend
+from conformance.protocol import LoweringBackend, RuntimeOptionsBackend, implements
 from conformance.rules import rule_id
 
 DTYPE = torch.float32
@@ -85,7 +85,7 @@ class Method:
     example: tuple[torch.Tensor, ...]
 
 
-def zoo_method(runtime: Backend, model: str, device: str) -> Method:
+def zoo_method(runtime: LoweringBackend, model: str, device: str) -> Method:
     """The zoo model's single method ``forward``, lowered alone for ``device``."""
     lm = lowered(runtime, model, DTYPE, device)
     module, example = lm.eager["forward"]
@@ -106,15 +106,17 @@ def switching_often() -> Iterator[None]:
 
 
 @functools.cache
-def _two_method_program(backend: Backend, device: str) -> tuple[bytes, dict[str, tuple[nn.Module, tuple]]]:
+def _two_method_program(
+    backend: LoweringBackend, device: str
+) -> tuple[bytes, dict[str, tuple[nn.Module, tuple]]]:
     eager = {
         name: get_model(model).build(DTYPE, torch.device(device))["forward"]
         for name, model in CHAIN_METHODS.items()
     }
-    return backend.lower(eager, device=device), eager  # type: ignore[attr-defined]
+    return backend.lower(eager, device=device), eager
 
 
-def program_method(runtime: Backend, name: str, device: str) -> Method:
+def program_method(runtime: LoweringBackend, name: str, device: str) -> Method:
     """Method ``name`` of the two-method program ``{"mul_add": x*y+z, "plus": x+y}`` for ``device``."""
     data, eager = _two_method_program(runtime, device)
     module, example = eager[name]
@@ -188,7 +190,7 @@ def first_mismatches(sums: list[float], expected: float, limit: int = 5) -> str:
 @pytest.mark.parametrize("inputs_on", ["cpu", "gpu"])
 @pytest.mark.parametrize("skip_copy", ["on", "off"])
 def test_consumer_on_another_stream_reads_finished_outputs(
-    runtime: Backend, skip_copy: str, inputs_on: str, caller_stream: str
+    runtime: LoweringRuntimeBackend, skip_copy: str, inputs_on: str, caller_stream: str
 ) -> None:
     """streams/other-consumer (#21727): with a long busy kernel queued on the caller's current stream before
     each execute, a consumer on a fresh stream summing the output as soon as execute returns reads the
@@ -217,7 +219,7 @@ def test_consumer_on_another_stream_reads_finished_outputs(
         handles(runtime, method.program, method.name) as (handle,),
         torch.cuda.stream(caller),
     ):
-        first = runtime.execute(handle, inputs)  # type: ignore[attr-defined]
+        first = runtime.execute(handle, inputs)
         torch.cuda.synchronize(device)
         assert_exact(rule, f"serial {call}", first[0].cpu(), expected)
         if first[0].device.type != want_device:
@@ -229,7 +231,7 @@ def test_consumer_on_another_stream_reads_finished_outputs(
         for _ in range(CONSUMER_RUNS):
             poison_allocators(expected, device)
             torch.cuda._sleep(SLEEP_CYCLES)
-            outs = runtime.execute(handle, inputs)  # type: ignore[attr-defined]
+            outs = runtime.execute(handle, inputs)
             sums.append(consume(outs[0], kept))
             kept.extend(outs)
         torch.cuda.synchronize(device)
@@ -247,7 +249,9 @@ CHAIN_TARGETS = [
 
 @pytest.mark.parametrize("target", CHAIN_TARGETS)
 @pytest.mark.parametrize("chain", ["two-programs", "two-methods"])
-def test_chained_delegates_see_each_others_results(runtime: Backend, chain: str, target: str) -> None:
+def test_chained_delegates_see_each_others_results(
+    runtime: LoweringRuntimeBackend, chain: str, target: str
+) -> None:
     """streams/chained-delegates (#22318): ``mid = x*y+z`` from one handle, kept on the GPU by the skip-copy
     option, fed with ``w`` into a second handle (another program, or another method of the same program)
     right away; 50 runs after a busy kernel on the caller's stream give one and the same exact sum.
@@ -282,7 +286,7 @@ def test_chained_delegates_see_each_others_results(runtime: Backend, chain: str,
         handles(runtime, first.program, first.name) as (h1,),
         handles(runtime, second.program, second.name) as (h2,),
     ):
-        mid = runtime.execute(h1, xyz)[0]  # type: ignore[attr-defined]
+        mid = runtime.execute(h1, xyz)[0]
         if mid.device.type != device.type:
             fail(
                 rule,
@@ -290,7 +294,7 @@ def test_chained_delegates_see_each_others_results(runtime: Backend, chain: str,
                 f"{first.name!r} is named in the skip-copy option, so its output must stay on {device.type} "
                 f"to be fed to the next delegate there; got {mid.device}",
             )
-        final = runtime.execute(h2, [mid, w])[0]  # type: ignore[attr-defined]
+        final = runtime.execute(h2, [mid, w])[0]
         if on_gpu:
             torch.cuda.synchronize(device)
         assert_exact(rule, f"serial {call}", mid.cpu(), mid_expected)
@@ -299,8 +303,8 @@ def test_chained_delegates_see_each_others_results(runtime: Backend, chain: str,
             if on_gpu:
                 poison_allocators(mid_expected, device)
                 torch.cuda._sleep(SLEEP_CYCLES)
-            mid = runtime.execute(h1, xyz)[0]  # type: ignore[attr-defined]
-            final = runtime.execute(h2, [mid, w])[0]  # type: ignore[attr-defined]
+            mid = runtime.execute(h1, xyz)[0]
+            final = runtime.execute(h2, [mid, w])[0]
             sums.append(consume(final, kept))
             kept.extend((mid, final))
         if on_gpu:
@@ -339,20 +343,20 @@ class Job:
 @pytest.mark.parametrize(("target", "threads", "iterations"), THREAD_CASES)
 @pytest.mark.parametrize("sharing", ["one-handle", "own-handles"])
 def test_threads_match_serial_while_options_flip(
-    runtime: Backend, sharing: str, target: str, threads: int, iterations: int
+    runtime: LoweringRuntimeBackend, sharing: str, target: str, threads: int, iterations: int
 ) -> None:
     """streams/threads: N threads executing one handle (or each its own handle, of two programs) with
     per-thread inputs, while another thread flips the skip-copy option (for a backend with runtime
     options; without, the threads alone): every result, moved to the CPU, equals the serial result; no
     exception; every thread finishes (else: deadlock)."""
     rule = THREADS
-    flipping_options = not skip_reason(runtime, "runtime_options")
+    options = runtime if implements(runtime, "runtime_options") else None  # flipped by a thread, if any
     on_gpu = target == "cuda"
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     models = ["add_mul"] if sharing == "one-handle" else ["add_mul", "add"]
     methods = [zoo_method(runtime, model, target) for model in models]
     call = f"{threads} threads × {iterations} executes on {sharing} ({target})"
-    call += " while set_option flips" if flipping_options else " (the backend has no runtime options)"
+    call += " while set_option flips" if options is not None else " (the backend has no runtime options)"
     with contextlib.ExitStack() as stack:
         stack.enter_context(option(runtime, SKIP_COPY_OPTION, ""))
         if sharing == "one-handle":
@@ -367,7 +371,7 @@ def test_threads_match_serial_while_options_flip(
                 handle = shared
             else:
                 (handle,) = stack.enter_context(handles(runtime, method.program, "forward"))
-            returned = runtime.execute(handle, inputs)  # type: ignore[attr-defined]
+            returned = runtime.execute(handle, inputs)
             serial = [o.cpu().clone() for o in returned]
             for got, want in zip(serial, eager_outputs(method, inputs), strict=True):
                 assert_exact(rule, f"serial execute of thread {i}'s inputs", got, want)
@@ -402,7 +406,7 @@ def test_threads_match_serial_while_options_flip(
                 start.wait()
                 with streams:
                     for _ in range(iterations):
-                        outs = runtime.execute(job.handle, job.inputs)  # type: ignore[attr-defined]
+                        outs = runtime.execute(job.handle, job.inputs)
                         on_device[i] += any(o.device.type == "cuda" for o in outs)
                         got = [o.cpu() for o in outs]
                         if len(got) != len(job.serial) or not all(
@@ -418,17 +422,18 @@ def test_threads_match_serial_while_options_flip(
             except Exception as exc:  # reported below with the thread index
                 errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
 
-        def flipper() -> None:
+        def flipper(backend: RuntimeOptionsBackend) -> None:
             try:
                 while not stop.is_set():
-                    runtime.set_option(SKIP_COPY_OPTION, OPTION_VALUES[flips[0] % len(OPTION_VALUES)])  # type: ignore[attr-defined]
+                    backend.set_option(SKIP_COPY_OPTION, OPTION_VALUES[flips[0] % len(OPTION_VALUES)])
                     flips[0] += 1
                     time.sleep(0.0002)
             except Exception as exc:  # reported below
                 errors.append(f"option thread: {type(exc).__name__}: {exc}")
 
         pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-        flipping = threading.Thread(target=flipper if flipping_options else stop.wait, daemon=True)
+        flip = functools.partial(flipper, options) if options is not None else stop.wait
+        flipping = threading.Thread(target=flip, daemon=True)
         with switching_often():
             flipping.start()
             for t in pool:
@@ -461,7 +466,9 @@ PIPELINE_THREADS, PIPELINE_RUNS = 4, 3
 
 @pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("model", pipeline_params())
-def test_pipeline_models_from_threads_match_serial(runtime: Backend, model: str, target: str) -> None:
+def test_pipeline_models_from_threads_match_serial(
+    runtime: LoweringRuntimeBackend, model: str, target: str
+) -> None:
     """streams/threads on the pipeline models (``asr``, ``llm`` and, with ``transformers``, the Hugging
     Face ``hf_whisper`` and ``hf_llm``): 4 threads, each with its own handles of one float32 program (and,
     on a GPU, its own CUDA stream), run the model's greedy loop 3 times; every token sequence equals the

@@ -7,15 +7,15 @@ so that a broken toolchain stops a run with its diagnosis instead of failing eve
 
 from __future__ import annotations
 
-from conformance.protocol import missing_attributes
+from conformance.protocol import implements
 
 
 def run_preflight(backend: object, device: str) -> tuple[bool, list[str]]:
     """(ok, the lines to show): the verdict, and what the check cost when the backend says so. A backend
     without a preflight passes with nothing to show."""
-    if missing_attributes(backend, "preflight"):
+    if not implements(backend, "preflight"):
         return True, []
-    ok, message = backend.preflight(device)  # type: ignore[attr-defined]
+    ok, message = backend.preflight(device)
     first, *rest = message.splitlines() if message else [f"ok={ok}"]
     lines = [first if first.startswith("preflight") else f"preflight [{device}]: {first}"]
     # What the check cost (the reference's "compile … (cache hit), first load …, total … s" line).

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from conformance.protocol import part_attributes
+from conformance.protocol import implements, part_attributes
 from harness.bench import BenchContext, Suite, SuiteSkipped
 from harness.records import BenchRecord, Metric, case_name
 from harness.timing import Measurement, paired_ratio
@@ -84,7 +84,7 @@ def lower_accepts_options(backend: object) -> tuple[bool, str]:
 
 def count_rewrites(backend: object, dtype: Any) -> tuple[int, int, int] | str:
     """(rewrites, copies, refusals) of the backend's ``view_copy_pass`` on the block's edge graph, or why."""
-    if not callable(getattr(backend, "view_copy_pass", None)):
+    if not implements(backend, "view_pass"):
         return "the backend does not implement view_copy_pass (protocol part view_pass)"
     from conformance.models import get_model
     from conformance.view_pass_cases import edge_graph, view_twin
@@ -92,7 +92,7 @@ def count_rewrites(backend: object, dtype: Any) -> tuple[int, int, int] | str:
     module, inputs = get_model(MODEL).build(dtype, "cpu")[METHOD]
     graph, _ = edge_graph(module, inputs)
     copies = sum(1 for n in graph.graph.nodes if n.op == "call_function" and view_twin(n.target) is not None)
-    outcome = backend.view_copy_pass(copy.deepcopy(graph))  # type: ignore[attr-defined]
+    outcome = backend.view_copy_pass(copy.deepcopy(graph))
     return len(outcome.rewritten), copies, len(outcome.refused)
 
 
