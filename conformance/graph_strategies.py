@@ -52,7 +52,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
-from conformance.view_pass_cases import with_fake_values
+from conformance.edge_form import with_fake_values
 
 __all__ = [
     "DTYPES",

@@ -434,7 +434,7 @@ class _CountingPass:
     name, version = "counting", "0"
 
     def view_copy_pass(self, graph_module: Any) -> _Outcome:
-        from conformance.view_pass_cases import view_twin
+        from conformance.edge_form import view_twin
 
         copies = [n.name for n in graph_module.graph.nodes if view_twin(n.target) is not None]
         return _Outcome(graph_module, copies[:3], {name: "kept" for name in copies[3:]})

@@ -27,9 +27,9 @@ import conformance.test_differential as chapter
 from conformance import differential_view_pass as checks
 from conformance import generation
 from conformance.checks import CheckFailure
+from conformance.edge_form import view_twin
 from conformance.rules import rule_of
 from conformance.test_differential import VIEW_PASS_EXAMPLES
-from conformance.view_pass_cases import view_twin
 from conformance.view_pass_checks import meta_mismatches, observe
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW
