@@ -145,8 +145,8 @@ def build_inputs(spec: MethodSpec, plan: InputsPlan, device: torch.device) -> ob
 
 def build_outputs(plan: OutputsPlan, first: Outcome, target: torch.device) -> object:
     """The ``outputs=`` argument ``plan`` describes (None: not given), shaped after ``first``, the oracle's
-    answer to the same call without ``outputs=`` (where it succeeded); ``target``: the CUDA device an
-    ``other-device`` output moves to from the host."""
+    answer to the same call without ``outputs=`` (where it succeeded); ``target``: the machine's target
+    device, where an ``other-device`` output made on the host goes."""
     if plan.kind == "none":
         return None
     outs = [t for t in first.value] if first.ok else [torch.empty(0)]
