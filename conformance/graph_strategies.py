@@ -2,11 +2,11 @@
 drawn by Hypothesis instead of written by hand.
 
 The catalogue (``conformance/view_pass_cases.py``) holds one hand-picked graph per situation; a pass can be
-wrong just beside them. Here a graph is data, a :class:`GraphSpec`: its inputs (shape, dtype, layout, seed:
-:class:`InputSpec`) and a list of calls (:class:`Call`, one FX node each, naming earlier values ``V(i)``).
-:func:`build` turns a spec into the edge form a pass receives (``*_copy`` ops, ``meta["val"]`` on every node,
-as ``torch.export`` leaves it) and fresh inputs; ``repr(spec)`` is Python that rebuilds it, so a shrunk
-failure is a runnable repro (:meth:`GeneratedGraph.repro`).
+wrong just beside them. Here a graph is data, a ``GraphSpec`` (``conformance/graph_specs.py``: its inputs
+and a list of calls, each naming earlier values ``V(i)``), which ``build`` turns into the edge form a pass
+receives (``*_copy`` ops, ``meta["val"]`` on every node, as ``torch.export`` leaves it) and fresh inputs;
+``repr(spec)`` is Python that rebuilds it, so a shrunk failure is a runnable repro
+(:meth:`GeneratedGraph.repro`).
 
 :func:`graphs` is the strategy. It draws calls one at a time against the values built so far, run eagerly on
 the side, so each call's arguments fit the shapes it meets; a call the op itself rejects is dropped, so every
@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import operator
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,214 +48,32 @@ from typing import Any
 import torch
 from hypothesis import reject
 from hypothesis import strategies as st
-from torch import nn
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import GraphModule
 
-from conformance.view_pass_cases import with_fake_values
+from conformance.graph_specs import (
+    DTYPES,
+    Call,
+    GraphSpec,
+    InputSpec,
+    InvalidCall,
+    V,
+    build,
+    make_input,
+    node_target,
+    replace_refs,
+)
 
-__all__ = [
-    "DTYPES",
-    "LAYOUTS",
-    "Call",
-    "GeneratedGraph",
-    "GraphSpec",
-    "InputSpec",
-    "InvalidCall",
-    "V",
-    "build",
-    "graphs",
-    "make_input",
-    "resolve",
-]
+__all__ = ["TO_THE_END", "GeneratedGraph", "graphs"]
 
 Inputs = tuple[torch.Tensor, ...]
 
-#: How an input is laid out in memory (each keeps the input's shape): see :func:`make_input`.
-LAYOUTS = ("contiguous", "transposed", "sliced", "offset", "expanded", "channels_last")
-DTYPES = ("float32", "float64", "bfloat16")
 #: What export writes for "to the end" (``x[2:]`` is ``slice_copy(x, 0, 2, 9223372036854775807)``).
 TO_THE_END = 2**63 - 1
 #: view.dtype reinterprets the bytes: an integer dtype of the same size.
 _SAME_SIZE_INT = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16}
 
 
-# ============================================================================================ the data
-
-
-@dataclass(frozen=True)
-class V:
-    """The value of node ``index`` (inputs first, then one per call), as an argument of a later call."""
-
-    index: int
-
-    def __repr__(self) -> str:
-        return f"V({self.index})"
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    shape: tuple[int, ...]
-    dtype: str
-    layout: str
-    seed: int
-
-
-@dataclass(frozen=True)
-class Call:
-    """One node: ``target`` is ``aten.<op>.<overload>``, ``getitem``, ``torch.sin`` or ``method:<name>``
-    (a ``call_method`` node); ``V(i)`` in ``args``/``kwargs`` (lists included) names earlier values."""
-
-    target: str
-    args: tuple[Any, ...]
-    kwargs: tuple[tuple[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class GraphSpec:
-    """A whole graph; ``repr`` is Python that rebuilds it (``from conformance.graph_strategies import *``)."""
-
-    inputs: tuple[InputSpec, ...]
-    calls: tuple[Call, ...]
-    outputs: Any
-
-
-# ============================================================================================ building
-
-
-def make_input(spec: InputSpec) -> torch.Tensor:
-    """The input ``spec`` describes, fresh: values ±k/4 (k = 1..8) everywhere in its storage, laid out as
-    ``spec.layout`` says (a layout that needs more dimensions than the shape has falls back to contiguous):
-
-    * ``transposed``: the last two dimensions swapped in memory (a transposed view);
-    * ``sliced``: every other row of a storage twice as long (a slice with step 2, starting at 1);
-    * ``offset``: contiguous, starting 1-3 elements into its storage;
-    * ``expanded``: the first dimension of size > 1 has stride 0 (one row seen many times);
-    * ``channels_last``: NHWC memory order of a 4-d tensor.
-    """
-    dtype, shape = getattr(torch, spec.dtype), spec.shape
-    gen = torch.Generator().manual_seed(spec.seed)
-
-    def values(*size: int) -> torch.Tensor:
-        k = torch.randint(1, 9, size, generator=gen)
-        sign = torch.randint(0, 2, size, generator=gen) * 2 - 1
-        return ((k * sign).to(torch.float64) / 4).to(dtype)
-
-    layout, numel = spec.layout, math.prod(shape)
-    if layout == "transposed" and len(shape) >= 2:
-        return values(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)
-    if layout == "sliced" and shape:
-        return values(2 * shape[0], *shape[1:])[1::2]
-    if layout == "offset":
-        start = 1 + spec.seed % 3
-        return values(numel + start + 1)[start : start + numel].view(shape)
-    wide = [d for d, n in enumerate(shape) if n > 1]
-    if layout == "expanded" and wide:
-        one = list(shape)
-        one[wide[0]] = 1
-        return values(*one).expand(shape)
-    if layout == "channels_last" and len(shape) == 4:
-        return values(*shape).contiguous(memory_format=torch.channels_last)
-    return values(*shape)
-
-
-def _target(name: str) -> tuple[str, Any]:
-    """(FX op, target) of a :class:`Call` target name."""
-    if name.startswith("method:"):
-        return "call_method", name.removeprefix("method:")
-    if name == "getitem":
-        return "call_function", operator.getitem
-    if name == "torch.sin":
-        return "call_function", torch.sin
-    _, op, overload = name.split(".")
-    return "call_function", getattr(getattr(torch.ops.aten, op), overload)
-
-
-def resolve(name: str) -> Any:
-    """The op (or function, or method name) a :class:`Call` target names."""
-    return _target(name)[1]
-
-
-def _exists(name: str) -> bool:
-    try:
-        _target(name)
-    except AttributeError:  # an op this torch version does not have
-        return False
-    return True
-
-
-def _map(value: Any, fn: Callable[[V], Any]) -> Any:
-    if isinstance(value, V):
-        return fn(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(v, fn) for v in value)
-    return value
-
-
-class InvalidCall(Exception):
-    """The op rejected the call on the values it would meet: the call is dropped."""
-
-
-class _Builder:
-    """The calls drawn so far, and each value from an eager run on the side (what the next calls must fit).
-    The FX graph is made once, from the calls, when the drawing is done (:func:`_graph`)."""
-
-    def __init__(self, inputs: Sequence[InputSpec]) -> None:
-        self.inputs = tuple(inputs)
-        self.values: list[Any] = [make_input(spec) for spec in self.inputs]
-        self.calls: list[Call] = []
-
-    def call(self, call: Call) -> int:
-        """Add ``call`` (run on the side first) and return its value's index; :class:`InvalidCall` if the
-        op rejects it."""
-        kind, target = _target(call.target)
-        args, kwargs = _map(call.args, self._value), {k: _map(v, self._value) for k, v in call.kwargs}
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                value = (
-                    getattr(args[0], target)(*args[1:], **kwargs)
-                    if kind == "call_method"
-                    else target(*args, **kwargs)
-                )
-        except Exception as exc:  # the op's own check: these arguments do not fit these values
-            raise InvalidCall(f"{call}: {type(exc).__name__}: {exc}") from exc
-        self.values.append(value)
-        self.calls.append(call)
-        return len(self.values) - 1
-
-    def _value(self, ref: V) -> Any:
-        return self.values[ref.index]
-
-    def tensors(self) -> list[int]:
-        """Indices of the values that are tensors (not lists, not None)."""
-        return [i for i, v in enumerate(self.values) if isinstance(v, torch.Tensor)]
-
-
-def _graph(spec: GraphSpec) -> GraphModule:
-    """The FX graph of ``spec``: placeholders ``x<i>``, one node per call, its outputs."""
-    graph = Graph()
-    nodes = [graph.placeholder(f"x{i}") for i in range(len(spec.inputs))]
-
-    def node(ref: V) -> Node:
-        return nodes[ref.index]
-
-    for call in spec.calls:
-        kind, target = _target(call.target)
-        kwargs = {k: _map(v, node) for k, v in call.kwargs}
-        nodes.append(graph.create_node(kind, target, _map(call.args, node), kwargs))
-    graph.output(_map(spec.outputs, node))
-    graph.lint()
-    return GraphModule(nn.Module(), graph)
-
-
-def build(spec: GraphSpec) -> tuple[GraphModule, Inputs]:
-    """The edge graph ``spec`` describes, with ``meta["val"]`` on every node, and fresh inputs.
-    :class:`InvalidCall` if torch's fake kernels reject a graph eager ran (not a graph a pass gets)."""
-    inputs = tuple(make_input(s) for s in spec.inputs)
-    try:
-        return with_fake_values(_graph(spec), inputs), inputs
-    except Exception as exc:
-        raise InvalidCall(f"fake propagation failed: {type(exc).__name__}: {exc}") from exc
+# ============================================================================================ the graph
 
 
 @dataclass(frozen=True)
@@ -294,9 +111,54 @@ class GeneratedGraph:
         )
         code = "\n".join(line for line in self.module.code.strip().splitlines() if line.strip())
         rebuild = (
-            f"import torch; from conformance.graph_strategies import *; module, inputs = build({self.spec!r})"
+            f"import torch; from conformance.graph_specs import *; module, inputs = build({self.spec!r})"
         )
         return f"generated graph, inputs {layouts}:\n{code}\nrepro: {rebuild}"
+
+
+def _exists(name: str) -> bool:
+    try:
+        node_target(name)
+    except AttributeError:  # an op this torch version does not have
+        return False
+    return True
+
+
+class _Builder:
+    """The calls drawn so far, and each value from an eager run on the side (what the next calls must fit).
+    The FX graph is made once, from the calls, when the drawing is done (``build``)."""
+
+    def __init__(self, inputs: Sequence[InputSpec]) -> None:
+        self.inputs = tuple(inputs)
+        self.values: list[Any] = [make_input(spec) for spec in self.inputs]
+        self.calls: list[Call] = []
+
+    def call(self, call: Call) -> int:
+        """Add ``call`` (run on the side first) and return its value's index; :class:`InvalidCall` if the
+        op rejects it."""
+        kind, target = node_target(call.target)
+        args = replace_refs(call.args, self._value)
+        kwargs = {k: replace_refs(v, self._value) for k, v in call.kwargs}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                value = (
+                    getattr(args[0], target)(*args[1:], **kwargs)
+                    if kind == "call_method"
+                    else target(*args, **kwargs)
+                )
+        except Exception as exc:  # the op's own check: these arguments do not fit these values
+            raise InvalidCall(f"{call}: {type(exc).__name__}: {exc}") from exc
+        self.values.append(value)
+        self.calls.append(call)
+        return len(self.values) - 1
+
+    def _value(self, ref: V) -> Any:
+        return self.values[ref.index]
+
+    def tensors(self) -> list[int]:
+        """Indices of the values that are tensors (not lists, not None)."""
+        return [i for i, v in enumerate(self.values) if isinstance(v, torch.Tensor)]
 
 
 # ============================================================================================ drawing
@@ -633,7 +495,7 @@ def _input_spec(draw: st.DrawFn) -> InputSpec:
 
 def _refs(value: Any) -> list[V]:
     found: list[V] = []
-    _map(value, found.append)
+    replace_refs(value, found.append)
     return found
 
 

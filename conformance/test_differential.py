@@ -36,13 +36,12 @@ from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
 from conformance.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
 from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
-from conformance.protocol_machine import (
+from conformance.protocol_checks import compare_option_call
+from conformance.protocol_machine import ProtocolMachine, machine_for
+from conformance.protocol_strategies import (
     EXECUTE_FOCUSES,
     PLACEMENT_FOCUSES,
-    ProtocolMachine,
-    compare_option_call,
     execute_calls,
-    machine_for,
     option_calls,
     placement_rounds,
 )

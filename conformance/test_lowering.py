@@ -34,12 +34,14 @@ import torch
 from torch.fx import GraphModule, Node
 
 from conformance.checks import CheckFailure, assert_model_output_close, coverage_gap, fail
+from conformance.edge_form import edge_graph, view_twin
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
 from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
 from conformance.parts import LoweringRuntimeBackend, part_fixture
 from conformance.programs import handles, lowered, record, require_lowering_device
 from conformance.protocol import LoweringBackend, ViewPassBackend, ViewPassOutcome, implements
 from conformance.rules import Level, level_of, rule_id
+from conformance.slicing_heavy import kv_cache_attention
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.view_pass_cases import (
     BEHAVIOUR_RULES,
@@ -49,9 +51,6 @@ from conformance.view_pass_cases import (
     RULES,
     CaseUnavailable,
     ViewPassCase,
-    edge_graph,
-    kv_cache_attention,
-    view_twin,
 )
 from conformance.view_pass_checks import (
     assert_same_behaviour,

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -52,7 +52,7 @@ from conformance.models import get_model
 from conformance.parts import LoweringRuntimeBackend, require_part, skip_reason
 from conformance.pipelines import PIPELINE_MODELS, pipeline_params, run_greedy
 from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option, require_lowering_device
-from conformance.protocol import LoweringBackend, RuntimeOptionsBackend, implements
+from conformance.protocol import LoweringBackend
 from conformance.rules import rule_id
 
 DTYPE = torch.float32
@@ -340,6 +340,18 @@ class Job:
     returned: list[torch.Tensor]
 
 
+@dataclass
+class Tally:
+    """What the racing threads saw, per worker thread: results that differed from the serial one, earlier
+    outputs a later execute changed, executes that returned GPU outputs; and errors, and option flips."""
+
+    mismatches: list[int]
+    overwritten: list[int]
+    on_device: list[int]
+    errors: list[str] = field(default_factory=list)
+    flips: int = 0
+
+
 @pytest.mark.parametrize(("target", "threads", "iterations"), THREAD_CASES)
 @pytest.mark.parametrize("sharing", ["one-handle", "own-handles"])
 def test_threads_match_serial_while_options_flip(
@@ -350,114 +362,150 @@ def test_threads_match_serial_while_options_flip(
     options; without, the threads alone): every result, moved to the CPU, equals the serial result; no
     exception; every thread finishes (else: deadlock)."""
     rule = THREADS
-    options = runtime if implements(runtime, "runtime_options") else None  # flipped by a thread, if any
+    flipping_options = not skip_reason(runtime, "runtime_options")
     on_gpu = target == "cuda"
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     models = ["add_mul"] if sharing == "one-handle" else ["add_mul", "add"]
     methods = [zoo_method(runtime, model, target) for model in models]
     call = f"{threads} threads × {iterations} executes on {sharing} ({target})"
-    call += " while set_option flips" if options is not None else " (the backend has no runtime options)"
+    call += " while set_option flips" if flipping_options else " (the backend has no runtime options)"
     with contextlib.ExitStack() as stack:
         stack.enter_context(option(runtime, SKIP_COPY_OPTION, ""))
-        if sharing == "one-handle":
-            (shared,) = stack.enter_context(handles(runtime, methods[0].program, "forward"))
-        jobs: list[Job] = []
-        for i in range(threads):
-            method = methods[i % len(methods)]
-            # On a GPU, every other pair of threads passes device inputs (used in place), the rest CPU inputs.
-            where = device if on_gpu and (i // 2) % 2 else "cpu"
-            inputs = exact_inputs(method, where, seed=100 + i)
-            if sharing == "one-handle":
-                handle = shared
-            else:
-                (handle,) = stack.enter_context(handles(runtime, method.program, "forward"))
-            returned = runtime.execute(handle, inputs)
-            serial = [o.cpu().clone() for o in returned]
-            for got, want in zip(serial, eager_outputs(method, inputs), strict=True):
-                assert_exact(rule, f"serial execute of thread {i}'s inputs", got, want)
-            jobs.append(Job(handle, inputs, serial, list(returned)))
-        # Outputs belong to the caller: the serial executes of the other threads' inputs (on this handle or
-        # others) must not have written what an earlier one returned. Checked before any thread starts, so
-        # a runtime that hands every caller one buffer fails here deterministically, not only by a race.
-        for i, job in enumerate(jobs):
-            if not all(torch.equal(o.cpu(), s) for o, s in zip(job.returned, job.serial, strict=False)):
-                fail(
-                    rule,
-                    call,
-                    f"the outputs the serial execute of thread {i}'s inputs returned changed when the other "
-                    "threads' inputs were executed after it (outputs belong to the caller)",
-                )
+        jobs = serial_jobs(runtime, stack, methods, sharing, threads, device)
+        check_serial_outputs_kept(jobs, call)
         if on_gpu:
             torch.cuda.synchronize(device)
-
-        errors: list[str] = []
-        mismatches = [0] * threads
-        overwritten = [0] * threads
-        on_device = [0] * threads
-        stop = threading.Event()
-        flips = [0]
-        start = threading.Barrier(threads)
-
-        def worker(i: int) -> None:
-            job = jobs[i]
-            streams = torch.cuda.stream(torch.cuda.Stream(device)) if on_gpu else contextlib.nullcontext()
-            held: list[torch.Tensor] = []  # the previous execute's outputs, as returned
-            try:
-                start.wait()
-                with streams:
-                    for _ in range(iterations):
-                        outs = runtime.execute(job.handle, job.inputs)
-                        on_device[i] += any(o.device.type == "cuda" for o in outs)
-                        got = [o.cpu() for o in outs]
-                        if len(got) != len(job.serial) or not all(
-                            torch.equal(g, s) for g, s in zip(got, job.serial, strict=False)
-                        ):
-                            mismatches[i] += 1
-                        # Outputs belong to the caller: no later execute, of any thread, may write them.
-                        if held and not all(
-                            torch.equal(h.cpu(), s) for h, s in zip(held, job.serial, strict=False)
-                        ):
-                            overwritten[i] += 1
-                        held = list(outs)
-            except Exception as exc:  # reported below with the thread index
-                errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
-
-        def flipper(backend: RuntimeOptionsBackend) -> None:
-            try:
-                while not stop.is_set():
-                    backend.set_option(SKIP_COPY_OPTION, OPTION_VALUES[flips[0] % len(OPTION_VALUES)])
-                    flips[0] += 1
-                    time.sleep(0.0002)
-            except Exception as exc:  # reported below
-                errors.append(f"option thread: {type(exc).__name__}: {exc}")
-
-        pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-        flip = functools.partial(flipper, options) if options is not None else stop.wait
-        flipping = threading.Thread(target=flip, daemon=True)
-        with switching_often():
-            flipping.start()
-            for t in pool:
-                t.start()
-            deadline = time.monotonic() + THREAD_TIMEOUT_S[target]
-            for t in pool:
-                t.join(max(0.0, deadline - time.monotonic()))
-            stop.set()
-            flipping.join(10.0)
-        stuck = [i for i, t in enumerate(pool) if t.is_alive()]
-        if stuck or flipping.is_alive():
+        tally = Tally([0] * threads, [0] * threads, [0] * threads)
+        stuck, flipper_stuck = race(runtime, jobs, iterations, target, device, flipping_options, tally)
+        if stuck or flipper_stuck:
             stack.pop_all()  # no destroy or set_option now: they could block behind the stuck threads
-            who = f"threads {stuck}" + (" and the option thread" if flipping.is_alive() else "")
+            who = f"threads {stuck}" + (" and the option thread" if flipper_stuck else "")
             fail(rule, call, f"deadlock: {who} still running after {THREAD_TIMEOUT_S[target]:.0f} s")
+    errors = tally.errors
     if errors:
         fail(rule, call, "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""))
-    if any(mismatches) or any(overwritten):
+    if any(tally.mismatches) or any(tally.overwritten):
         fail(
             rule,
             call,
-            f"results differ from the serial result (mismatches per thread: {mismatches}; earlier outputs "
-            f"changed by a later execute, per thread: {overwritten}; outputs on the GPU per thread: "
-            f"{on_device}; option flips: {flips[0]})",
+            f"results differ from the serial result (mismatches per thread: {tally.mismatches}; earlier "
+            f"outputs changed by a later execute, per thread: {tally.overwritten}; outputs on the GPU per "
+            f"thread: {tally.on_device}; option flips: {tally.flips})",
         )
+
+
+def serial_jobs(
+    runtime: LoweringRuntimeBackend,
+    stack: contextlib.ExitStack,
+    methods: Sequence[Method],
+    sharing: str,
+    threads: int,
+    device: torch.device,
+) -> list[Job]:
+    """One job per thread, each on inputs of its own, executed once serially (its handle: the one shared
+    handle, or its own, opened on ``stack``); every serial result must be eager's, exactly."""
+    on_gpu = device.type == "cuda"
+    if sharing == "one-handle":
+        (shared,) = stack.enter_context(handles(runtime, methods[0].program, "forward"))
+    jobs: list[Job] = []
+    for i in range(threads):
+        method = methods[i % len(methods)]
+        # On a GPU, every other pair of threads passes device inputs (used in place), the rest CPU inputs.
+        where = device if on_gpu and (i // 2) % 2 else "cpu"
+        inputs = exact_inputs(method, where, seed=100 + i)
+        if sharing == "one-handle":
+            handle = shared
+        else:
+            (handle,) = stack.enter_context(handles(runtime, method.program, "forward"))
+        returned = runtime.execute(handle, inputs)
+        serial = [o.cpu().clone() for o in returned]
+        for got, want in zip(serial, eager_outputs(method, inputs), strict=True):
+            assert_exact(THREADS, f"serial execute of thread {i}'s inputs", got, want)
+        jobs.append(Job(handle, inputs, serial, list(returned)))
+    return jobs
+
+
+def check_serial_outputs_kept(jobs: Sequence[Job], call: str) -> None:
+    """Outputs belong to the caller: the serial executes of the other threads' inputs (on this handle or
+    others) must not have written what an earlier one returned. Checked before any thread starts, so a
+    runtime that hands every caller one buffer fails here deterministically, not only by a race."""
+    for i, job in enumerate(jobs):
+        if not all(torch.equal(o.cpu(), s) for o, s in zip(job.returned, job.serial, strict=False)):
+            fail(
+                THREADS,
+                call,
+                f"the outputs the serial execute of thread {i}'s inputs returned changed when the other "
+                "threads' inputs were executed after it (outputs belong to the caller)",
+            )
+
+
+def race(
+    runtime: LoweringRuntimeBackend,
+    jobs: Sequence[Job],
+    iterations: int,
+    target: str,
+    device: torch.device,
+    flipping_options: bool,
+    tally: Tally,
+) -> tuple[list[int], bool]:
+    """Every job executed ``iterations`` times in a thread of its own (on a GPU, on a CUDA stream of its
+    own), all starting together, while an option thread flips the skip-copy option (or, without runtime
+    options, only waits); what they see goes to ``tally``. Returns the worker threads still running at the
+    deadline, and whether the option thread is."""
+    on_gpu = device.type == "cuda"
+    stop = threading.Event()
+    start = threading.Barrier(len(jobs))
+
+    def worker(i: int) -> None:
+        streams = torch.cuda.stream(torch.cuda.Stream(device)) if on_gpu else contextlib.nullcontext()
+        try:
+            start.wait()
+            with streams:
+                execute_repeatedly(runtime, jobs[i], i, iterations, tally)
+        except Exception as exc:  # reported by the test with the thread index
+            tally.errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
+
+    def flipper() -> None:
+        try:
+            while not stop.is_set():
+                runtime.set_option(SKIP_COPY_OPTION, OPTION_VALUES[tally.flips % len(OPTION_VALUES)])  # type: ignore[attr-defined]
+                tally.flips += 1
+                time.sleep(0.0002)
+        except Exception as exc:  # reported by the test
+            tally.errors.append(f"option thread: {type(exc).__name__}: {exc}")
+
+    pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(jobs))]
+    flipping = threading.Thread(target=flipper if flipping_options else stop.wait, daemon=True)
+    with switching_often():
+        flipping.start()
+        for t in pool:
+            t.start()
+        deadline = time.monotonic() + THREAD_TIMEOUT_S[target]
+        for t in pool:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stop.set()
+        flipping.join(10.0)
+    return [i for i, t in enumerate(pool) if t.is_alive()], flipping.is_alive()
+
+
+def execute_repeatedly(
+    runtime: LoweringRuntimeBackend, job: Job, i: int, iterations: int, tally: Tally
+) -> None:
+    """Thread ``i``'s executes of its job, each result compared with the serial one, and the previous
+    execute's outputs with what they held."""
+    held: list[torch.Tensor] = []  # the previous execute's outputs, as returned
+    for _ in range(iterations):
+        outs = runtime.execute(job.handle, job.inputs)
+        tally.on_device[i] += any(o.device.type == "cuda" for o in outs)
+        got = [o.cpu() for o in outs]
+        if len(got) != len(job.serial) or not all(
+            torch.equal(g, s) for g, s in zip(got, job.serial, strict=False)
+        ):
+            tally.mismatches[i] += 1
+        # Outputs belong to the caller: no later execute, of any thread, may write them.
+        if held and not all(torch.equal(h.cpu(), s) for h, s in zip(held, job.serial, strict=False)):
+            tally.overwritten[i] += 1
+        held = list(outs)
 
 
 #: Threads and greedy runs each for the pipeline models: each run is 6-8 steps of two methods.

@@ -3,27 +3,23 @@
 For every rule of the pass there is a graph where it should rewrite and one where a rewrite is a hazard: it
 changes what a caller observes, which the suite proves for itself (:class:`ViewPassCase` says how each copy's
 verdict is held: only a hazard's makes a wrong result). Each case is an ATen ``GraphModule`` in the edge form
-a backend's pass receives: views already functionalized into their ``*_copy`` twins, ``meta["val"]`` on every
-node (as ``torch.export`` leaves it). Graphs are built by hand with ``torch.fx`` where the hazard is a
-mutation *inside* the graph (export output is functional, so it never has one; a few hand-built graphs keep a
-live view on purpose, as the alias that is written or as the view user), and by exporting small modules where
-the program writes a buffer or an input back. Those exported programs are turned into the graph form with
-:func:`edge_graph`: parameters and buffers become ordinary inputs, and each write-back becomes an explicit
-``aten.copy_`` into that input at the end of the graph, so a pass that only sees a ``GraphModule`` can
-still see the mutation.
+a backend's pass receives (``conformance/edge_form.py``): views already functionalized into their ``*_copy``
+twins, ``meta["val"]`` on every node (as ``torch.export`` leaves it). Graphs are built by hand with
+``torch.fx`` where the hazard is a mutation *inside* the graph (export output is functional, so it never has
+one; a few hand-built graphs keep a live view on purpose, as the alias that is written or as the view user),
+and by exporting small modules where the program writes a buffer or an input back; those are put in edge
+form by ``edge_graph``, which makes each write-back an explicit ``aten.copy_``.
 
-Case definitions only, with the vocabulary they are written in (:func:`view_twin`, :func:`is_view_op`) and
-the builder of the edge form (:func:`edge_graph`). How a run is observed and compared, and the checks built
-on that, are in ``conformance/view_pass_checks.py``. No backend is imported here.
+Case definitions only. How a run is observed and compared, and the checks built on that, are in
+``conformance/view_pass_checks.py``; the slicing-heavy graph is ``conformance/slicing_heavy.py``. No backend
+is imported here.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import math
 import operator
-import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,11 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch._ops import OpOverload
-from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Graph, GraphModule, Node
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from conformance.catalogue.rule_table import VIEW_PASS_KINDS
+from conformance.edge_form import edge_graph, with_fake_values
 from conformance.rules import family_ids, rule_id
 
 __all__ = [
@@ -48,11 +43,6 @@ __all__ = [
     "RULES",
     "CaseUnavailable",
     "ViewPassCase",
-    "edge_graph",
-    "is_view_op",
-    "kv_cache_attention",
-    "view_twin",
-    "with_fake_values",
 ]
 
 aten = torch.ops.aten
@@ -111,56 +101,12 @@ class ViewPassCase:
         return self.id
 
 
-# ------------------------------------------------------------------------------------------ op tables
-
-
-def _twin(op: OpOverload, name: str) -> OpOverload | None:
-    packet = getattr(aten, name, None)
-    return getattr(packet, op._overloadname, None) if packet is not None else None
-
-
-def view_twin(op: object) -> OpOverload | None:
-    """The view op of a ``*_copy`` op (``slice_copy.Tensor`` → ``slice.Tensor``), or None if it has none."""
-    if not isinstance(op, OpOverload) or op.namespace != "aten" or not op._opname.endswith("_copy"):
-        return None
-    twin = _twin(op, op._opname.removesuffix("_copy"))
-    return twin if twin is not None and twin.is_view else None
-
-
-def is_view_op(op: object) -> bool:
-    """An op whose schema returns an alias of an argument without writing it (``Tensor(a) -> Tensor(a)``)."""
-    return isinstance(op, OpOverload) and op.is_view
-
-
-# Export's reshape of a fresh tensor: an alias at run time whose schema does not say so; edge form makes it
-# a view_copy too.
-_UNSAFE_VIEWS = (aten._unsafe_view.default,)
-
-
-def _copy_twin(view: OpOverload) -> OpOverload:
-    if view in _UNSAFE_VIEWS:
-        return aten.view_copy.default
-    twin = _twin(view, f"{view._opname}_copy")
-    if twin is None:
-        raise ValueError(f"{view} has no *_copy twin: the catalogue cannot put this graph in edge form")
-    return twin
-
-
 # ------------------------------------------------------------------------------------------ graph helpers
 
 
 def _inputs(seed: int, shapes: Sequence[tuple[int, ...]]) -> Inputs:
     gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(shape, generator=gen) for shape in shapes)
-
-
-def with_fake_values(module: GraphModule, inputs: Inputs) -> GraphModule:
-    """``module`` with ``meta["val"]`` on every node, propagated from ``inputs`` (as ``torch.export`` leaves
-    them: each input's layout, strides and storage offset included)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        FakeTensorProp(module).propagate(*inputs)
-    return module
 
 
 def _hand_built(body: Body, shapes: Sequence[tuple[int, ...]], seed: int) -> tuple[GraphModule, Inputs]:
@@ -170,51 +116,6 @@ def _hand_built(body: Body, shapes: Sequence[tuple[int, ...]], seed: int) -> tup
     placeholders = [graph.placeholder(f"x{i}") for i in range(len(inputs))]
     graph.output(body(graph, placeholders))
     return with_fake_values(GraphModule(nn.Module(), graph), inputs), inputs
-
-
-def edge_graph(module: nn.Module, inputs: Inputs) -> tuple[GraphModule, Inputs]:
-    """Export ``module``, decompose to core ATen, turn views into ``*_copy`` ops, make write-backs explicit.
-
-    The result takes parameters, buffers and constants first (in the export signature's order), then the
-    user inputs; every buffer or input the program writes back gets an ``aten.copy_`` into its placeholder
-    just before the output, which returns the user outputs only. Copy nodes are named after their op.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        exported = torch.export.export(module, inputs, strict=False)
-        exported = exported.run_decompositions(torch.export.default_decompositions())
-    gm, signature = exported.graph_module, exported.graph_signature
-    graph = gm.graph
-    tensors = {**exported.state_dict, **exported.constants}
-    user = iter(inputs)
-    values = tuple(
-        next(user) if spec.kind is InputKind.USER_INPUT else tensors[spec.target].detach().clone()  # type: ignore[index]
-        for spec in signature.input_specs
-    )
-    placeholder_of = {spec.target: spec.arg.name for spec in signature.input_specs}  # type: ignore[union-attr]
-    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
-    output = next(n for n in graph.nodes if n.op == "output")
-    results, kept = output.args[0], []
-    for spec, value in zip(signature.output_specs, results, strict=True):  # type: ignore[arg-type]
-        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
-            target = placeholders[placeholder_of.get(spec.target, spec.target)]  # type: ignore[arg-type]
-            with graph.inserting_before(output):
-                graph.call_function(aten.copy_.default, (target, value))
-        else:
-            kept.append(value)
-    output.args = (tuple(kept),)
-    for node in list(graph.nodes):
-        if node.op == "call_function" and (is_view_op(node.target) or node.target in _UNSAFE_VIEWS):
-            copy_op = _copy_twin(node.target)  # type: ignore[arg-type]
-            with graph.inserting_before(node):
-                replacement = graph.create_node(
-                    "call_function", copy_op, node.args, node.kwargs, name=copy_op._opname
-                )
-            node.replace_all_uses_with(replacement)
-            graph.erase_node(node)
-    graph.lint()
-    result = GraphModule(nn.Module(), graph)
-    return with_fake_values(result, values), values
 
 
 # ------------------------------------------------------------------------------------------ the cases
@@ -647,54 +548,3 @@ POLICY_RULES = family_ids("view-pass/{kind}/policy", sorted({c.rule for c in CAS
 MISSED_REWRITE_RULES = family_ids(
     "view-pass/{kind}/missed-rewrite", sorted({c.rule for c in CASES if c.rewrite})
 )
-
-
-# ------------------------------------------------------------------------------------------ slicing-heavy
-
-
-class CachedAttention(nn.Module):
-    """Two-head attention over a KV cache held in buffers: the slicing-heavy block of an LLM decode step.
-
-    Splits heads with select/permute/view, rotates half of each query with slices, writes the new keys and
-    values into the caches in place, and attends over the valid prefix of the caches, head by head.
-    """
-
-    def __init__(
-        self, dim: int = 8, heads: int = 2, cache_len: int = 8, pos: int = 3, batch: int = 2
-    ) -> None:
-        super().__init__()
-        gen = torch.Generator().manual_seed(2024)
-        self.heads, self.head_dim, self.pos = heads, dim // heads, pos
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(dim))
-        cache = (batch, heads, cache_len, self.head_dim)
-        self.register_buffer("k_cache", torch.randn(cache, generator=gen))
-        self.register_buffer("v_cache", torch.randn(cache, generator=gen))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, dim = x.shape
-        past = self.k_cache[:, :, : self.pos].mean()
-        qkv = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim)
-        q = qkv.select(2, 0).transpose(1, 2)
-        k = qkv[:, :, 1].permute(0, 2, 1, 3)
-        v = qkv[:, :, 2].transpose(1, 2)
-        half = self.head_dim // 2
-        q = q + torch.cat([-q[..., half:], q[..., :half]], dim=-1)
-        end = self.pos + length
-        self.k_cache[:, :, self.pos : end] = k
-        self.v_cache[:, :, self.pos : end] = v
-        keys, values = self.k_cache[:, :, :end], self.v_cache[:, :, :end]
-        heads = []
-        for h in range(self.heads):
-            scores = (q[:, h] @ keys[:, h].transpose(-1, -2)) / math.sqrt(self.head_dim)
-            heads.append(scores.softmax(-1) @ values[:, h])
-        out = torch.stack(heads, 1).transpose(1, 2).reshape(batch, length, dim)
-        return self.proj(out) + x[:, -1:].expand(batch, length, dim) + past
-
-
-def kv_cache_attention() -> tuple[GraphModule, Inputs]:
-    """The edge graph of one :class:`CachedAttention` step (two new tokens), with its inputs."""
-    return edge_graph(CachedAttention(), _inputs(14, [(2, 2, 8)]))

@@ -26,7 +26,7 @@ import torch
 from torch.fx import GraphModule, Interpreter, Node
 
 from conformance.checks import bits, fail
-from conformance.view_pass_cases import is_view_op, view_twin, with_fake_values
+from conformance.edge_form import is_view_op, view_twin, with_fake_values
 
 __all__ = [
     "Observation",

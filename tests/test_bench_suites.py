@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conformance import pcie_checks
-from conformance.benchmarks import BENCH_STEPS, BenchPipeline, exact_metric, ratio_metric
+from conformance.benchmarks import BENCH_STEPS, BenchPipeline, exact_metric, pipeline_records, ratio_metric
 from conformance.benchmarks import bench_pipelines as bench_pipelines_of
 from conformance.benchmarks import lowering as bench_lowering
 from conformance.benchmarks import models as bench_models
@@ -219,7 +219,7 @@ def test_runtime_bytes_sums_rows_per_method() -> None:
         ("decode", {"h2d_bytes": 100, "d2h_bytes": 20}),
         ("decode", {"h2d_bytes": 100, "d2h_bytes": 30}),
     ]
-    counted = bench_pipelines.runtime_bytes(rows)
+    counted = pipeline_records.runtime_bytes(rows)
     assert (counted.h2d, counted.d2h, counted.executes) == (280, 5050, 3)
     assert counted.per_method["decode"] == {"calls": 2, "h2d_bytes": 200, "d2h_bytes": 50}
 
@@ -259,38 +259,38 @@ def _latency(value: float) -> Any:
 
 def test_pipeline_records_have_the_documented_shape() -> None:
     spec = bench_pipelines.PIPELINES[1]
-    copy_bytes = bench_pipelines.RunBytes(h2d=150_000, d2h=300_000, executes=9)
-    skip_bytes = bench_pipelines.RunBytes(h2d=300, d2h=0, executes=9)
+    copy_bytes = pipeline_records.RunBytes(h2d=150_000, d2h=300_000, executes=9)
+    skip_bytes = pipeline_records.RunBytes(h2d=300, d2h=0, executes=9)
     runs = 100
     copy_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(310_000 * runs, 152_000 * runs), runs)
     skip_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(4_000 * runs, 2_000 * runs), runs)
     assert copy_t.d2h == pytest.approx(310_000)
     assert copy_t.d2h_noise == pytest.approx((2e5 + 0.01 * 310_000 * runs) / runs)
 
-    latency = round_trips(bench_pipelines.latency_record(spec, "copy", _latency(2e-3), copy_bytes))
+    latency = round_trips(pipeline_records.latency_record(spec, "copy", _latency(2e-3), copy_bytes))
     assert latency["name"] == "pipelines[llm-float32-copy]"
     assert latency["primary"] == "latency"
     assert latency["metrics"]["runtime_d2h_bytes"]["value"] == 300_000
     assert latency["conditions"]["skip_copy_option"] == ""
     skip = round_trips(
-        bench_pipelines.latency_record(
+        pipeline_records.latency_record(
             spec, "skip_copy", _latency(1e-3), skip_bytes, summarize([2.0, 2.1, 1.9], "x")
         )
     )
     assert skip["conditions"]["skip_copy_option"] == "prefill,decode"
     assert skip["metrics"]["speed_vs_copy"]["better"] == "higher"
 
-    pcie = round_trips(bench_pipelines.pcie_record(spec, "copy", copy_t, copy_bytes, "bytes"))
+    pcie = round_trips(pipeline_records.pcie_record(spec, "copy", copy_t, copy_bytes, "bytes"))
     assert pcie["name"] == "pipelines[llm-float32-copy-pcie]"
     assert pcie["metrics"]["nvml_d2h_bytes"]["value"] == pytest.approx(310_000)
     assert "100 back-to-back runs" in pcie["metrics"]["nvml_d2h_bytes"]["note"]
     assert pcie["metrics"]["d2h_agreement"]["value"] == pytest.approx(310_000 / 300_000)
     assert pcie["conditions"]["valid"] is True
     assert "divided by K" in pcie["conditions"]["note"]
-    skip_pcie = round_trips(bench_pipelines.pcie_record(spec, "skip_copy", skip_t, skip_bytes, "bytes"))
+    skip_pcie = round_trips(pipeline_records.pcie_record(spec, "skip_copy", skip_t, skip_bytes, "bytes"))
     assert skip_pcie["metrics"]["d2h_agreement"]["value"] is None  # runtime counted 0 d2h bytes
 
-    saving = round_trips(bench_pipelines.saving_record(spec, copy_bytes, skip_bytes, copy_t, skip_t))
+    saving = round_trips(pipeline_records.saving_record(spec, copy_bytes, skip_bytes, copy_t, skip_t))
     assert saving["name"] == "pipelines[llm-float32-skip_copy_saving]"
     m = saving["metrics"]
     assert m["d2h_saved_runtime"]["value"] == 300_000
@@ -305,16 +305,16 @@ def test_placed_saving_names_the_mechanism_and_the_saving_per_method() -> None:
     spec = bench_pipelines.PIPELINES[1]
     rows = {"prefill": {"calls": 1, "h2d_bytes": 100, "d2h_bytes": 40_000}}
     rows["decode"] = {"calls": 8, "h2d_bytes": 260_000, "d2h_bytes": 80_000}
-    copy_bytes = bench_pipelines.RunBytes(h2d=260_100, d2h=120_000, executes=9, per_method=rows)
+    copy_bytes = pipeline_records.RunBytes(h2d=260_100, d2h=120_000, executes=9, per_method=rows)
     placed = {m: {"calls": r["calls"], "h2d_bytes": 0, "d2h_bytes": 0} for m, r in rows.items()}
-    placed_bytes = bench_pipelines.RunBytes(h2d=0, d2h=0, executes=9, per_method=placed)
+    placed_bytes = pipeline_records.RunBytes(h2d=0, d2h=0, executes=9, per_method=placed)
     none = pcie_checks.PerRunTraffic.unsupported("no GPU")
     saving = round_trips(
-        bench_pipelines.saving_record(spec, copy_bytes, placed_bytes, none, none, mode="placed")
+        pipeline_records.saving_record(spec, copy_bytes, placed_bytes, none, none, mode="placed")
     )
     assert saving["name"] == "pipelines[llm-float32-placed_saving]"
     assert saving["conditions"]["mechanism"] == "export-time placement"
-    assert saving["conditions"]["placement"] == bench_pipelines.PLACED_OPTIONS
+    assert saving["conditions"]["placement"] == pipeline_records.PLACED_OPTIONS
     assert saving["conditions"]["runtime_saved_per_method"]["decode"] == {
         "h2d_bytes": 260_000,
         "d2h_bytes": 80_000,
@@ -325,15 +325,15 @@ def test_placed_saving_names_the_mechanism_and_the_saving_per_method() -> None:
 
 def test_pipeline_records_without_nvml_say_why() -> None:
     spec = bench_pipelines.PIPELINES[0]
-    counted = bench_pipelines.RunBytes(h2d=10_000, d2h=20_000, executes=7)
+    counted = pipeline_records.RunBytes(h2d=10_000, d2h=20_000, executes=7)
     none = pcie_checks.PerRunTraffic.unsupported("NVML library not found")
-    pcie = round_trips(bench_pipelines.pcie_record(spec, "copy", none, counted, "bytes"))
+    pcie = round_trips(pipeline_records.pcie_record(spec, "copy", none, counted, "bytes"))
     for key in ("nvml_d2h_bytes", "nvml_h2d_bytes", "d2h_agreement", "h2d_agreement"):
         assert pcie["metrics"][key]["value"] is None
         assert pcie["metrics"][key]["note"] == "unsupported: NVML library not found"
     assert pcie["metrics"]["runtime_d2h_bytes"]["value"] == 20_000
     invalid = pcie_checks.PerRunTraffic.from_measurement(_traffic(1e6, 1e6, valid=False), 10)
-    saving = round_trips(bench_pipelines.saving_record(spec, counted, counted, invalid, invalid))
+    saving = round_trips(pipeline_records.saving_record(spec, counted, counted, invalid, invalid))
     assert saving["metrics"]["d2h_saved_nvml"]["value"] is None
     assert saving["metrics"]["d2h_saved_nvml"]["note"] == "invalid: missed polls"
     assert saving["conditions"]["valid"] is False
@@ -434,7 +434,7 @@ class _CountingPass:
     name, version = "counting", "0"
 
     def view_copy_pass(self, graph_module: Any) -> _Outcome:
-        from conformance.view_pass_cases import view_twin
+        from conformance.edge_form import view_twin
 
         copies = [n.name for n in graph_module.graph.nodes if view_twin(n.target) is not None]
         return _Outcome(graph_module, copies[:3], {name: "kept" for name in copies[3:]})
@@ -521,14 +521,14 @@ def test_lowering_record_without_samples_says_why() -> None:
 
 def test_per_method_saving_below_resolution_says_so() -> None:
     spec = bench_pipelines.PIPELINES[0]
-    copy_bytes = bench_pipelines.RunBytes(h2d=96, d2h=2_560, executes=1)
-    kept = bench_pipelines.RunBytes(h2d=96, d2h=0, executes=1)
+    copy_bytes = pipeline_records.RunBytes(h2d=96, d2h=2_560, executes=1)
+    kept = pipeline_records.RunBytes(h2d=96, d2h=0, executes=1)
     runs = 1_000
     # Noise per execute (2e5 / 1000 = 200 B, plus calibration) is more than a tenth of 2,560 B.
     copy_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(3_000 * runs, 500 * runs), runs)
     kept_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(400 * runs, 500 * runs), runs)
     saving = round_trips(
-        bench_pipelines.saving_record(spec, copy_bytes, kept, copy_t, kept_t, "skip_copy", method="encoder")
+        pipeline_records.saving_record(spec, copy_bytes, kept, copy_t, kept_t, "skip_copy", method="encoder")
     )
     assert saving["name"] == "pipelines[asr-float32-skip_copy_saving-encoder]"
     assert saving["params"]["method"] == "encoder"
@@ -577,7 +577,7 @@ def test_bench_pipelines_follow_the_pipeline_kind() -> None:
 
 def test_models_records_have_the_documented_shape() -> None:
     spec = BenchPipeline("hf_llm", "llm", ("prefill", "decode"), 9)
-    counted = bench_pipelines.RunBytes(h2d=90_000, d2h=180_000, executes=9)
+    counted = pipeline_records.RunBytes(h2d=90_000, d2h=180_000, executes=9)
     eager = round_trips(bench_models.latency_record(spec, "eager", _latency(9e-3), None, None, batch=2))
     assert eager["name"] == "models[hf_llm-float32-eager]"
     assert eager["metrics"]["latency_per_token"]["value"] == pytest.approx(9e-3 * 1.005 / 9)
@@ -677,10 +677,10 @@ def test_whole_run_savings_are_net_of_the_loop() -> None:
     assert net_copy.h2d == pytest.approx(151_000)
     assert net_copy.h2d_drift_noise == pytest.approx(math.hypot(1e3, 1e3))
     spec = bench_pipelines.PIPELINES[1]
-    counted_copy = bench_pipelines.RunBytes(h2d=150_000, d2h=309_000, executes=9)
-    counted_skip = bench_pipelines.RunBytes(h2d=0, d2h=0, executes=9)
+    counted_copy = pipeline_records.RunBytes(h2d=150_000, d2h=309_000, executes=9)
+    counted_skip = pipeline_records.RunBytes(h2d=0, d2h=0, executes=9)
     record = round_trips(
-        bench_pipelines.saving_record(
+        pipeline_records.saving_record(
             spec, counted_copy, counted_skip, net_copy, net_skip, "skip_copy",
             loop={"copy": loop_copy, "skip_copy": loop_skip},
         )
@@ -702,13 +702,13 @@ def test_per_method_agreement_counts_the_fixed_cost_of_each_copy_saved() -> None
     copy_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(2_600 * runs, 2_890 * runs), runs)
     placed_t = pcie_checks.PerRunTraffic.from_measurement(_traffic(2_600 * runs, 0), runs)
     spec = bench_pipelines.PIPELINES[0]
-    counted_copy = bench_pipelines.RunBytes(h2d=2_560, d2h=2_560, executes=1)
-    counted_placed = bench_pipelines.RunBytes(h2d=0, d2h=2_560, executes=1)
+    counted_copy = pipeline_records.RunBytes(h2d=2_560, d2h=2_560, executes=1)
+    counted_placed = pipeline_records.RunBytes(h2d=0, d2h=2_560, executes=1)
     overheads = {"h2d_copy": {"h2d": 330.0, "d2h": 0.0}, "d2h_copy": {"h2d": 10.0, "d2h": 40.0}}
-    per_copy = bench_pipelines.PerCopy({"h2d_copy": 1, "d2h_copy": 0}, overheads)
+    per_copy = pipeline_records.PerCopy({"h2d_copy": 1, "d2h_copy": 0}, overheads)
     assert per_copy.expected("h2d", 2_560) == pytest.approx(2_890)
     record = round_trips(
-        bench_pipelines.saving_record(
+        pipeline_records.saving_record(
             spec,
             counted_copy,
             counted_placed,
@@ -724,7 +724,7 @@ def test_per_method_agreement_counts_the_fixed_cost_of_each_copy_saved() -> None
     assert metrics["h2d_saved_expected_nvml"]["value"] == pytest.approx(2_890)
     assert metrics["h2d_saved_agreement_per_copy"]["value"] == pytest.approx(1.0)
     assert record["conditions"]["per_copy"]["copies_saved"] == {"h2d_copy": 1, "d2h_copy": 0}
-    unmeasured = bench_pipelines.PerCopy({"h2d_copy": 1}, None, "meter unavailable")
+    unmeasured = pipeline_records.PerCopy({"h2d_copy": 1}, None, "meter unavailable")
     assert unmeasured.expected("h2d", 2_560) is None
     import torch
 

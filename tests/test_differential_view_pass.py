@@ -27,9 +27,10 @@ import conformance.test_differential as chapter
 from conformance import differential_view_pass as checks
 from conformance import generation
 from conformance.checks import CheckFailure
+from conformance.edge_form import view_twin
+from conformance.graph_specs import DTYPES, LAYOUTS, InputSpec, V, make_input, resolve
 from conformance.rules import rule_of
 from conformance.test_differential import VIEW_PASS_EXAMPLES
-from conformance.view_pass_cases import view_twin
 from conformance.view_pass_checks import meta_mismatches, observe
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW
@@ -58,7 +59,7 @@ from tests.broken_view_pass_backends import (
 
 #: Graphs drawn once for every test here; the correct passes run on the first ``JUDGED``.
 DRAWN, JUDGED = 300, 25
-FOREACH = gs.resolve("aten._foreach_add_.Scalar")
+FOREACH = resolve("aten._foreach_add_.Scalar")
 CHECKS: dict[str, Callable[..., None]] = {
     "behaviour": checks.check_behaviour,
     "meta": checks.check_meta,
@@ -123,7 +124,7 @@ def test_generated_graphs_are_valid_edge_graphs_with_truthful_meta() -> None:
 
 def test_layouts_are_what_they_say() -> None:
     shape = (2, 3, 4, 2)
-    made = {layout: gs.make_input(gs.InputSpec(shape, "float32", layout, 7)) for layout in gs.LAYOUTS}
+    made = {layout: make_input(InputSpec(shape, "float32", layout, 7)) for layout in LAYOUTS}
     assert made["contiguous"].is_contiguous()
     assert made["transposed"].stride() == (24, 8, 1, 4)
     assert made["sliced"].stride() == (48, 8, 2, 1)
@@ -133,7 +134,7 @@ def test_layouts_are_what_they_say() -> None:
     assert made["expanded"].stride()[0] == 0
     assert made["channels_last"].is_contiguous(memory_format=torch.channels_last)
     assert not made["channels_last"].is_contiguous()
-    assert torch.equal(gs.make_input(gs.InputSpec(shape, "bfloat16", "sliced", 7)), made["sliced"].bfloat16())
+    assert torch.equal(make_input(InputSpec(shape, "bfloat16", "sliced", 7)), made["sliced"].bfloat16())
 
 
 def test_the_generator_reaches_every_copy_op_layout_write_and_output_form() -> None:
@@ -142,7 +143,7 @@ def test_the_generator_reaches_every_copy_op_layout_write_and_output_form() -> N
     slice spellings exporters use, and each way of returning."""
     graphs = drawn()
     targets = {call.target for g in graphs for call in g.spec.calls}
-    copies = {t for t in targets if t.startswith("aten.") and view_twin(gs.resolve(t)) is not None}
+    copies = {t for t in targets if t.startswith("aten.") and view_twin(resolve(t)) is not None}
     mapped = {f"aten.{op._opname}.{op._overloadname}" for op in COPY_TO_VIEW} - {
         "aten._reshape_alias_copy.default"
     }
@@ -150,14 +151,14 @@ def test_the_generator_reaches_every_copy_op_layout_write_and_output_form() -> N
     writes = {"aten.add_.Tensor", "aten.mul_.Tensor", "aten.copy_.default", "aten.index_put_.default"}
     writes |= {"aten.fill_.Scalar", "aten.add.out", "method:add_", "aten._foreach_add_.Scalar"}
     assert targets >= writes | {"method:add", "torch.sin", "getitem"}, sorted(writes - targets)
-    assert {s.layout for g in graphs for s in g.spec.inputs} == set(gs.LAYOUTS)
-    assert {s.dtype for g in graphs for s in g.spec.inputs} == set(gs.DTYPES)
+    assert {s.layout for g in graphs for s in g.spec.inputs} == set(LAYOUTS)
+    assert {s.dtype for g in graphs for s in g.spec.inputs} == set(DTYPES)
     slices = [c.args for g in graphs for c in g.spec.calls if c.target == "aten.slice_copy.Tensor"]
     assert any(len(a) > 3 and a[3] == gs.TO_THE_END for a in slices)
     assert any(len(a) > 4 and a[4] > 1 for a in slices)
     assert any(len(a) > 2 and isinstance(a[2], int) and a[2] < 0 for a in slices)
     forms = {type(g.spec.outputs) for g in graphs}
-    assert forms == {gs.V, tuple, list}
+    assert forms == {V, tuple, list}
 
 
 # ============================================================================================ the section

@@ -21,6 +21,7 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from conformance.edge_form import view_twin
 from conformance.models import ZOO
 from conformance.view_pass_cases import (
     CASES,
@@ -31,7 +32,6 @@ from conformance.view_pass_cases import (
     MutatesInput,
     ReturnsSliceOfWrittenBack,
     ViewPassCase,
-    view_twin,
 )
 from conformance.view_pass_checks import differences, observe
 from reference_impl.lowering import (

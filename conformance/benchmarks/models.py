@@ -35,13 +35,12 @@ from typing import Any
 
 from conformance.benchmarks import BenchPipeline, bench_pipelines, exact_metric, ratio_metric
 from conformance.benchmarks.lowering import ModelCosts, cost_timings
+from conformance.benchmarks.pipeline_records import RunBytes, runtime_bytes
 from conformance.benchmarks.pipelines import (
     NVML_TARGET_BYTES,
     NVML_TIME_CAP_S,
     QUICK_NVML_TARGET_BYTES,
     QUICK_NVML_TIME_CAP_S,
-    RunBytes,
-    runtime_bytes,
 )
 from conformance.pcie_checks import PerRunTraffic, choose_runs
 from conformance.protocol import part_attributes

@@ -60,29 +60,34 @@ dashboard says so, and a change is reported, never gated as slower).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from conformance.benchmarks import BACKEND_MODES, BenchPipeline, bench_pipelines, exact_metric, ratio_metric
-from conformance.pcie_checks import RESOLUTION_FACTOR, PerRunTraffic, choose_runs, difference
+from conformance.benchmarks import BACKEND_MODES, BenchPipeline, bench_pipelines
+from conformance.benchmarks.pipeline_records import (
+    DTYPE_NAME,
+    PLACED_OPTIONS,
+    SUITE,
+    PerCopy,
+    RunBytes,
+    latency_record,
+    pcie_record,
+    runtime_bytes,
+    saving_record,
+)
+from conformance.pcie_checks import PerRunTraffic, choose_runs
 from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
 from harness.gpu_state import capture_gpu_state
-from harness.records import BenchRecord, Metric, case_name
+from harness.records import BenchRecord, Metric
 from harness.timing import Measurement, interleaved_order, paired_ratio, run_adaptive, warm_up
 
 if TYPE_CHECKING:
     from harness.nvml_traffic import TrafficMeter
 
-#: NVML bytes over the runtime's count: 1 is exact agreement, neither direction is "better".
-AGREEMENT = "near-1"
-SUITE = "pipelines"
-DTYPE_NAME = "float32"
 SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 MODES = BACKEND_MODES
-#: Export-time placement of the ``placed`` mode: every input and output of both methods on the device.
-PLACED_OPTIONS = {"skip_h2d_for_method_inputs": True, "skip_d2h_for_method_outputs": True}
 
 NVML_TARGET_BYTES = 64 << 20
 NVML_TIME_CAP_S = 10.0
@@ -97,162 +102,7 @@ NEEDS = part_attributes("lowering", "runtime")
 PIPELINES: tuple[BenchPipeline, ...] = tuple(p for p in bench_pipelines() if p.model in ("asr", "llm"))
 
 
-# ---------------------------------------------------------------------------------------------- pure parts
-
-
-@dataclass(frozen=True)
-class RunBytes:
-    """What the runtime counted over one pipeline run: sums of ``execute_stats`` rows."""
-
-    h2d: int
-    d2h: int
-    executes: int
-    per_method: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
-def runtime_bytes(stats: Sequence[tuple[str, dict[str, int]]]) -> RunBytes:
-    """Sum the per-execute rows (``conformance.pipelines.CallStats``) of one run, also per method."""
-    per_method: dict[str, dict[str, int]] = {}
-    for method, row in stats:
-        entry = per_method.setdefault(method, {"calls": 0, "h2d_bytes": 0, "d2h_bytes": 0})
-        entry["calls"] += 1
-        entry["h2d_bytes"] += int(row.get("h2d_bytes", 0))
-        entry["d2h_bytes"] += int(row.get("d2h_bytes", 0))
-    return RunBytes(
-        h2d=sum(e["h2d_bytes"] for e in per_method.values()),
-        d2h=sum(e["d2h_bytes"] for e in per_method.values()),
-        executes=len(stats),
-        per_method=per_method,
-    )
-
-
-def _nvml_metric(value: float | None, noise: float | None, traffic: PerRunTraffic, better: str) -> Metric:
-    if value is None:
-        return Metric.missing("B", better, traffic.why_missing)
-    return Metric(unit="B", value=value, spread=noise, better=better, n=1, note=traffic.note())
-
-
-def params_for(pipeline: str, mode: str) -> dict[str, str]:
-    return {"pipeline": pipeline, "dtype": DTYPE_NAME, "mode": mode}
-
-
-def latency_record(
-    pipeline: BenchPipeline,
-    mode: str,
-    latency: Measurement,
-    counted: RunBytes,
-    speed_vs_copy: Measurement | None = None,
-) -> BenchRecord:
-    params = params_for(pipeline.name, mode)
-    metrics = {
-        "latency": latency.to_metric("lower"),
-        "runtime_d2h_bytes": exact_metric(counted.d2h, "B"),
-        "runtime_h2d_bytes": exact_metric(counted.h2d, "B"),
-    }
-    if speed_vs_copy is not None:
-        metrics["speed_vs_copy"] = speed_vs_copy.to_metric("higher")
-    return BenchRecord(
-        suite=SUITE,
-        name=case_name(SUITE, params),
-        params=params,
-        primary="latency",
-        metrics=metrics,
-        conditions={
-            **latency.conditions,
-            "pipeline": pipeline.description,
-            "skip_copy_option": pipeline.option_value(mode),
-            "executes_per_run": counted.executes,
-            "runtime_bytes_per_method": counted.per_method,
-            "timing": "wall clock per whole run, device synchronised at the end; no L2 flush",
-            "converged": latency.converged,
-            "stop_reason": latency.stop_reason,
-            "spread": "IQR over repeats; speed_vs_copy from per-round ratios (modes interleaved)",
-        },
-    )
-
-
-def pcie_record(
-    pipeline: BenchPipeline,
-    mode: str,
-    traffic: PerRunTraffic,
-    counted: RunBytes,
-    runs_reason: str,
-    meter: dict[str, Any] | None = None,
-) -> BenchRecord:
-    params = {**params_for(pipeline.name, mode), "measure": "pcie"}
-    missing = traffic.why_missing
-    return BenchRecord(
-        suite=SUITE,
-        name=case_name(SUITE, params),
-        params=params,
-        primary="nvml_d2h_bytes",
-        metrics={
-            "nvml_d2h_bytes": _nvml_metric(traffic.d2h, traffic.d2h_noise, traffic, "lower"),
-            "nvml_h2d_bytes": _nvml_metric(traffic.h2d, traffic.h2d_noise, traffic, "lower"),
-            "runtime_d2h_bytes": exact_metric(counted.d2h, "B"),
-            "runtime_h2d_bytes": exact_metric(counted.h2d, "B"),
-            **{
-                f"{d}_agreement": ratio_metric(
-                    getattr(traffic, d),
-                    getattr(traffic, f"{d}_noise"),
-                    getattr(counted, d),
-                    what=what,
-                    missing_reason=missing,
-                    better=AGREEMENT,
-                )
-                for d, what in (("d2h", "device→host"), ("h2d", "host→device"))
-            },
-        },
-        conditions={
-            "valid": traffic.valid,
-            "reason": traffic.reason,
-            "runs_per_window": traffic.runs,
-            "runs_chosen_by": runs_reason,
-            "counted_bytes_per_run": {"h2d": traffic.h2d_counted, "d2h": traffic.d2h_counted},
-            "window": traffic.window,
-            "meter": meter or {},
-            "skip_copy_option": pipeline.option_value(mode),
-            "note": (
-                "NVML bytes are per run: K back-to-back runs measured in one TrafficMeter window and divided "
-                "by K, because one run moves only KBs, below the counters' noise. NVML also counts the "
-                "loop's own torch copies and launch/sync traffic, which the runtime counters do not."
-            ),
-            "spread": "NVML: drift noise of the window plus calibration noise, divided by K",
-        },
-    )
-
-
-@dataclass(frozen=True)
-class PerCopy:
-    """The copies a mode saved per execute (``h2d_copy``: host inputs no longer copied in; ``d2h_copy``:
-    outputs no longer copied out) and what one small pinned copy of each kind moves on PCIe beyond its
-    payload, per direction (``overheads[kind][direction]``, NVML bytes; the copy's commands, completion)."""
-
-    copies_saved: Mapping[str, int]
-    overheads: Mapping[str, Mapping[str, float | None]] | None
-    why_missing: str | None = None
-
-    def expected(self, direction: str, counted: int) -> float | None:
-        """The runtime's saving in ``direction`` plus the fixed costs of the copies saved."""
-        if self.overheads is None:
-            return None
-        extra = 0.0
-        for kind, n in self.copies_saved.items():
-            cost = self.overheads.get(kind, {}).get(direction)
-            if n and cost is None:
-                return None
-            extra += n * (cost or 0.0)
-        return counted + extra
-
-    def note(self) -> str:
-        return f"runtime saving + copies saved {dict(self.copies_saved)} x per-copy PCIe cost (this run)"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "copies_saved": dict(self.copies_saved),
-            "overheads": self.overheads,
-            "reason": self.why_missing,
-        }
+# ---------------------------------------------------------------------------------------------- GPU parts
 
 
 def measure_copy_overheads(
@@ -286,130 +136,6 @@ def measure_copy_overheads(
 def host_tensors(tensors: Sequence[Any]) -> int:
     """How many of ``tensors`` live on the host: each is one copy across PCIe for a CUDA program."""
     return sum(1 for t in tensors if getattr(t, "device", None) is not None and t.device.type == "cpu")
-
-
-def saving_record(
-    pipeline: BenchPipeline,
-    copy_counted: RunBytes,
-    skip_counted: RunBytes,
-    copy_traffic: PerRunTraffic,
-    skip_traffic: PerRunTraffic,
-    mode: str = "skip_copy",
-    method: str | None = None,
-    loop: Mapping[str, PerRunTraffic] | None = None,
-    per_copy: PerCopy | None = None,
-) -> BenchRecord:
-    """Bytes per run that ``mode`` saved (copy − mode), runtime-counted and NVML-measured; with ``method``,
-    per execute of that method alone (its own NVML windows, so the loop's traffic is not in them); with
-    ``loop`` (per mode, the loop replayed alone), the traffic figures given are net of it and the loop's
-    bytes per run are in the conditions.
-
-    An agreement is only given where the saving is resolvable: at least ``RESOLUTION_FACTOR`` times the
-    NVML noise of the difference; below that the metric is missing and says the meter's resolution.
-
-    ``per_copy``: the copies the mode saved and what one small pinned copy costs on PCIe beyond its payload
-    (measured in the same run); then ``*_saved_expected_nvml`` is the runtime's saving plus those fixed
-    costs, and ``*_saved_agreement_per_copy`` holds NVML to it (a small saving is mostly fixed costs)."""
-    params = params_for(pipeline.name, f"{mode}_saving")
-    if method is not None:
-        params["method"] = method
-    missing = copy_traffic.why_missing if copy_traffic.d2h is None else skip_traffic.why_missing
-    metrics: dict[str, Metric] = {}
-    for direction, label in (("d2h", "device→host"), ("h2d", "host→device")):
-        counted = getattr(copy_counted, direction) - getattr(skip_counted, direction)
-        nvml, noise = difference(copy_traffic, skip_traffic, direction)
-        metrics[f"{direction}_saved_nvml"] = (
-            Metric.missing("B", "higher", missing)
-            if nvml is None
-            else Metric(
-                unit="B",
-                value=nvml,
-                spread=noise,
-                better="higher",
-                n=1,
-                note=f"difference of two windows of {copy_traffic.runs} runs each, per run",
-            )
-        )
-        metrics[f"{direction}_saved_runtime"] = exact_metric(counted, "B", better="higher")
-        resolution = None if noise is None else RESOLUTION_FACTOR * noise
-        if resolution is not None and counted and abs(counted) < resolution:
-            metrics[f"{direction}_saved_agreement"] = Metric.missing(
-                "x",
-                AGREEMENT,
-                f"{label} saving of {counted:,} B per {'execute' if method else 'run'} is below the meter's "
-                f"resolution here ({resolution:,.0f} B = {RESOLUTION_FACTOR:g} x its noise {noise:,.0f} B)",
-            )
-        else:
-            metrics[f"{direction}_saved_agreement"] = ratio_metric(
-                nvml, noise, counted, what=f"{label} saving", missing_reason=missing, better=AGREEMENT
-            )
-        if per_copy is not None:
-            expected = per_copy.expected(direction, counted)
-            metrics[f"{direction}_saved_expected_nvml"] = (
-                Metric.missing("B", "higher", per_copy.why_missing or "no per-copy cost measured")
-                if expected is None
-                else Metric(unit="B", value=expected, spread=None, better="higher", n=1, note=per_copy.note())
-            )
-            if expected is not None and resolution is not None and expected and abs(expected) < resolution:
-                metrics[f"{direction}_saved_agreement_per_copy"] = Metric.missing(
-                    "x",
-                    AGREEMENT,
-                    f"{label} expected saving below the meter's resolution ({resolution:,.0f} B)",
-                )
-            else:
-                metrics[f"{direction}_saved_agreement_per_copy"] = ratio_metric(
-                    nvml,
-                    noise,
-                    expected,
-                    what=f"{label} expected saving",
-                    missing_reason=missing,
-                    better=AGREEMENT,
-                )
-    return BenchRecord(
-        suite=SUITE,
-        name=case_name(SUITE, params),
-        params=params,
-        primary="d2h_saved_nvml",
-        metrics=metrics,
-        conditions={
-            "mechanism": "export-time placement" if mode == "placed" else "runtime option",
-            "skip_copy_option": pipeline.skip_methods if mode == "skip_copy" else "",
-            "placement": PLACED_OPTIONS if mode == "placed" else {},
-            "runtime_saved_per_method": per_method_saving(copy_counted, skip_counted),
-            "valid": copy_traffic.valid and skip_traffic.valid,
-            "reasons": {"copy": copy_traffic.reason, mode: skip_traffic.reason},
-            "runs_per_window": copy_traffic.runs,
-            "note": (
-                f"saved = copy mode minus {mode} mode, per run; NVML figures from K-run windows divided "
-                "by K; agreement = NVML saving / runtime saving (traffic common to both modes cancels)"
-                + ("; NVML figures net of the loop's own traffic, replayed alone per mode" if loop else "")
-            ),
-            **({"loop_bytes_per_run": _loop_bytes(loop, ("copy", mode))} if loop else {}),
-            **({"per_copy": per_copy.to_dict()} if per_copy is not None else {}),
-        },
-    )
-
-
-def _loop_bytes(loop: Mapping[str, PerRunTraffic], modes: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The loop's own NVML bytes per run in each mode (what the whole-run savings were made net of)."""
-    return {
-        mode: {"h2d": loop[mode].h2d, "d2h": loop[mode].d2h, "valid": loop[mode].valid}
-        for mode in modes
-        if mode in loop
-    }
-
-
-def per_method_saving(copy_counted: RunBytes, other: RunBytes) -> dict[str, dict[str, int]]:
-    """Runtime-counted bytes per run each method saved (copy − other), per direction."""
-    return {
-        method: {
-            key: row[key] - other.per_method.get(method, {}).get(key, 0) for key in ("h2d_bytes", "d2h_bytes")
-        }
-        for method, row in copy_counted.per_method.items()
-    }
-
-
-# ---------------------------------------------------------------------------------------------- GPU parts
 
 
 @dataclass

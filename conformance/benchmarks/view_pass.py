@@ -22,7 +22,7 @@ Figures (benchmark record ``view_pass[slicing_block-float32]``):
 * ``speed_from_pass``: per-round time without / time with (> 1: the pass made it faster).
 * ``rewrites`` / ``copies``: how many ``*_copy`` nodes of the block's edge graph the backend's
   ``view_copy_pass`` (protocol part ``view_pass``) turned into views, of how many that have a view twin.
-  The edge graph is the suite's own (``conformance.view_pass_cases.edge_graph``) — the form every
+  The edge graph is the suite's own (``conformance.edge_form.edge_graph``) — the form every
   backend's pass is held to — not necessarily the exact graph the backend's ``lower`` builds.
 * ``peak_memory_with_pass`` / ``..._without_pass``: device bytes one ``execute`` allocates at its peak
   beyond what was allocated before it (torch's caching-allocator statistics, which AOTInductor code
@@ -86,8 +86,8 @@ def count_rewrites(backend: object, dtype: Any) -> tuple[int, int, int] | str:
     """(rewrites, copies, refusals) of the backend's ``view_copy_pass`` on the block's edge graph, or why."""
     if not implements(backend, "view_pass"):
         return "the backend does not implement view_copy_pass (protocol part view_pass)"
+    from conformance.edge_form import edge_graph, view_twin
     from conformance.models import get_model
-    from conformance.view_pass_cases import edge_graph, view_twin
 
     module, inputs = get_model(MODEL).build(dtype, "cpu")[METHOD]
     graph, _ = edge_graph(module, inputs)

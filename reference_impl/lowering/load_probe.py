@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,46 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def _child(loader_kind: str, artifact: str, device: str, out_json: str, profile_path: str) -> int:
+    calls = _record_subprocesses()
+    result: dict[str, Any] = {"loader": loader_kind}
+    wall0 = time.time()
+    t0 = time.perf_counter()
+    import torch
+
+    result["import_torch_s"] = time.perf_counter() - t0
+    index = 0 if device.startswith("cuda") else -1
+    target = torch.device("cuda", 0) if device.startswith("cuda") else torch.device("cpu")
+    if target.type == "cuda":
+        t = time.perf_counter()
+        torch.cuda.init()
+        torch.empty(1, device=target)
+        result["cuda_init_s"] = time.perf_counter() - t  # kept out of the load figures
+
+    profiler = cProfile.Profile()
+    t1 = time.perf_counter()
+    profiler.enable()
+    model, load = _first_load(loader_kind, artifact, index, result)
+    profiler.disable()
+    result["first_load_s"] = time.perf_counter() - t1
+    result["subprocesses"] = list(calls)
+    result["subprocess_s"] = sum(c["seconds"] for c in calls)
+    result["max_abs_err"] = _max_abs_err(model, loader_kind, target)
+
+    t = time.perf_counter()
+    load(artifact, device_index=index)
+    result["second_load_s"] = time.perf_counter() - t
+
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(30)
+    Path(profile_path).write_text(stream.getvalue())
+    result["bytecode"] = _bytecode_state(torch, wall0)
+    Path(out_json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def _record_subprocesses() -> list[dict[str, Any]]:
+    """Patch ``subprocess.Popen`` for the rest of this (child) process: every subprocess's command, seconds
+    and return code, appended to the list returned, when it is first waited for."""
     calls: list[dict[str, Any]] = []
     original_init = subprocess.Popen.__init__
     original_wait = subprocess.Popen.wait
@@ -76,44 +116,35 @@ def _child(loader_kind: str, artifact: str, device: str, out_json: str, profile_
 
     subprocess.Popen.__init__ = init  # type: ignore[method-assign]
     subprocess.Popen.wait = wait  # type: ignore[method-assign]
+    return calls
 
-    result: dict[str, Any] = {"loader": loader_kind}
-    wall0 = time.time()
-    t0 = time.perf_counter()
-    import torch
 
-    result["import_torch_s"] = time.perf_counter() - t0
-    index = 0 if device.startswith("cuda") else -1
-    target = torch.device("cuda", 0) if device.startswith("cuda") else torch.device("cpu")
-    if target.type == "cuda":
-        t = time.perf_counter()
-        torch.cuda.init()
-        torch.empty(1, device=target)
-        result["cuda_init_s"] = time.perf_counter() - t  # kept out of the load figures
-
-    profiler = cProfile.Profile()
-    t1 = time.perf_counter()
-    profiler.enable()
+def _first_load(
+    loader_kind: str, artifact: str, index: int, result: dict[str, Any]
+) -> tuple[Any, Callable[..., Any]]:
+    """The process's first load of ``artifact`` with ``loader_kind``'s loader, timed into ``result`` (the
+    loader's import apart from its call); returns the model and the loader, for the second load."""
     if loader_kind == "torch":
         t = time.perf_counter()
         import torch._inductor
         import torch._inductor.package
 
         result["inductor_import_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        model = torch._inductor.aoti_load_package(artifact, device_index=index)
-        result["load_call_s"] = time.perf_counter() - t
+        load: Callable[..., Any] = torch._inductor.aoti_load_package
     else:
         from reference_impl.format.package_loader import load_package_fast
 
         result["inductor_import_s"] = 0.0
-        t = time.perf_counter()
-        model = load_package_fast(artifact, device_index=index)
-        result["load_call_s"] = time.perf_counter() - t
-    profiler.disable()
-    result["first_load_s"] = time.perf_counter() - t1
-    result["subprocesses"] = list(calls)
-    result["subprocess_s"] = sum(c["seconds"] for c in calls)
+        load = load_package_fast
+    t = time.perf_counter()
+    model = load(artifact, device_index=index)
+    result["load_call_s"] = time.perf_counter() - t
+    return model, load
+
+
+def _max_abs_err(model: Any, loader_kind: str, target: Any) -> float:
+    """One run of the loaded trivial model against eager: the largest absolute difference."""
+    import torch
 
     from reference_impl.lowering.trivial import trivial_linear
 
@@ -123,21 +154,7 @@ def _child(loader_kind: str, artifact: str, device: str, out_json: str, profile_
         expected = module(*inputs)
     if target.type == "cuda":
         torch.cuda.synchronize()
-    result["max_abs_err"] = (outputs[0].double() - expected.double()).abs().max().item()
-
-    t = time.perf_counter()
-    if loader_kind == "torch":
-        torch._inductor.aoti_load_package(artifact, device_index=index)
-    else:
-        load_package_fast(artifact, device_index=index)
-    result["second_load_s"] = time.perf_counter() - t
-
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(30)
-    Path(profile_path).write_text(stream.getvalue())
-    result["bytecode"] = _bytecode_state(torch, wall0)
-    Path(out_json).write_text(json.dumps(result, indent=1))
-    return 0
+    return (outputs[0].double() - expected.double()).abs().max().item()
 
 
 def _bytecode_state(torch: Any, since: float) -> dict[str, Any]:

@@ -159,7 +159,26 @@ def check_toolchain(
             advice=_fix_suggestion(compiler),
             seconds=time.monotonic() - start,
         )
+    child = _run_child(device, _child_env(compiler, env, cache_dir), timeout_s)
+    return _verdict(
+        device=device,
+        compiler=compiler,
+        version=version,
+        returncode=child.returncode,
+        timed_out=child.timed_out,
+        timeout_s=timeout_s,
+        events=child.events,
+        log_tail=child.log_tail,
+        seconds=time.monotonic() - start,
+        command=child.command,
+    )
 
+
+def _child_env(
+    compiler: str, env: Mapping[str, str] | None, cache_dir: str | os.PathLike[str] | None
+) -> dict[str, str]:
+    """The child's environment: ours, plus ``env``, with ``CXX``, this repository on ``PYTHONPATH`` and the
+    artifact cache's directory (where ``cache_dir`` is given)."""
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env["CXX"] = compiler
@@ -170,7 +189,24 @@ def check_toolchain(
         from reference_impl.artifact_cache import CACHE_ENV_VAR
 
         child_env[CACHE_ENV_VAR] = os.fspath(cache_dir)
+    return child_env
 
+
+@dataclass(frozen=True)
+class _ChildRun:
+    """How the preflight child ended: its return code (None: killed before it returned one), whether it
+    timed out, the progress events it wrote, the tail of its output, and the command that ran it."""
+
+    returncode: int | None
+    timed_out: bool
+    events: list[dict[str, Any]]
+    log_tail: str
+    command: list[str]
+
+
+def _run_child(device: str, child_env: dict[str, str], timeout_s: float) -> _ChildRun:
+    """Run the preflight child (``--child``) in a process group of its own; on a timeout the whole group is
+    killed (the compilers it spawned too)."""
     with tempfile.TemporaryDirectory(prefix="aoti-preflight-") as tmp:
         progress = Path(tmp) / "progress.jsonl"
         command = [
@@ -202,18 +238,7 @@ def check_toolchain(
             output, _ = process.communicate()
         events = _read_events(progress)
     log_tail = output.decode("utf-8", errors="replace")[-4000:] if output else ""
-    return _verdict(
-        device=device,
-        compiler=compiler,
-        version=version,
-        returncode=process.returncode,
-        timed_out=timed_out,
-        timeout_s=timeout_s,
-        events=events,
-        log_tail=log_tail,
-        seconds=time.monotonic() - start,
-        command=command,
-    )
+    return _ChildRun(process.returncode, timed_out, events, log_tail, command)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -276,37 +301,9 @@ def _verdict(
             **common,
         )
     if returncode is not None and returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        if current in ("load", "run"):
-            message = (
-                f"loading the artifact compiled with CXX={compiler} killed the process with {name} "
-                f"(stage {current!r}): a broken toolchain. This is the known failure of a g++ wrapper "
-                "(e.g. /opt/gcc/bin/g++ on the GPU image) whose model libraries crash at load "
-                "(std::regex inside the .so)"
-            )
-        else:
-            message = f"the preflight child died with {name} in stage {current!r} (CXX={compiler})"
-        return PreflightReport(
-            ok=False, stage=current, message=message, signal=name, advice=_fix_suggestion(compiler), **common
-        )
+        return _killed_report(-returncode, current, compiler, common)
     if errors:
-        error = errors[-1]
-        stage = error["stage"]
-        advice = None
-        if stage == "compile":
-            advice = "check that CXX builds shared libraries against torch; " + _fix_suggestion(compiler)
-        elif stage in ("load", "run"):
-            advice = _fix_suggestion(compiler)
-        return PreflightReport(
-            ok=False,
-            stage=stage,
-            message=f"stage {stage!r} failed: {error.get('error', '?')}",
-            advice=advice,
-            **common,
-        )
+        return _error_report(errors[-1], compiler, common)
     if returncode != 0 or "run" not in done:
         return PreflightReport(
             ok=False,
@@ -320,6 +317,44 @@ def _verdict(
         stage="run",
         message=f"compiled, loaded and ran a {device} artifact with CXX={compiler}; "
         f"max abs error vs eager {done['run'].get('max_abs_err', 0.0):.2e}",
+        **common,
+    )
+
+
+def _killed_report(signum: int, current: str, compiler: str, common: dict[str, Any]) -> PreflightReport:
+    """The child died of signal ``signum`` in stage ``current``: in ``load`` or ``run``, the known broken
+    toolchain (a model library that crashes at load)."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    if current in ("load", "run"):
+        message = (
+            f"loading the artifact compiled with CXX={compiler} killed the process with {name} "
+            f"(stage {current!r}): a broken toolchain. This is the known failure of a g++ wrapper "
+            "(e.g. /opt/gcc/bin/g++ on the GPU image) whose model libraries crash at load "
+            "(std::regex inside the .so)"
+        )
+    else:
+        message = f"the preflight child died with {name} in stage {current!r} (CXX={compiler})"
+    return PreflightReport(
+        ok=False, stage=current, message=message, signal=name, advice=_fix_suggestion(compiler), **common
+    )
+
+
+def _error_report(error: dict[str, Any], compiler: str, common: dict[str, Any]) -> PreflightReport:
+    """The child reported a failed stage (its last ``error`` event), with advice for that stage."""
+    stage = error["stage"]
+    advice = None
+    if stage == "compile":
+        advice = "check that CXX builds shared libraries against torch; " + _fix_suggestion(compiler)
+    elif stage in ("load", "run"):
+        advice = _fix_suggestion(compiler)
+    return PreflightReport(
+        ok=False,
+        stage=stage,
+        message=f"stage {stage!r} failed: {error.get('error', '?')}",
+        advice=advice,
         **common,
     )
 

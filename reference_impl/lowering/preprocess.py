@@ -438,19 +438,13 @@ def preprocess(
     route the program's ``aoti_torch_cuda_mm_out`` calls to the native shim (``shims/native/routing.py``;
     None: when it is available on a CUDA target) — applied after the cache, so both routes share a compile.
     """
-    if not isinstance(module, nn.Module):
-        raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(example_inputs, (tuple, list)):
-        raise ValueError(f"example inputs must be a tuple, got {type(example_inputs).__name__}")
-    if isinstance(provided_kernels, (str, bytes)):
-        raise ValueError("provided_kernels must be an iterable of kernel names, not a single string")
+    _check_arguments(module, example_inputs, provided_kernels)
     name = _resolve_method_name(method_name, compile_specs)
     target = resolve_device(device)
     provided = frozenset(
         provided_by_torch_runtime(target.type) if provided_kernels is None else provided_kernels
     )
 
-    store = default_cache() if cache is None else cache
     source = _Source(
         module,
         example_inputs,
@@ -462,22 +456,64 @@ def preprocess(
         inductor_configs,
         cxx,
     )
-    source_key = _source_key(source) if store is not False else None
-    traced = _traced_from_source_key(store, source_key) if source_key else None
-    if traced is not None:
-        (memo, artifact), hit, seconds = traced, True, 0.0
-    else:
-        memo, artifact, hit, seconds = _trace_and_compile(source, store)
-        if source_key:
-            _store_memo(store, source_key, memo, name)
+    memo, artifact, hit, seconds = _memo_and_artifact(source, default_cache() if cache is None else cache)
 
     inventory: KernelInventory = memo.inventory if memo.inventory is not None else scan_package(artifact)
     check_provided(inventory, provided, method_name=name, device=target.type)
     from reference_impl.shims.native.routing import apply_route
 
     artifact, mm_out_route = apply_route(artifact, target.type, native_mm_out)
+    blob = _pack(artifact, name, target, inventory, memo, placement, mm_out_route)
+    return PreprocessResult(
+        blob=blob,
+        method_name=name,
+        kernels=inventory.kernels,
+        view_pass_report=memo.report,
+        compile_seconds=seconds,
+        cache_hit=hit,
+        runtime_shims=inventory.runtime_shims,
+        cache_key=memo.artifact_key,
+        device=target.type,
+    )
 
-    blob = pack_blob(
+
+def _check_arguments(module: object, example_inputs: object, provided_kernels: object) -> None:
+    """The argument errors ``preprocess`` reports before doing anything (``ValueError`` naming each)."""
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        raise ValueError(f"example inputs must be a tuple, got {type(example_inputs).__name__}")
+    if isinstance(provided_kernels, (str, bytes)):
+        raise ValueError("provided_kernels must be an iterable of kernel names, not a single string")
+
+
+def _memo_and_artifact(
+    source: _Source, store: ArtifactCache | Literal[False]
+) -> tuple[_SourceMemo, bytes, bool, float]:
+    """(memo, artifact, cache hit, compile seconds): from the source memo where one is stored and its
+    artifact is still cached (steps 1-4 skipped), else traced and compiled, and the memo stored."""
+    source_key = _source_key(source) if store is not False else None
+    traced = _traced_from_source_key(store, source_key) if source_key else None
+    if traced is not None:
+        memo, artifact = traced
+        return memo, artifact, True, 0.0
+    memo, artifact, hit, seconds = _trace_and_compile(source, store)
+    if source_key:
+        _store_memo(store, source_key, memo, source.name)
+    return memo, artifact, hit, seconds
+
+
+def _pack(
+    artifact: bytes,
+    name: str,
+    target: torch.device,
+    inventory: KernelInventory,
+    memo: _SourceMemo,
+    placement: MethodPlacement | None,
+    mm_out_route: Any,
+) -> bytes:
+    """Step 6: the processed blob, with what the runtime and the report read in ``extra``."""
+    return pack_blob(
         artifact,
         method_name=name,
         device=target.type,
@@ -494,15 +530,4 @@ def preprocess(
             "mm_out_route": mm_out_route,
             "delegation": memo.delegation,
         },
-    )
-    return PreprocessResult(
-        blob=blob,
-        method_name=name,
-        kernels=inventory.kernels,
-        view_pass_report=memo.report,
-        compile_seconds=seconds,
-        cache_hit=hit,
-        runtime_shims=inventory.runtime_shims,
-        cache_key=memo.artifact_key,
-        device=target.type,
     )

@@ -26,7 +26,6 @@ storage offset, and the graph's fake values are refreshed downstream.
 from __future__ import annotations
 
 import copy
-import operator
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,9 +38,19 @@ from torch.export.graph_signature import ExportGraphSignature
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from reference_impl.lowering.alias_analysis import (
+    AliasGraph,
+    ProgramMutations,
+    bound_arguments,
+    is_aliasing_op,
+    is_getitem,
+    is_write,
+    nodes_in,
+    output_node,
+    returns_list,
+)
 from reference_impl.lowering.edge import (
     COPY_TO_VIEW,
-    VIEW_TO_COPY,
     fake_arguments,
     quiet_pytree_deprecation,
     refresh_fake_meta,
@@ -109,172 +118,6 @@ class ViewPassReport:
 _Verdict = tuple[Reason, str]
 
 
-# --- schema helpers
-
-
-def _bound_arguments(node: Node) -> list[tuple[Any, Any]]:
-    """(schema argument, value) pairs of an OpOverload call, positional and keyword alike."""
-    schema = node.target._schema  # type: ignore[union-attr]
-    bound = []
-    for index, argument in enumerate(schema.arguments):
-        if index < len(node.args) and not argument.kwarg_only:
-            bound.append((argument, node.args[index]))
-        elif argument.name in node.kwargs:
-            bound.append((argument, node.kwargs[argument.name]))
-    return bound
-
-
-def _nodes_in(value: Any) -> list[Node]:
-    if isinstance(value, Node):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [n for item in value for n in _nodes_in(item)]
-    if isinstance(value, dict):
-        return [n for item in value.values() for n in _nodes_in(item)]
-    return []
-
-
-def _is_write(argument: Any) -> bool:
-    return argument.alias_info is not None and argument.alias_info.is_write
-
-
-def _aliased_sets(op: OpOverload) -> set[str]:
-    return {s for r in op._schema.returns if r.alias_info is not None for s in r.alias_info.before_set}
-
-
-def _may_be_returned(argument: Any, returned: set[str]) -> bool:
-    """The schema says the op's result may share this argument's memory: a return in its alias set, or a
-    wildcard (``Tensor(a -> *) self`` of ``split``/``unbind``, whose ``Tensor[]`` items are views of it)."""
-    info = argument.alias_info
-    return info is not None and bool(set(info.before_set) & returned or "*" in info.after_set)
-
-
-def _is_aliasing_op(op: Any) -> bool:
-    """A view, a view-copy, or any op whose output may share an input's memory without writing it."""
-    if op in COPY_TO_VIEW or op in VIEW_TO_COPY:
-        return True
-    if not isinstance(op, OpOverload):
-        return False
-    returned = _aliased_sets(op)
-    return any(_may_be_returned(a, returned) and not a.alias_info.is_write for a in op._schema.arguments)
-
-
-def _returns_list(node: Node) -> bool:
-    return isinstance(node.target, OpOverload) and any(
-        str(r.type).startswith("List[") for r in node.target._schema.returns
-    )
-
-
-def _may_hold_tensor(node: Node) -> bool:
-    # Without a fake value we cannot rule a tensor out, so we assume one.
-    if "val" not in node.meta:
-        return True
-    return _holds_tensor(node.meta["val"])
-
-
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(_holds_tensor(item) for item in value)
-    return isinstance(value, torch.Tensor)
-
-
-def _output(graph: torch.fx.Graph) -> Node:
-    return next(n for n in reversed(graph.nodes) if n.op == "output")
-
-
-def _is_getitem(node: Node) -> bool:
-    return node.op == "call_function" and node.target is operator.getitem
-
-
-# --- alias analysis
-
-
-class _AliasGraph:
-    """Which storages (named by the node that made them) each value may share, and who writes what, when.
-
-    ``as_views`` are ``*_copy`` nodes treated as already rewritten: their value shares their base's storage.
-    Anything the analysis does not understand aliases all its inputs and writes all of them: conservative.
-    """
-
-    def __init__(self, graph: torch.fx.Graph, as_views: set[Node]) -> None:
-        self.order: dict[Node, int] = {}
-        self.roots: dict[Node, frozenset[Node]] = {}
-        self.writes: list[tuple[int, Node, frozenset[Node]]] = []
-        for index, node in enumerate(graph.nodes):
-            self.order[node] = index
-            self.roots[node] = self._roots(node, as_views)
-            written = self._written(node)
-            if written:
-                roots = frozenset().union(*(self.roots_of(n) for n in written))
-                self.writes.append((index, node, roots))
-
-    def roots_of(self, node: Node) -> frozenset[Node]:
-        return self.roots.get(node, frozenset({node}))
-
-    def _union(self, nodes: list[Node]) -> frozenset[Node]:
-        return frozenset().union(*(self.roots_of(n) for n in nodes))
-
-    def _roots(self, node: Node, as_views: set[Node]) -> frozenset[Node]:
-        if node.op in ("placeholder", "get_attr", "output"):
-            return frozenset({node})
-        if node in as_views:
-            return self._union(_nodes_in(node.args[0]))
-        if _is_getitem(node):
-            return self._union(_nodes_in(node.args[0])) or frozenset({node})
-        if node.op == "call_function" and isinstance(node.target, OpOverload):
-            returned = _aliased_sets(node.target)
-            sources = [
-                n
-                for argument, value in _bound_arguments(node)
-                if _may_be_returned(argument, returned)
-                for n in _nodes_in(value)
-            ]
-            return self._union(sources) if sources else frozenset({node})
-        return frozenset({node}) | self._union(_nodes_in((node.args, node.kwargs)))
-
-    @staticmethod
-    def _written(node: Node) -> list[Node]:
-        if node.op == "call_function" and isinstance(node.target, OpOverload):
-            return [n for a, v in _bound_arguments(node) if _is_write(a) for n in _nodes_in(v)]
-        if node.op == "call_function" and _is_getitem(node):
-            return []
-        if node.op == "call_method":
-            name = str(node.target)
-            in_place = name.endswith("_") and not name.startswith("__")
-            return _nodes_in(node.args[:1]) if in_place else []
-        if node.op in ("call_function", "call_module"):
-            return [n for n in _nodes_in((node.args, node.kwargs)) if _may_hold_tensor(n)]
-        return []
-
-
-# --- program-level mutations
-
-
-@dataclass(frozen=True)
-class _Mutations:
-    """From an export graph signature: inputs written back after the graph, and the outputs carrying them."""
-
-    placeholders: frozenset[str] = frozenset()
-    outputs: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_signature(cls, signature: ExportGraphSignature | None) -> _Mutations:
-        if signature is None:
-            return cls()
-        placeholders: set[str] = set()
-        outputs: set[str] = set()
-        for spec in signature.output_specs:
-            if not spec.kind.name.endswith("_MUTATION"):
-                continue
-            if getattr(spec.arg, "name", None):
-                outputs.add(spec.arg.name)
-            for input_spec in signature.input_specs:
-                name = getattr(input_spec.arg, "name", None)
-                if name is not None and spec.target in (input_spec.target, name):
-                    placeholders.add(name)
-        return cls(frozenset(placeholders), frozenset(outputs))
-
-
 # --- the pass
 
 
@@ -287,7 +130,7 @@ class ReplaceViewCopyWithViewPass(PassBase):
 
     def __init__(self, graph_signature: ExportGraphSignature | None = None) -> None:
         super().__init__()
-        self._mutations = _Mutations.from_signature(graph_signature)
+        self._mutations = ProgramMutations.from_signature(graph_signature)
         self._views: dict[Node, Any] = {}
         self.report = ViewPassReport()
 
@@ -421,7 +264,7 @@ class ReplaceViewCopyWithViewPass(PassBase):
         # Judging each node with every candidate already a view over-approximates aliasing; refusing some only
         # removes aliasing, so iterating to a fixed point leaves a set that is safe together.
         while accepted:
-            aliases = _AliasGraph(graph, set(accepted))
+            aliases = AliasGraph(graph, set(accepted))
             verdicts = {
                 n: v for n in accepted if (v := self._observable_verdict(n, aliases, graph)) is not None
             }
@@ -431,7 +274,7 @@ class ReplaceViewCopyWithViewPass(PassBase):
             accepted = [n for n in accepted if n not in verdicts]
         return accepted
 
-    def _observable_verdict(self, node: Node, aliases: _AliasGraph, graph: torch.fx.Graph) -> _Verdict | None:
+    def _observable_verdict(self, node: Node, aliases: AliasGraph, graph: torch.fx.Graph) -> _Verdict | None:
         roots = aliases.roots_of(node)
         base = node.args[0].name  # type: ignore[union-attr]
         written_back = sorted(
@@ -453,16 +296,16 @@ class ReplaceViewCopyWithViewPass(PassBase):
         return self._output_verdict(node, roots, aliases, graph)
 
     def _output_verdict(
-        self, node: Node, roots: frozenset[Node], aliases: _AliasGraph, graph: torch.fx.Graph
+        self, node: Node, roots: frozenset[Node], aliases: AliasGraph, graph: torch.fx.Graph
     ) -> _Verdict | None:
-        outputs = [n for n in _nodes_in(_output(graph).args) if isinstance(n, Node)]
+        outputs = [n for n in nodes_in(output_node(graph).args) if isinstance(n, Node)]
         for out in outputs:
             if out.name in self._mutations.outputs and aliases.roots_of(out) & roots:
                 return (
                     Reason.ALIASES_OUTPUT,
                     f"it shares memory with {out.name}, which is written back to the program",
                 )
-        mine = [o for o in outputs if o is node or (_is_getitem(o) and o.args[0] is node)]
+        mine = [o for o in outputs if o is node or (is_getitem(o) and o.args[0] is node)]
         if not mine:
             return None
         views = self._views.get(node)
@@ -494,7 +337,7 @@ class ReplaceViewCopyWithViewPass(PassBase):
         if view_value is not None:
             node.meta["val"] = view_value
             for user in node.users:
-                if _is_getitem(user) and isinstance(view_value, (list, tuple)):
+                if is_getitem(user) and isinstance(view_value, (list, tuple)):
                     user.meta["val"] = view_value[user.args[1]]  # type: ignore[index]
 
 
@@ -591,7 +434,7 @@ def _view_on_meta(view: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
 def _uses(node: Node) -> Iterator[tuple[Node, Node]]:
     """(value, user) pairs; a list-returning op's own ``getitem`` results are seen through, one level only."""
     for user in node.users:
-        if _returns_list(node) and _is_getitem(user) and user.args[0] is node:
+        if returns_list(node) and is_getitem(user) and user.args[0] is node:
             for grand_user in user.users:
                 yield user, grand_user
         else:
@@ -603,31 +446,31 @@ def _user_verdict(value: Node, user: Node) -> _Verdict | None:
         return None  # rule 5, decided with the alias analysis
     if user.op == "call_method":
         return Reason.CALL_METHOD_USER, f"user {user.name} is a call_method ({user.target})"
-    if user.op != "call_function" or _is_getitem(user) or not isinstance(user.target, OpOverload):
+    if user.op != "call_function" or is_getitem(user) or not isinstance(user.target, OpOverload):
         what = (
             "a getitem chain"
-            if _is_getitem(user)
+            if is_getitem(user)
             else f"{user.op} {getattr(user.target, '__name__', user.target)}"
         )
         return Reason.OPAQUE_CONTAINER, f"user {user.name} is {what}, which the pass cannot see through"
-    if _is_aliasing_op(user.target):
+    if is_aliasing_op(user.target):
         return Reason.VIEW_USER, f"user {user.name} ({user.target}) is a view or view-copy op"
     seen = 0
-    for argument, bound in _bound_arguments(user):
+    for argument, bound in bound_arguments(user):
         if bound is value:
             seen += 1
-            if _is_write(argument):
+            if is_write(argument):
                 return (
                     Reason.WRITTEN_BY_USER,
                     f"user {user.name} ({user.target}) writes its argument {argument.name}",
                 )
             continue
-        inside = _nodes_in(bound)
+        inside = nodes_in(bound)
         if value not in inside:
             continue
         seen += 1
         nested = isinstance(bound, (list, tuple)) and value not in bound
-        if nested or _is_write(argument):
+        if nested or is_write(argument):
             return Reason.OPAQUE_CONTAINER, (
                 f"user {user.name} ({user.target}) receives it inside list argument {argument.name}, "
                 "which may be written" + (" and is nested" if nested else "")

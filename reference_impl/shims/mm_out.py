@@ -13,7 +13,7 @@ where every error is raised. It exists because the checks cost more host time th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -67,6 +67,20 @@ def validate(out: object, self_: object, mat2: object) -> tuple[int, int, int, G
 
     Pure inspection of the arguments: it allocates nothing and never touches a tensor's data.
     """
+    self_, mat2, out = _tensors(self_, mat2, out)
+    tensors = (("self", self_), ("mat2", mat2), ("out", out))
+    _check_kinds(tensors)
+    M, N, K = _check_agreement(self_, mat2, out)
+    plan = None
+    if M and N and K:  # only a real product reaches cuBLAS and its limits
+        plan = plan_gemm(M, N, K, (self_.stride(0), self_.stride(1)), (mat2.stride(0), mat2.stride(1)))
+        _check_no_overlap(out, self_, mat2, plan)
+    _check_devices(tensors, out)
+    return M, N, K, plan
+
+
+def _tensors(self_: object, mat2: object, out: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rules ``present`` (none is None) then ``is-tensor``, over all three arguments in turn."""
     named = (("self", self_), ("mat2", mat2), ("out", out))
     for name, value in named:
         if value is None:
@@ -78,8 +92,11 @@ def validate(out: object, self_: object, mat2: object) -> tuple[int, int, int, G
                 name, "is-tensor", f"{name} is a {type(value).__name__}, not a torch.Tensor"
             )
         checked.append(value)
-    self_, mat2, out = checked
-    tensors = (("self", self_), ("mat2", mat2), ("out", out))
+    return checked[0], checked[1], checked[2]
+
+
+def _check_kinds(tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
+    """Rules ``strided-layout``, ``rank-2`` and ``supported-dtype``, each over all three in turn."""
     for name, t in tensors:
         if t.layout != torch.strided:
             raise MmOutArgumentError(
@@ -97,6 +114,10 @@ def validate(out: object, self_: object, mat2: object) -> tuple[int, int, int, G
                 "supported-dtype",
                 f"{name} has dtype {t.dtype}; mm_out supports torch.float32, torch.float16, torch.bfloat16",
             )
+
+
+def _check_agreement(self_: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor) -> tuple[int, int, int]:
+    """Rules ``same-dtype``, ``inner-dimension``, ``out-shape``, ``out-contiguous``; returns ``(M, N, K)``."""
     if mat2.dtype != self_.dtype:
         raise MmOutArgumentError(
             "mat2", "same-dtype", f"mat2 has dtype {mat2.dtype} but self has {self_.dtype}"
@@ -124,10 +145,12 @@ def validate(out: object, self_: object, mat2: object) -> tuple[int, int, int, G
             f"out has strides {tuple(out.stride())} for shape {_shape(out)}; "
             f"mm_out needs row-major contiguous strides ({N}, 1)",
         )
-    plan = None
-    if M and N and K:  # only a real product reaches cuBLAS and its limits
-        plan = plan_gemm(M, N, K, (self_.stride(0), self_.stride(1)), (mat2.stride(0), mat2.stride(1)))
-        _check_no_overlap(out, self_, mat2, plan)
+    return M, N, K
+
+
+def _check_devices(tensors: Sequence[tuple[str, torch.Tensor]], out: torch.Tensor) -> None:
+    """Rules ``cuda-device`` (each of the three), ``same-device`` (self and mat2 as out) and
+    ``device-index`` (out's device is one of the visible ones)."""
     for name, t in tensors:
         if t.device.type != "cuda":
             raise MmOutArgumentError(
@@ -144,7 +167,6 @@ def validate(out: object, self_: object, mat2: object) -> tuple[int, int, int, G
         raise MmOutArgumentError(
             "out", "device-index", f"out is on {out.device} but {visible} CUDA device(s) are visible"
         )
-    return M, N, K, plan
 
 
 def _scratch(t: torch.Tensor) -> torch.Tensor:

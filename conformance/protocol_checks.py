@@ -1,0 +1,179 @@
+"""How the differential state machine judges what a protocol call did, beyond the oracle's verdict on
+whether it is an error (``conformance/oracle.py``): values against float64 eager, where outputs land,
+provided outputs filled, results the caller holds left alone, option read-backs, racing threads.
+
+Each check fails with the ``differential/*`` rule it enforces (``conformance/catalogue/rule_table.py``);
+the machine that makes the calls is ``conformance/protocol_machine.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from conformance.checks import assert_model_output_close, bits, fail
+from conformance.oracle import Outcome, call, judge
+from conformance.protocol_inputs import MethodSpec, eager_float64
+from conformance.protocol_plans import SKIP_COPY_OPTION
+from conformance.rules import rule_id
+
+__all__ = [
+    "check_held",
+    "check_results",
+    "check_thread_results",
+    "compare_option_call",
+    "flat_tensors",
+    "snapshot",
+    "unchanged",
+]
+
+# The rules this module checks (conformance/catalogue/rule_table.py).
+OPTION_READ_BACK = rule_id("differential/option-read-back")
+INPUTS_UNTOUCHED = rule_id("differential/inputs-untouched")
+VALUES = rule_id("differential/values")
+OUTPUT_DEVICE = rule_id("differential/output-device")
+OUTPUTS_OWNED = rule_id("differential/outputs-owned")
+OUTPUTS_FILLED = rule_id("differential/outputs-filled")
+THREADS = rule_id("differential/threads")
+
+
+def flat_tensors(value: object) -> list[torch.Tensor]:
+    """The tensors of an argument or result: itself, or the tensor items of a list or tuple."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+def snapshot(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The bits of ``tensors`` now, to compare with :func:`unchanged` after a call."""
+    return [bits(t).clone() for t in tensors]
+
+
+def unchanged(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> bool:
+    return all(torch.equal(b, bits(a)) for b, a in zip(before, after, strict=True))
+
+
+def _reference_for(ref: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The float64 reference, as ``assert_model_output_close`` takes it for an output like ``out``."""
+    return ref if ref.is_floating_point() else ref.to(out.dtype) if not out.is_floating_point() else ref
+
+
+# ============================================================================================== options
+
+
+def compare_option_call(backend: Any, oracle: Any, key: object, value: object) -> str:
+    """``set_option(key, value)`` on both sides, judged, then the read-back of ``key`` (and of the known
+    key, where ``key`` is another): the same outcomes and the same values. Returns the call's text."""
+    text = f"set_option({key!r}, {value!r})"
+    judge("set_option", text, call(backend.set_option, key, value), call(oracle.set_option, key, value))
+    _compare_read_back(backend, oracle, f"get_option({key!r}) after {text}", key)
+    if key != SKIP_COPY_OPTION:
+        after = f"get_option({SKIP_COPY_OPTION!r}) after {text}"
+        _compare_read_back(backend, oracle, after, SKIP_COPY_OPTION)
+    return text
+
+
+def _compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None:
+    """``get_option(key)`` on both sides: the same outcome, and the same value."""
+    got = call(backend.get_option, key)
+    want = call(oracle.get_option, key)
+    judge("get_option", text, got, want)
+    if got.ok and want.ok and (type(got.value) is not type(want.value) or got.value != want.value):
+        fail(
+            OPTION_READ_BACK,
+            text,
+            f"returned {got.value!r}; after the same calls the oracle returns {want.value!r}",
+        )
+
+
+# ============================================================================================== execute
+
+
+def check_held(held: Sequence[tuple[str, list[torch.Tensor], list[torch.Tensor]]], text: str) -> None:
+    """No result the caller still holds (``(call, tensors, snapshot)``) changed during call ``text``."""
+    for earlier, tensors, before in held:
+        if not unchanged(before, tensors):
+            fail(
+                OUTPUTS_OWNED,
+                text,
+                f"changed the outputs an earlier call returned ({earlier}); returned tensors belong to "
+                "the caller and no later call may write them",
+            )
+
+
+def check_results(
+    text: str,
+    spec: MethodSpec,
+    inputs: object,
+    got: object,
+    want: object,
+    given: object,
+) -> None:
+    """A successful execute's results (``got``; the oracle's: ``want``): a list of tensors with eager's
+    values, on the devices the oracle puts them, and provided outputs (``given``) holding the same."""
+    results = list(got) if isinstance(got, (list, tuple)) else None  # type: ignore[call-overload]
+    if results is None or not all(isinstance(t, torch.Tensor) for t in results):
+        fail(VALUES, text, f"must return a list of tensors, got {type(got).__name__}")
+    expected = eager_float64(spec, flat_tensors(inputs))
+    if len(results) != len(expected):
+        fail(VALUES, text, f"returned {len(results)} outputs; eager returns {len(expected)}")
+    for index, (out, ref) in enumerate(zip(results, expected, strict=True)):
+        assert_model_output_close(VALUES, f"{text}: output {index}", out, _reference_for(ref, out))
+    devices = [t.device.type for t in results]
+    oracle_devices = [t.device.type for t in want]  # type: ignore[attr-defined]
+    if devices != oracle_devices:
+        fail(
+            OUTPUT_DEVICE,
+            text,
+            f"outputs on {devices}; the oracle puts them on {oracle_devices} (placement and options)",
+        )
+    if given is not None:
+        for index, (dst, ref) in enumerate(zip(flat_tensors(given), expected, strict=False)):
+            assert_model_output_close(
+                OUTPUTS_FILLED,
+                f"{text}: provided outputs[{index}] after the call",
+                dst,
+                _reference_for(ref, dst),
+            )
+
+
+# ============================================================================================== threads
+
+
+def check_thread_results(
+    spec: MethodSpec,
+    texts: Sequence[str],
+    inputs: Mapping[int, object],
+    before: Mapping[int, list[torch.Tensor]],
+    results: Mapping[int, Outcome],
+) -> None:
+    """Executes that raced each other (thread ``i``: call ``texts[i]`` on ``inputs[i]``, whose values were
+    ``before[i]``, giving ``results[i]``). What a racing call did wrong is named by the rule it breaks: its
+    inputs written, results that share memory with another thread's, and only then values or errors that
+    differ from a lone call."""
+    for i, text in enumerate(texts):
+        if not unchanged([bits(t) for t in before[i]], flat_tensors(inputs[i])):
+            fail(INPUTS_UNTOUCHED, text, "changed its inputs; execute never writes them")
+    storages: dict[int, int] = {}
+    for i, text in enumerate(texts):
+        outs = flat_tensors(results[i].value) if results[i].ok else []
+        for out in outs:
+            other = storages.setdefault(out.untyped_storage().data_ptr(), i)
+            if other != i and out.numel():
+                fail(
+                    OUTPUTS_OWNED,
+                    text,
+                    f"returned an output sharing memory with thread {other}'s results; returned tensors "
+                    "belong to their caller",
+                )
+    for i, text in enumerate(texts):
+        outcome = results[i]
+        if not outcome.ok:
+            fail(THREADS, text, f"a valid execute racing others {outcome.describe()}")
+        expected = eager_float64(spec, before[i])
+        for index, (out, ref) in enumerate(zip(outcome.value, expected, strict=False)):
+            assert_model_output_close(THREADS, f"{text}: output {index}", out, _reference_for(ref, out))
