@@ -33,9 +33,10 @@ Not implemented, on purpose:
   CUDA target it is *not* the protocol's default ("outputs are CPU tensors unless the method keeps them on
   the device"): every method behaves as if lowered with both skip flags set, which the protocol has no way
   to declare (left for the GPU session).
-* caller-provided ``outputs``: PyTorch's runner always allocates its outputs. When a caller passes
-  ``outputs``, the adapter copies the results into them with ``Tensor.copy_`` after the run, as a
-  deployment wrapping the runner would; ``copy_`` broadcasts and casts like it does anywhere.
+* caller-provided ``outputs`` in PyTorch's runner: it always allocates its outputs. The protocol's
+  ``outputs`` are therefore the adapter's own feature: after the run, the results are copied into them, and
+  only when every one is a tensor of the result's dtype, shape and device (else a ``ValueError`` naming
+  ``outputs``, nothing written). Those checks judge the adapter, not PyTorch.
 """
 
 from __future__ import annotations
@@ -177,6 +178,23 @@ def load_method(program: object, method: object) -> Any:
             raise _refusal("method" if about_method else "program", "load_package", exc) from exc
 
 
+def check_outputs(outputs: object, results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The adapter's own ``outputs`` feature: tensors matching ``results`` one for one, or a ValueError."""
+    if not isinstance(outputs, (list, tuple)):
+        raise ValueError(f"outputs: must be a list or tuple of tensors, got {type(outputs).__name__}")
+    if len(outputs) != len(results):
+        raise ValueError(f"outputs: the method returns {len(results)} tensor(s), {len(outputs)} provided")
+    for index, (dst, src) in enumerate(zip(outputs, results, strict=True)):
+        if not isinstance(dst, torch.Tensor):
+            raise ValueError(f"outputs[{index}]: must be a tensor, got {type(dst).__name__}")
+        for what, want, got in (("dtype", src.dtype, dst.dtype), ("shape", src.shape, dst.shape)):
+            if want != got:
+                raise ValueError(f"outputs[{index}]: {what} {got}, the method returns {want}")
+        if dst.device != src.device:
+            raise ValueError(f"outputs[{index}]: device {dst.device}, the method returns {src.device}")
+    return list(outputs)
+
+
 def run_method(handle: AotiHandle, inputs: object) -> list[torch.Tensor]:
     """The runner called as a deployment calls it (``model(*inputs)``), its outputs as a flat list."""
     global _first_run_mode
@@ -240,9 +258,10 @@ class TorchAotiBackend:
         results = run_method(_live(handle, "execute"), inputs)
         if outputs is None:
             return results
-        for dst, src in zip(outputs, results, strict=False):
-            dst.copy_(src)  # what a deployment wrapping the runner writes; PyTorch has no out= for it
-        return list(outputs)
+        provided = check_outputs(outputs, results)  # nothing is written unless every one fits
+        for dst, src in zip(provided, results, strict=True):
+            dst.copy_(src)
+        return provided
 
     def destroy(self, handle: AotiHandle) -> None:
         _live(handle, "destroy").runner = None  # the loader's last reference: its model is freed
