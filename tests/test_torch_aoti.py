@@ -48,8 +48,9 @@ def _env() -> dict[str, str]:
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``double`` and ``add`` lowered for the CPU into one package, as a file for the subprocesses."""
     backend = adapter.TorchAotiBackend(checked=False)
-    ones = torch.ones(SHAPE)
-    data = backend.lower({"double": (Double(), (ones,)), "add": (Add(), (ones, ones))}, device="cpu")
+    # Distinct example tensors: one tensor passed twice is exported as one input read twice.
+    ones, twos = torch.ones(SHAPE), torch.full(SHAPE, 2.0)
+    data = backend.lower({"double": (Double(), (ones,)), "add": (Add(), (ones, twos))}, device="cpu")
     path = tmp_path_factory.mktemp("torch-aoti") / "two-methods.pt2"
     path.write_bytes(data)
     return path
