@@ -121,9 +121,9 @@ def test_two_methods_in_one_package_run_by_name(program: Path) -> None:
     backend.destroy(add)
     with pytest.raises(ValueError, match="destroyed"):
         backend.execute(add, [x, y])
-    with pytest.raises(ValueError, match=r"^method: .*Available models"):
+    with pytest.raises(ValueError, match=r"(?s)^method: .*Available models"):
         backend.init(data, "nope")
-    with pytest.raises(ValueError, match=r"^program: .*central directory"):
+    with pytest.raises(ValueError, match=r"(?s)^program: .*central directory"):
         backend.init(data[: len(data) // 2], "add")
 
 
