@@ -1,7 +1,7 @@
 """The project's import graph, read statically: no circles, and the layers of the architecture hold —
 between the packages, and inside the reference backend (floors under wings under the top, see ``Layers``).
 
-Every ``.py`` file of the five packages is parsed (nothing is imported, so a module that needs a GPU or an
+Every ``.py`` file of the six packages is parsed (nothing is imported, so a module that needs a GPU or an
 optional package is read like any other). An edge is an ``import``/``from ... import`` statement naming a
 project module; it points at the longest dotted prefix that is a module of ours (``from conformance.models
 import ZOO`` → ``conformance.models``, its ``__init__``). Imports inside functions count: a lazy import only
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("conformance", "harness", "reports", "reference_impl", "upstream_executorch")
+PACKAGES = ("conformance", "harness", "reports", "reference_impl", "upstream_executorch", "torch_aoti")
 
 
 @dataclass(frozen=True)
@@ -254,6 +254,16 @@ FORBIDDEN: dict[tuple[str, str], str] = {
     ("upstream_executorch", "harness"): "a backend never depends on the suite's runner",
     ("upstream_executorch", "reports"): "a backend never depends on the report renderer",
     ("upstream_executorch", "reference_impl"): "the adapter calls upstream unchanged, never our reference",
+    ("harness", "torch_aoti"): "the backend comes from --backend, loaded by string (importlib)",
+    ("reports", "torch_aoti"): "reports renders result files of any backend",
+    ("conformance", "torch_aoti"): "the suite talks to a backend only through the protocol",
+    ("torch_aoti", "conformance"): "a backend never depends on the suite that judges it",
+    ("torch_aoti", "harness"): "a backend never depends on the suite's runner",
+    ("torch_aoti", "reports"): "a backend never depends on the report renderer",
+    ("torch_aoti", "reference_impl"): "the adapter calls PyTorch's AOTI unchanged, never our reference",
+    ("torch_aoti", "upstream_executorch"): "the adapters stand apart",
+    ("upstream_executorch", "torch_aoti"): "the adapters stand apart",
+    ("reference_impl", "torch_aoti"): "the backends stand apart",
 }
 
 #: Edges that break a rule above on purpose: (source module, target module) → why. Empty today: the

@@ -1,0 +1,284 @@
+"""The adapter: PyTorch's own AOTInductor (``torch._inductor``) behind ``conformance/protocol.py``.
+
+Parts implemented, each by calling PyTorch's public AOTI entry points unchanged:
+
+``lowering`` (``cpu``, ``cuda``)
+    ``torch.export.export`` per method (``dynamic_shapes`` honoured), then AOTInductor the way the docstring
+    of ``torch._inductor.aoti_compile_and_package`` prescribes for several models in one ``.pt2``:
+    ``torch._inductor.aot_compile(ep.module(), *ep.example_inputs, options={"aot_inductor.package": True})``
+    per method and ``torch._inductor.package.package_aoti(file, {method: files})``. Each method is one model
+    of the package, its model name the method name. No ``lower_options``: AOTInductor has no view-copy pass
+    switch and no export-time placement (see below). A method that cannot be exported or compiled raises a
+    ``ValueError`` naming it, with PyTorch's exception chained.
+
+``runtime``
+    ``init`` writes the program to a temporary ``.pt2`` and calls
+    ``torch._inductor.package.load_package(path, model_name=method)`` (what ``aoti_load_package`` calls);
+    ``execute`` calls the loaded ``AOTICompiledModel`` with the inputs, as a deployment does. Nothing is
+    checked here that PyTorch does not check: inputs go to the runner as given, so the suite sees what
+    PyTorch's runtime accepts. Its ``RuntimeError`` s (a corrupt archive, an unknown model, the generated
+    input checks of ``AOTI_RUNTIME_CHECK_INPUTS=1``) become the protocol's ``ValueError``, PyTorch's message
+    kept whole and prefixed with the argument it is about. The adapter's own handle (its lifetime:
+    ``destroy``) is the adapter's business and is checked.
+
+Not implemented, on purpose:
+
+* part ``view_pass``: AOTInductor lowers ATen graphs through Inductor; no ``*_copy`` ops (an ExecuTorch
+  edge-dialect artefact) ever reach a pass of PyTorch's, so there is nothing to run the suite's cases on.
+* part ``runtime_options``: PyTorch's runner has no backend-wide options.
+* part ``device_placement`` (``lower_options`` ``skip_h2d_for_method_inputs`` and
+  ``skip_d2h_for_method_outputs``): placement is fixed by nature. A model compiled for a device takes its
+  inputs on that device and returns its outputs there; the runner copies nothing either way, so
+  ``execute_stats`` is always zero copies. On a CPU target that is the protocol's contract trivially. On a
+  CUDA target it is *not* the protocol's default ("outputs are CPU tensors unless the method keeps them on
+  the device"): every method behaves as if lowered with both skip flags set, which the protocol has no way
+  to declare (left for the GPU session).
+* caller-provided ``outputs`` in PyTorch's runner: it always allocates its outputs. The protocol's
+  ``outputs`` are therefore the adapter's own feature: after the run, the results are copied into them, and
+  only when every one is a tensor of the result's dtype, shape and device (else a ``ValueError`` naming
+  ``outputs``, nothing written). Those checks judge the adapter, not PyTorch.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+#: The environment variable the generated code reads (``cpp_wrapper_cpu.py``: a ``static`` getenv in each
+#: compiled model, read at that model's first run). Anything but unset or starting with ``0`` turns on the
+#: dtype / size / stride / device checks of every input.
+CHECK_ENV = "AOTI_RUNTIME_CHECK_INPUTS"
+#: The options a package needs; everything else is AOTInductor's defaults, as a deployment gets them.
+INDUCTOR_OPTIONS: dict[str, Any] = {"aot_inductor.package": True}
+
+#: The check mode the first ``execute`` of this process ran in (None: nothing ran yet). A compiled model
+#: reads ``CHECK_ENV`` once, at its first run, so a process mixing modes would report the wrong one.
+_first_run_mode: bool | None = None
+_mode_lock = threading.Lock()
+
+
+def checks_on(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether the generated code will check inputs: the value it reads, judged as its C++ does."""
+    value = env.get(CHECK_ENV)
+    return value is not None and not value.startswith("0")
+
+
+def first_run_mode() -> bool | None:
+    return _first_run_mode
+
+
+class AotiHandle:
+    """One ``init``: the loaded model of one method. ``runner`` is None once destroyed."""
+
+    def __init__(self, runner: Any, method: str, device: str) -> None:
+        self.runner: Any = runner
+        self.method = method
+        self.device = device
+
+
+# ================================================================================================ lowering
+
+
+def _check_methods(methods: object) -> Mapping[str, Sequence[Any]]:
+    """The protocol's shape of ``methods``: what the adapter needs to call ``torch.export`` at all."""
+    if not isinstance(methods, Mapping) or not methods:
+        raise ValueError(
+            "lower: argument 'methods' must be a non-empty mapping "
+            f"{{name: (module, inputs[, dynamic_shapes])}}, got {methods!r}"
+        )
+    for name, entry in methods.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                f"lower: argument 'methods': a method name must be a non-empty str, got {name!r}"
+            )
+        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
+            raise ValueError(
+                f"lower: argument 'methods': method {name!r} must be (module, inputs[, dynamic_shapes]), "
+                f"got {type(entry).__name__}"
+            )
+    return methods
+
+
+def _on(value: Any, device: str) -> Any:
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def compile_method(name: str, entry: Sequence[Any], device: str) -> list[Any]:
+    """The AOTInductor files of one method (``aot_compile`` with packaging on), or a ``ValueError``."""
+    module, inputs = entry[0], entry[1]
+    dynamic_shapes = entry[2] if len(entry) > 2 else None
+    # A copy on the target device: the caller's module is left as it was; the model is compiled where it runs.
+    placed = copy.deepcopy(module).to(device)
+    args = tuple(_on(t, device) for t in inputs)
+    try:
+        exported = torch.export.export(placed, args, dynamic_shapes=dynamic_shapes)
+    except Exception as exc:
+        raise ValueError(f"lower: method {name!r}: torch.export failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        # What aoti_compile_and_package runs (its minifier wrapper): the module without export's guards.
+        example_args, example_kwargs = exported.example_inputs
+        files = torch._inductor.aot_compile(
+            exported.module(check_guards=False), example_args, example_kwargs, options=dict(INDUCTOR_OPTIONS)
+        )
+    except Exception as exc:
+        raise ValueError(
+            f"lower: method {name!r}: AOTInductor could not compile it: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(files, list):  # packaging on: aot_compile returns the list of generated files
+        raise RuntimeError(f"lower: method {name!r}: aot_compile returned {files!r}, not a file list")
+    return files
+
+
+def package_methods(compiled: Mapping[str, list[Any]]) -> bytes:
+    """One ``.pt2`` holding every method as a model of that name (``package_aoti`` with a mapping)."""
+    from torch._inductor.package import package_aoti
+
+    with tempfile.TemporaryDirectory(prefix="torch-aoti-") as tmp:
+        path = os.path.join(tmp, "program.pt2")
+        package_aoti(path, dict(compiled))
+        with open(path, "rb") as f:
+            return f.read()
+
+
+# ================================================================================================= runtime
+
+
+def _refusal(argument: str, action: str, exc: BaseException) -> ValueError:
+    """The protocol's invalid-argument error for a refusal of PyTorch's, its message kept whole."""
+    return ValueError(
+        f"{argument}: PyTorch's AOTI runtime refused it ({action}): {type(exc).__name__}: {exc}"
+    )
+
+
+def load_method(program: object, method: object) -> Any:
+    """``load_package(path, model_name=method)`` on the program written to a temporary file."""
+    from torch._inductor.package import load_package
+
+    if not isinstance(program, (bytes, bytearray, memoryview)):  # the transport: bytes to a file
+        raise ValueError(f"program: must be bytes (the .pt2 file's contents), got {type(program).__name__}")
+    with tempfile.TemporaryDirectory(prefix="torch-aoti-init-") as tmp:
+        path = os.path.join(tmp, "program.pt2")
+        with open(path, "wb") as f:
+            f.write(program)
+        try:
+            # The loader unpacks the archive into a directory of its own: the file may go afterwards.
+            return load_package(path, model_name=method)  # type: ignore[arg-type]
+        except TypeError as exc:  # pybind11 refuses a model_name that is not a str
+            raise _refusal("method", "load_package's model_name", exc) from exc
+        except RuntimeError as exc:
+            # The loader names the model it could not find ("for model 'x'", "Available models"); any
+            # other refusal is about the archive itself ("failed finding central directory").
+            about_method = "Available models" in str(exc) or "not found in package" in str(exc)
+            raise _refusal("method" if about_method else "program", "load_package", exc) from exc
+
+
+def check_outputs(outputs: object, results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The adapter's own ``outputs`` feature: tensors matching ``results`` one for one, or a ValueError."""
+    if not isinstance(outputs, (list, tuple)):
+        raise ValueError(f"outputs: must be a list or tuple of tensors, got {type(outputs).__name__}")
+    if len(outputs) != len(results):
+        raise ValueError(f"outputs: the method returns {len(results)} tensor(s), {len(outputs)} provided")
+    for index, (dst, src) in enumerate(zip(outputs, results, strict=True)):
+        if not isinstance(dst, torch.Tensor):
+            raise ValueError(f"outputs[{index}]: must be a tensor, got {type(dst).__name__}")
+        for what, want, got in (("dtype", src.dtype, dst.dtype), ("shape", src.shape, dst.shape)):
+            if want != got:
+                raise ValueError(f"outputs[{index}]: {what} {got}, the method returns {want}")
+        if dst.device != src.device:
+            raise ValueError(f"outputs[{index}]: device {dst.device}, the method returns {src.device}")
+    return list(outputs)
+
+
+def run_method(handle: AotiHandle, inputs: object) -> list[torch.Tensor]:
+    """The runner called as a deployment calls it (``model(*inputs)``), its outputs as a flat list."""
+    global _first_run_mode
+    with _mode_lock:
+        if _first_run_mode is None:
+            _first_run_mode = checks_on()
+    if not isinstance(inputs, (list, tuple)):  # the transport: the protocol's inputs are a sequence
+        raise ValueError(f"inputs: must be a list or tuple of tensors, got {type(inputs).__name__}")
+    try:
+        result = handle.runner(*inputs)
+    except RuntimeError as exc:
+        raise _refusal("inputs", f"running method {handle.method!r}", exc) from exc
+    return list(torch.utils._pytree.tree_leaves(result))
+
+
+# ================================================================================================= backend
+
+
+class TorchAotiBackend:
+    """PyTorch's AOTInductor as a protocol backend: parts ``lowering`` and ``runtime``, in one check mode."""
+
+    lowering_devices = ("cpu", "cuda")
+    lower_options: frozenset[str] = frozenset()
+
+    def __init__(self, checked: bool) -> None:
+        #: Whether the generated input checks are on (``AOTI_RUNTIME_CHECK_INPUTS``), as read at load.
+        self.checked = checked
+        self.name = "torch-aoti-checked" if checked else "torch-aoti"
+        mode = f"{CHECK_ENV}=1: input checks on" if checked else f"{CHECK_ENV} unset: no input checks"
+        self.version = f"{torch.__version__} ({mode})"
+
+    def lower(
+        self,
+        methods: Mapping[str, Sequence[Any]],
+        *,
+        device: str,
+        options: Mapping[str, object] | None = None,
+    ) -> bytes:
+        """One ``.pt2`` package: every method exported, compiled by AOTInductor, packaged as a model."""
+        checked = _check_methods(methods)
+        if device not in self.lowering_devices:
+            raise ValueError(f"lower: argument 'device' is {device!r}; AOTInductor lowers for cpu and cuda")
+        if options:  # None or empty: nothing asked
+            raise ValueError(
+                f"lower: option(s) {sorted(map(str, options))} not supported: AOTInductor has no view-copy "
+                "pass switch and no export-time placement (a model's inputs and outputs live on its device)"
+            )
+        return package_methods({name: compile_method(name, entry, device) for name, entry in checked.items()})
+
+    def init(self, program: bytes, method: str) -> AotiHandle:
+        runner = load_method(program, method)
+        metadata = runner.get_metadata()  # AOTInductor records the device it compiled for
+        return AotiHandle(runner, method, str(metadata.get("AOTI_DEVICE_KEY", "unknown")))
+
+    def execute(
+        self,
+        handle: AotiHandle,
+        inputs: Sequence[torch.Tensor],
+        outputs: Sequence[torch.Tensor] | None = None,
+    ) -> list[torch.Tensor]:
+        results = run_method(_live(handle, "execute"), inputs)
+        if outputs is None:
+            return results
+        provided = check_outputs(outputs, results)  # nothing is written unless every one fits
+        for dst, src in zip(provided, results, strict=True):
+            dst.copy_(src)
+        return provided
+
+    def destroy(self, handle: AotiHandle) -> None:
+        _live(handle, "destroy").runner = None  # the loader's last reference: its model is freed
+
+    def execute_stats(self, handle: AotiHandle) -> dict[str, int]:
+        """Always zero: the runner copies nothing between host and device (inputs are where compiled)."""
+        _live(handle, "execute_stats")
+        return {"h2d_bytes": 0, "d2h_bytes": 0}
+
+    def __repr__(self) -> str:
+        return f"<torch AOTInductor {self.version} adapter: lowering, runtime>"
+
+
+def _live(handle: object, call: str) -> AotiHandle:
+    """The adapter's own handle check (PyTorch has no handles: a model is freed with its last reference)."""
+    if not isinstance(handle, AotiHandle):
+        raise ValueError(f"{call}: argument 'handle' is not a handle from init, got {type(handle).__name__}")
+    if handle.runner is None:
+        raise ValueError(f"{call}: argument 'handle' was destroyed (method {handle.method!r})")
+    return handle
