@@ -28,6 +28,7 @@ CASES: dict[str, tuple[Inputs, str, str]] = {
         "ACCEPTED",
         "REJECTED",
     ),
+    "1 row (a valid size)": (lambda x, y, z: [t[:1] for t in (x, y, z)], "ACCEPTED", "REJECTED"),
 }
 
 
