@@ -201,9 +201,12 @@ def test_every_known_failure_names_a_repro_that_exists() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", REPROS, ids=lambda p: p.stem)
-def test_repro_runs_and_reproduces(script: Path) -> None:
+def test_repro_runs_and_reproduces(script: Path, tmp_path: Path) -> None:
+    # A compile cache of its own: several repros compile the same model, and two compiles of one model at
+    # once (xdist workers) left a package with an empty metadata file in a shared inductor cache.
+    env = {**_env(), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     done = subprocess.run(
-        [sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=1200
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=1200
     )
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert "reproduced" in done.stdout

@@ -1,12 +1,13 @@
-"""PyTorch's AOTI runner ignores the upper bound of a dynamic dimension unless input checks are on.
+"""PyTorch's AOTI runner checks a dynamic dimension's bounds only with input checks on, lower bound 2 too.
 
     python torch_aoti/repros/dim_bound.py
 
-Exports ``x * y + z`` on three float32 [rows, 32] inputs with ``Dim("rows", min=2, max=8)``, packages it with
-``aoti_compile_and_package``, loads it with ``aoti_load_package`` and calls it with 12 rows: in a fresh
-process, once as deployed (``AOTI_RUNTIME_CHECK_INPUTS`` unset: it runs and returns 12 rows) and once with
-``AOTI_RUNTIME_CHECK_INPUTS=1`` (the generated bound check, gated by ``check_upperbound`` since
-pytorch#196131, rejects it). Exits 0 when reproduced; 1 otherwise.
+Exports ``x * y + z`` on three float32 [rows, 32] inputs with ``Dim("rows", max=8)`` (no lower bound given),
+packages it with ``aoti_compile_and_package``, loads it with ``aoti_load_package`` and calls it with 12 rows
+and with 1 row, each in a fresh process. As deployed (``AOTI_RUNTIME_CHECK_INPUTS`` unset) both run (12 rows
+past the declared maximum). With ``AOTI_RUNTIME_CHECK_INPUTS=1`` both are rejected: 12 is too large, and 1,
+a valid size, is "too small" (export's 0/1 specialisation makes the bound 2; ``aot_inductor.check_lowerbound``
+gates it, pytorch#196131). Exits 0 when reproduced; 1 otherwise.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CASES: dict[str, tuple[Inputs, str, str]] = {
         "ACCEPTED",
         "REJECTED",
     ),
+    "1 row (a valid size)": (lambda x, y, z: [t[:1] for t in (x, y, z)], "ACCEPTED", "REJECTED"),
 }
 
 
@@ -54,7 +56,7 @@ def run(path: str, case: str) -> None:
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         example = tuple(torch.ones(4, 32) for _ in range(3))
-        rows = torch.export.Dim("rows", min=2, max=8)
+        rows = torch.export.Dim("rows", max=8)
         ep = torch.export.export(AddMul(), example, dynamic_shapes=({0: rows},) * 3)
         path = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(tmp, "add_mul.pt2"))
         ok = True

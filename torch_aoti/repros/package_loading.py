@@ -9,7 +9,8 @@ damaged copies, each in a fresh process (a damaged shared library may crash it):
   "not a ZIP archive"), which never say the file is truncated, empty or corrupt;
 * the package with one zero byte appended: loaded (trailing data is not noticed);
 * one byte flipped inside a model's ``.wrapper.so`` entry: loaded (entries' CRC-32 are not checked);
-* model name ``""``: loaded (the loader matches the name as a path prefix and takes a model of the package).
+* model name ``""``: the loader matches the name as a path prefix, so a package of one model loads that model
+  (a package of two is refused: "Multiple wrapper shared libraries found ... for model ''").
 
 Exits 0 when all of this is seen; 1 otherwise (PyTorch changed: update the known failures).
 """
@@ -47,7 +48,8 @@ def load(path: str, model: str) -> None:
     print("LOADED")
 
 
-def package(tmp: str) -> str:
+def package(tmp: str) -> tuple[str, str]:
+    """Two packages of the same compiled files: ``add`` and ``mul``, and ``add`` alone."""
     from torch._inductor.package import package_aoti
 
     example = (torch.ones(4, 32), torch.ones(4, 32))
@@ -56,15 +58,18 @@ def package(tmp: str) -> str:
         ep = torch.export.export(module, example)
         options = {"aot_inductor.package": True}
         files[name] = torch._inductor.aot_compile(ep.module(), example, options=options)
-    path = os.path.join(tmp, "two.pt2")
-    package_aoti(path, files)
-    return path
+    two, one = os.path.join(tmp, "two.pt2"), os.path.join(tmp, "one.pt2")
+    package_aoti(two, files)
+    package_aoti(one, {"add": files["add"]})
+    return two, one
 
 
-def damaged(path: str) -> dict[str, tuple[bytes, str, str]]:
+def damaged(path: str, single: str) -> dict[str, tuple[bytes, str, str]]:
     """case → (the file's bytes, the model name to load, the outcome expected)."""
     with open(path, "rb") as f:
         data = f.read()
+    with open(single, "rb") as f:
+        one_model = f.read()
     with zipfile.ZipFile(path) as archive:
         entry = next(i for i in archive.infolist() if i.filename.endswith(".wrapper.so"))
     # The middle of the shared library's data (stored uncompressed): well past its local header.
@@ -76,7 +81,8 @@ def damaged(path: str) -> dict[str, tuple[bytes, str, str]]:
         "random bytes": (os.urandom(4096), "add", "REFUSED"),
         "one zero byte appended": (data + b"\0", "add", "LOADED"),
         "a byte of add's .so flipped": (flipped, "add", "LOADED"),
-        "model name ''": (data, "", "LOADED"),
+        "model name '', one model": (one_model, "", "LOADED"),
+        "model name '', two models": (data, "", "REFUSED Multiple"),
     }
 
 
@@ -84,7 +90,7 @@ def main() -> int:
     words = ("truncat", "corrupt", "empty", "invalid", "malformed")
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for case, (data, model, want) in damaged(package(tmp)).items():
+        for case, (data, model, want) in damaged(*package(tmp)).items():
             path = os.path.join(tmp, "case.pt2")
             with open(path, "wb") as f:
                 f.write(data)
@@ -95,7 +101,7 @@ def main() -> int:
             line = line or f"CRASHED: exit code {done.returncode}"
             print(f"{case:30} -> {line}")
             ok &= line.startswith(want)
-            if want == "REFUSED":  # the refusal never says what is wrong with the file
+            if want == "REFUSED":  # a damaged file's refusal never says what is wrong with it
                 ok &= not any(w in line.lower() for w in words)
     print("reproduced" if ok else "NOT reproduced: PyTorch's behaviour changed")
     return 0 if ok else 1
