@@ -145,8 +145,9 @@ def test_the_front_door_ends_at_its_deadline_with_every_file_and_the_page(tmp_pa
     run = load_results(repo / "results" / f"{CELL}.json")
     assert run.metadata["incomplete_reason"].startswith("the run deadline (--run-deadline ")
     _assert_stopped_with_every_file(repo, run.metadata["incomplete_reason"])
-    # The cases' phase ended by the deadline: its pytest stopped at its share and wrote its files (15 s
-    # seen on a loaded 2-core machine); the page and the phase table after it take seconds each.
-    (cases,) = [phase for phase in run.metadata["phases"] if phase["name"] == "cases"]
-    assert cases["start_s"] + cases["wall_s"] < 40 + 30, run.metadata["phases"]
+    # pytest itself ended at its share (the reason above: the front door's backstop would have recorded a
+    # SIGTERM), before every case ran (they need 52 s on two workers). No bound on the phase's own wall time:
+    # on a loaded CI machine, importing torch and starting workers before a held stop can end the session
+    # takes tens of seconds (68 s seen under `pytest tests -n 3` on 2 cores), and that is not the hazard.
+    assert [case.outcome for case in run.cases].count("passed") < 52, run.metadata["phases"]
     assert wall < 40 + 90, f"the front door took {wall:.0f} s"

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,16 @@ def _env() -> dict[str, str]:
     """This environment without the check variable, with the checkout importable."""
     env = {k: v for k, v in os.environ.items() if k != adapter.CHECK_ENV}
     return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each xdist worker compiles this module's models into an inductor cache of its own: two workers
+    compiling the same kernel into one shared cache can package a half-rewritten file (a two-method
+    package that failed to load was seen once under `pytest tests -n 2`, never alone)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+        yield
 
 
 @pytest.fixture(scope="module")
