@@ -86,7 +86,7 @@ ALLOWED_DIFFERENCES: tuple[AllowedDifference, ...] = (
 
 
 @dataclass
-class Outcome:
+class CallResult:
     """What one call did: its return value, or the exception it raised."""
 
     value: Any = None
@@ -123,12 +123,12 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines() or [""])[0][:300]
 
 
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Outcome:
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CallResult:
     """Run one protocol call and keep what it did (a crash of the call is an outcome, not a test error)."""
     try:
-        return Outcome(value=fn(*args, **kwargs))
+        return CallResult(value=fn(*args, **kwargs))
     except Exception as exc:
-        return Outcome(error=exc)
+        return CallResult(error=exc)
 
 
 #: Arguments an error message may blame, by call; the oracle's message says which one it blamed.
@@ -167,7 +167,7 @@ def _names(message: str, argument: str) -> bool:
 
 
 def judge(
-    function: str, call_text: str, got: Outcome, want: Outcome, also_broken: Sequence[str] = ()
+    function: str, call_text: str, got: CallResult, want: CallResult, also_broken: Sequence[str] = ()
 ) -> None:
     """The backend's outcome of one call against the oracle's, on what the spec determines.
 

@@ -19,6 +19,7 @@ from conformance.checks import fail
 from conformance.models import ZooModel, get_model
 from conformance.parts import require_part
 from conformance.protocol import (
+    SKIP_COPY_OPTION,
     Backend,
     LoweringBackend,
     RuntimeBackend,
@@ -30,7 +31,6 @@ from conformance.rules import rule_id
 from conformance.tolerances import DTYPES_BY_NAME
 from harness.pytest_plugin import set_case_params
 
-SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 LOWER = rule_id("runtime/lower")
 
 

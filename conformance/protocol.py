@@ -219,6 +219,8 @@ PART_PROTOCOLS: dict[str, type] = {
     "runtime_options": RuntimeOptionsBackend,
     "device_placement": DevicePlacementBackend,
 }
+#: Part ``runtime_options``: the one option the protocol names (a method list, comma-separated).
+SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 #: Export-time device placement: the ``lower`` option keys (upstream's ``PropagateDeviceConfig`` fields).
 SKIP_H2D = "skip_h2d_for_method_inputs"
 SKIP_D2H = "skip_d2h_for_method_outputs"

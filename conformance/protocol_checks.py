@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from conformance.checks import assert_model_output_close, bits, fail
-from conformance.oracle import Outcome, call, judge
+from conformance.oracle import CallResult, call, judge
 from conformance.protocol_inputs import MethodSpec, eager_float64
 from conformance.protocol_plans import SKIP_COPY_OPTION
 from conformance.rules import rule_id
@@ -149,7 +149,7 @@ def check_thread_results(
     texts: Sequence[str],
     inputs: Mapping[int, object],
     before: Mapping[int, list[torch.Tensor]],
-    results: Mapping[int, Outcome],
+    results: Mapping[int, CallResult],
 ) -> None:
     """Executes that raced each other (thread ``i``: call ``texts[i]`` on ``inputs[i]``, whose values were
     ``before[i]``, giving ``results[i]``). What a racing call did wrong is named by the rule it breaks: its

@@ -17,7 +17,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.models import get_model
-from conformance.oracle import Outcome
+from conformance.oracle import CallResult
 from conformance.protocol_plans import DTYPE, InputsPlan, OutputsPlan
 from conformance.strategies import TensorRecipe, dtype_name
 
@@ -143,7 +143,7 @@ def build_inputs(spec: MethodSpec, plan: InputsPlan, device: torch.device) -> ob
     return tensors
 
 
-def build_outputs(plan: OutputsPlan, first: Outcome, target: torch.device) -> object:
+def build_outputs(plan: OutputsPlan, first: CallResult, target: torch.device) -> object:
     """The ``outputs=`` argument ``plan`` describes (None: not given), shaped after ``first``, the oracle's
     answer to the same call without ``outputs=`` (where it succeeded); ``target``: the machine's target
     device, where an ``other-device`` output made on the host goes."""

@@ -29,7 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from conformance.checks import fail
 from conformance.models import get_model
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
-from conformance.oracle import Outcome, call, describe_args, judge
+from conformance.oracle import CallResult, call, describe_args, judge
 from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
 from conformance.protocol_checks import (
     check_held,
@@ -103,7 +103,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     has_options: ClassVar[bool]
     placement_keys: ClassVar[tuple[str, ...]]
     #: ``lower`` results by (side, plan), across examples: a warm lower still costs an export.
-    lowered: ClassVar[dict[tuple[str, str], Outcome]]
+    lowered: ClassVar[dict[tuple[str, str], CallResult]]
     #: The menu's models both backends lowered before the first example (the others are coverage gaps).
     lowerable: ClassVar[frozenset[str]]
 
@@ -126,7 +126,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
-    def _lower(self, side: str, who: Any, plan: LowerPlan) -> Outcome:
+    def _lower(self, side: str, who: Any, plan: LowerPlan) -> CallResult:
         # Keyed by the plan and the runtime option as this side holds it (a placement may conflict with
         # it, and lower must say so); reprs: option values may be unhashable (dicts, lists).
         key = (side, repr(plan), repr(self._runtime_option(who)))
@@ -415,7 +415,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         device = torch.device("cpu")
         if not all(call(self.oracle.execute, handle.oracle, build_inputs(spec, p, device)).ok for p in plans):
             return  # the oracle refuses these (e.g. a method that takes device inputs): nothing to compare
-        results: dict[int, Outcome] = {}
+        results: dict[int, CallResult] = {}
         inputs = {i: build_inputs(spec, p, device) for i, p in enumerate(plans)}
         # The inputs as given (values for the eager reference, bits for the untouched check).
         before = {i: [t.clone() for t in flat_tensors(args)] for i, args in inputs.items()}

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from conformance.models import get_model
+from conformance.protocol import SKIP_COPY_OPTION
 
 __all__ = [
     "BAD_INPUTS",
@@ -31,7 +32,6 @@ __all__ = [
     "OutputsPlan",
 ]
 
-SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 #: The zoo models the machine lowers (float32: every one is pre-lowered for both targets), plus a method
 #: that no backend can lower (an op with no kernel) for failing lowers in the middle of a sequence.
 MENU: tuple[str, ...] = ("add_mul", "asr", "llm")

@@ -43,14 +43,13 @@ from conformance.benchmarks.pipelines import (
     QUICK_NVML_TIME_CAP_S,
 )
 from conformance.pcie_checks import PerRunTraffic, choose_runs
-from conformance.protocol import part_attributes
+from conformance.protocol import SKIP_COPY_OPTION, part_attributes
 from harness.bench import BenchContext, Suite
 from harness.records import BenchRecord, Metric, case_name
 from harness.timing import Measurement, interleaved_order, paired_ratio, run_adaptive, summarize, warm_up
 
 SUITE = "models"
 DTYPE_NAME = "float32"
-SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 MODES = ("eager", "copy", "skip_copy")
 BACKEND_MODES = ("copy", "skip_copy")  # the modes this suite runs a backend in
 NEEDS = part_attributes("lowering", "runtime")

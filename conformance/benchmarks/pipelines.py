@@ -77,7 +77,7 @@ from conformance.benchmarks.pipeline_records import (
     saving_record,
 )
 from conformance.pcie_checks import PerRunTraffic, choose_runs
-from conformance.protocol import part_attributes
+from conformance.protocol import SKIP_COPY_OPTION, part_attributes
 from harness.bench import BenchContext, Suite
 from harness.gpu_state import capture_gpu_state
 from harness.records import BenchRecord, Metric
@@ -86,7 +86,6 @@ from harness.timing import Measurement, interleaved_order, paired_ratio, run_ada
 if TYPE_CHECKING:
     from harness.nvml_traffic import TrafficMeter
 
-SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 MODES = BACKEND_MODES
 
 NVML_TARGET_BYTES = 64 << 20

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from conformance.protocol import implements, part_attributes
+from conformance.protocol import SKIP_COPY_OPTION, implements, part_attributes
 from harness.bench import BenchContext, Suite, SuiteSkipped
 from harness.records import BenchRecord, Metric, case_name
 from harness.timing import Measurement, paired_ratio
@@ -52,7 +52,6 @@ SUITE = "view_pass"
 MODEL = "slicing_block"
 DTYPE_NAME = "float32"
 METHOD = "forward"
-SKIP_COPY_OPTION = "skip_copy_output_to_cpu_for_method"
 VARIANTS = ("with_pass", "without_pass")
 WITHOUT_PASS_OPTIONS: Mapping[str, Any] = {"view_pass": False}
 DRAM_WINDOW_S = 0.3
