@@ -34,6 +34,10 @@ FRONT_DOOR_ENV = (
 )
 
 
+#: sizing's own reader of /proc/meminfo (the tests' machine has 125 GiB: ``_clean``).
+READ_MEMORY = sizing.available_memory_gib
+
+
 class Failed(Exception):
     """The fake console's ``error``: the session failed."""
 
@@ -94,10 +98,12 @@ class FakeConsole:
 
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A 16-core machine without the front door's variables; signal handlers as they were after."""
+    """A 16-core machine with 125 GiB available, without the front door's variables; signal handlers as
+    they were after."""
     for name in FRONT_DOOR_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sizing, "cores", lambda: 16)
+    monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
     yield
     signal.setitimer(signal.ITIMER_REAL, 0)
@@ -116,8 +122,10 @@ class FakeBackground:
         monkeypatch.setattr(run, "check_toolchain", self.check)
 
     def start(
-        self, console: object, python: str, gpus: int, log: Path, backend: Sequence[str]
-    ) -> Prelowering:
+        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str]
+    ) -> Prelowering | None:
+        if jobs == 0:  # as the real one: the sizing left it no process
+            return None
         self.events.append(f"start {' '.join(backend)}".strip())
         return Prelowering(None, log, time.perf_counter())  # type: ignore[arg-type]
 
@@ -173,14 +181,15 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
     run.run_suite(console, _suite(tmp_path, "--backend", "my:BACKEND"))
     assert background.events[:2] == ["start --backend my:BACKEND", "preflight"]
     (shared, shared_env), (alone, alone_env), (multi, multi_env) = console.of("pytest")  # type: ignore[misc]
-    assert shared[3:10] == ["conformance", "-n", "24", "--dist", "worksteal", "-m",
+    # 16 cores, 2 GPUs: a budget of 15, 3 case workers per GPU and 9 compile processes
+    assert shared[3:10] == ["conformance", "-n", "6", "--dist", "worksteal", "-m",
                             "not multi_gpu and not (traffic or timing)"]  # fmt: skip
     assert alone[3:10] == ["conformance", "-n", "2", "--dist", "worksteal", "-m",
                            "not multi_gpu and (traffic or timing)"]  # fmt: skip
     assert multi[3:10] == ["conformance", "-n", "1", "--dist", "worksteal", "-m", "multi_gpu"]
     assert all("--no-preflight" in cmd for cmd in (shared, alone, multi))  # the front door checked it
     assert shared_env["CONFORMANCE_WORKER_GPUS"] == alone_env["CONFORMANCE_WORKER_GPUS"] == "0,1"
-    assert shared_env["OMP_NUM_THREADS"] == "1"  # 16 cores over 24 workers
+    assert shared_env["OMP_NUM_THREADS"] == "1"  # the 7 cores the compiles leave, over 6 workers
     assert shared_env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
     assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
@@ -189,6 +198,12 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
     names = [p.name for p in _table(console)]
     assert names == ["preflight", "cases (shared GPU)", "prelower (overlapped)", "cases (GPU alone)",
                      "cases (multi-GPU)", "report"]  # fmt: skip
+    assert _table(console)[1].detail == "6 workers, 3 per GPU; 9 compiling beside"
+    header = "16 cores, 2 CUDA device(s), 125 GiB available: 6 case worker(s) (3 per GPU, 1 thread(s) each)"
+    header += " and 9 compile processes; then 'traffic or timing' alone, one worker per GPU"
+    assert ("log", header) in console.calls
+    (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
+    assert "16 cores: a budget of 15" in str(why)
     (pages,) = [c for c in console.of("run") if "reports" in c]  # type: ignore[operator]
     assert pages[3:6] == [str(tmp_path / "results" / f"{shard}.json") for shard in _suite(tmp_path).shards]
 
@@ -211,9 +226,24 @@ def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     background = FakeBackground(monkeypatch)
-    run.run_suite(FakeConsole(gpus=1), _suite(tmp_path, "-k", "mm_out"))
+    narrowed = FakeConsole(gpus=1)
+    run.run_suite(narrowed, _suite(tmp_path, "-k", "mm_out"))
     run.run_suite(FakeConsole(gpus=1), _suite(tmp_path, prelower=False))
     assert background.events == []
+    # without the pre-lowering the case workers take the whole budget
+    assert narrowed.pytest_args()[0][4:6] == ["-n", "15"]
+    assert _table(narrowed)[0].detail == "15 workers, 15 per GPU"
+
+
+def test_prelower_off_still_runs_the_preflight_and_gives_the_cases_every_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    monkeypatch.setenv("CONFORMANCE_PRELOWER", "0")
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["preflight"]
+    assert console.pytest_args()[0][4:6] == ["-n", "15"]
 
 
 def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_code(
@@ -298,19 +328,105 @@ def test_verdict(stop: tuple[str, int] | None, codes: list[int], expected: repor
     assert report.verdict(stop, codes) == expected
 
 
-def test_sizing_follows_the_cores_and_the_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert sizing.workers_per_gpu({}) == 12
-    assert sizing.workers_per_gpu({}, cpus=1) == 1
-    assert sizing.workers_per_gpu({"CONFORMANCE_WORKERS_PER_GPU": "5"}) == 5
-    assert sizing.workers_per_gpu({"CONFORMANCE_WORKERS_PER_GPU": "0"}) == 12  # not a count: ignored
-    assert sizing.prelower_jobs() == 15
-    assert sizing.prelower_jobs(cpus=1) == 1
+def _sizing(
+    cores: int, gpus: int, memory: float | None = 1000.0, prelower: bool = True, **env: str
+) -> sizing.GpuSizing:
+    """A run's sizing on that machine; ``env``: the front door's variables."""
+    return sizing.size_gpu_run(gpus, cpus=cores, memory_gib=memory, env=env, prelower=prelower)
+
+
+@pytest.mark.parametrize(
+    ("cores", "gpus", "memory", "prelower", "per_gpu", "jobs"),
+    [
+        (16, 1, 125.0, True, 7, 8),  # one H100: was 12 workers + 15 compiles
+        (16, 1, 125.0, False, 15, 0),
+        (32, 2, 250.0, True, 7, 17),  # two H100s: was 48 workers + 31 compiles on 32 cores
+        (32, 2, 250.0, False, 15, 0),
+        (128, 8, 1000.0, True, 7, 71),
+        (128, 8, 1000.0, False, 15, 0),
+        (4, 1, 30.0, True, 1, 2),
+        (4, 1, 30.0, False, 3, 0),
+        (3, 1, 30.0, True, 2, 0),  # one compile process is not worth it: its core goes to the cases
+        (16, 1, 12.0, True, 2, 2),  # 12 GiB: 4 processes of 3 GiB
+        (16, 1, 12.0, False, 4, 0),
+        (16, 1, None, True, 7, 8),  # memory unknown: no cap
+    ],
+)  # fmt: skip
+def test_sizing_shares_one_budget_of_cores_and_memory(
+    cores: int,
+    gpus: int,
+    memory: float | None,
+    prelower: bool,
+    per_gpu: int,
+    jobs: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sizing, "available_memory_gib", lambda: None)  # None: unknown, no cap
+    size = _sizing(cores, gpus, memory, prelower)
+    assert (size.workers_per_gpu, size.prelower_jobs) == (per_gpu, jobs)
+    assert size.busy <= cores - 1  # one core for the controller
+    assert size.reasons[0].startswith(f"{cores} cores: a budget of {cores - 1} ")
+    capped = [r for r in size.reasons if r.startswith("memory ") and "the budget is" in r]
+    if memory is not None and memory // sizing.PROCESS_GIB < cores - 1:  # the cap binds: said so
+        assert capped == ["memory 12 GiB allows 4 processes (3 GiB each): the budget is 4"]
+    else:
+        assert not capped
+    assert ("host memory unknown: no memory cap" in size.reasons) is (memory is None)
+    assert size.sentence.startswith(f"{cores} cores, {gpus} CUDA device(s), ")
+    assert f"{size.workers} case worker(s)" in size.sentence
+
+
+def test_the_override_sets_the_workers_and_the_compiles_get_what_is_left() -> None:
+    size = _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="5")
+    assert (size.workers_per_gpu, size.prelower_jobs, size.busy) == (5, 10, 15)
+    assert "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers, 10 compile processes with what is left" in (
+        size.reasons
+    )
+    more = _sizing(16, 2, CONFORMANCE_WORKERS_PER_GPU="12")  # more than the budget: no compile process
+    assert (more.workers_per_gpu, more.prelower_jobs) == (12, 0)
+    assert more.reasons[-1].endswith("24 case workers, over the budget of 15, none left to compile")
+    assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="14").prelower_jobs == 0  # 1 left: not worth it
+    assert _sizing(16, 1, prelower=False, CONFORMANCE_WORKERS_PER_GPU="5").threads_per_worker == 3
+    for ignored in ("0", "-3", "two", ""):  # not a count
+        assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU=ignored).workers_per_gpu == 7
+
+
+def test_busy_processes_never_exceed_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over many machines: case workers and compile processes fit in the cores but one and the memory,
+    unless the GPUs alone need more (one worker each, nothing compiling); compiles are none or enough."""
+    monkeypatch.setattr(sizing, "available_memory_gib", lambda: None)  # None: unknown, no cap
+    for cores in (*range(1, 20), 24, 32, 48, 64, 96, 128, 192, 256):
+        for gpus in (1, 2, 3, 4, 8, 16):
+            for memory in (None, 0.5, 4.0, 12.0, 31.9, 64.0, 125.0, 2000.0):
+                for prelower in (True, False):
+                    size = _sizing(cores, gpus, memory, prelower)
+                    cap = cores - 1 if memory is None else min(cores - 1, int(memory // sizing.PROCESS_GIB))
+                    budget = max(1, cap)
+                    assert size.workers_per_gpu >= 1
+                    assert size.prelower_jobs == 0 or size.prelower_jobs >= sizing.MIN_PRELOWER_JOBS
+                    assert size.prelower_jobs == 0 or prelower
+                    if gpus <= budget:
+                        assert size.busy <= budget, size
+                    else:
+                        assert (size.workers_per_gpu, size.prelower_jobs) == (1, 0), size
+                        assert any("one case worker per GPU at least" in r for r in size.reasons)
+                    assert size.threads_per_worker >= 1
+                    assert size.workers * size.threads_per_worker + size.prelower_jobs <= max(
+                        cores, size.busy
+                    )
+
+
+def test_the_other_counts_and_the_memory_read(tmp_path: Path) -> None:
     assert sizing.cpu_workers() == 2
     assert sizing.cpu_workers(cpus=1) == 1
-    assert sizing.threads_per_worker(4, 2) == 2
-    assert sizing.threads_per_worker(12, 2) == 1
     assert sizing.self_test_workers(cpus=2) == 3
     assert sizing.self_test_workers() == 4
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       131072000 kB\nMemAvailable:   12582912 kB\n")
+    assert READ_MEMORY(meminfo) == 12.0
+    meminfo.write_text("MemTotal:       131072000 kB\n")
+    assert READ_MEMORY(meminfo) is None
+    assert READ_MEMORY(tmp_path / "absent") is None
 
 
 def test_plan_helpers(tmp_path: Path) -> None:
@@ -357,11 +473,11 @@ def test_the_prelowering_summary_and_when_it_does_not_start(
     console = FakeConsole(gpus=1)
     log = tmp_path / "p.log"
     assert prelowering.start_prelowering(console, "py", 0, log, []) is None  # type: ignore[arg-type]
-    monkeypatch.setattr(sizing, "cores", lambda: 2)
-    assert prelowering.start_prelowering(console, "py", 1, log, []) is None  # type: ignore[arg-type]
-    monkeypatch.setattr(sizing, "cores", lambda: 16)
-    monkeypatch.setenv("CONFORMANCE_PRELOWER", "0")
-    assert prelowering.start_prelowering(console, "py", 1, log, []) is None  # type: ignore[arg-type]
+    suite = _suite(tmp_path)
+    assert plan.prelowers(suite, {})
+    assert not plan.prelowers(suite, {"CONFORMANCE_PRELOWER": "0"})
+    assert not plan.prelowers(_suite(tmp_path, "-k", "mm_out"), {})
+    assert not plan.prelowers(_suite(tmp_path, prelower=False), {})
 
 
 def test_stopping_the_prelowering_ends_its_process_group(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ class PytestPhase:
     workers: int
     #: The ``-m`` expression that picks its cases.
     marks: str
-    #: The table's detail column (``8 workers, 4 per GPU``).
+    #: The table's detail column (``8 workers, 4 per GPU; 7 compiling beside``).
     detail: str
     #: Environment beside the run id (GPU pinning, thread counts).
     env: Mapping[str, str] = field(default_factory=dict)
@@ -158,20 +158,26 @@ def cpu_phase(name: str, workers: int) -> PytestPhase:
     return PytestPhase("cases", name, workers, "not multi_gpu", f"{workers} workers, CPU")
 
 
+def prelowers(run: SuiteRun, env: Mapping[str, str] = os.environ) -> bool:
+    """Whether the run asks for the background pre-lowering: not for a cell or a backend that turned it off
+    (``SuiteRun.prelower``), a narrowed selection, or ``$CONFORMANCE_PRELOWER=0``. The sizing then says
+    whether the cores leave room for it (``sizing.size_gpu_run``)."""
+    return run.prelower and not run.narrowed and env.get(PRELOWER_ENV) != "0"
+
+
 def shared_env(
-    pinned: Mapping[str, str], per_gpu: int, gpus: int, env: Mapping[str, str] = os.environ
+    pinned: Mapping[str, str], size: sizing.GpuSizing, env: Mapping[str, str] = os.environ
 ) -> dict[str, str]:
     """The shared phase's environment: GPU pinning, one inductor compile thread, each worker's share of
     the cores (unless ``$OMP_NUM_THREADS`` says otherwise)."""
-    threads = env.get("OMP_NUM_THREADS", str(sizing.threads_per_worker(per_gpu, gpus)))
+    threads = env.get("OMP_NUM_THREADS", str(size.threads_per_worker))
     return {**pinned, **sizing.COMPILE_ENV, "OMP_NUM_THREADS": threads}
 
 
-def shared_phase(name: str, gpus: int, per_gpu: int, env: Mapping[str, str]) -> PytestPhase:
-    """Every case that may share its GPU, several workers per GPU."""
+def shared_phase(name: str, size: sizing.GpuSizing, env: Mapping[str, str]) -> PytestPhase:
+    """Every case that may share its GPU, ``size.workers_per_gpu`` workers per GPU."""
     marks = f"not multi_gpu and not ({EXCLUSIVE})"
-    detail = f"{per_gpu * gpus} workers, {per_gpu} per GPU"
-    return PytestPhase("cases (shared GPU)", name, per_gpu * gpus, marks, detail, env)
+    return PytestPhase("cases (shared GPU)", name, size.workers, marks, size.detail, env)
 
 
 def exclusive_phase(

@@ -1,7 +1,8 @@
 """The background pre-lowering of a GPU run, and the toolchain preflight started beside it.
 
 Compiling is CPU work the cases would otherwise do one program at a time. On a GPU runner the zoo is
-compiled for both targets on all cores but one, in the background, overlapping the parallel phase: a case
+compiled for both targets in the background, overlapping the parallel phase, by the compile processes the
+run's sizing leaves beside the case workers (``sizing.size_gpu_run``: one CPU budget for both): a case
 that needs a program still being compiled waits on the backend's per-program cache lock (the reference's
 artifact cache), and cases that need none run meanwhile. It runs at a lower CPU priority, so on a warm
 cache (where it only re-exports models to find their cache keys) it takes idle cycles, not the workers'.
@@ -24,7 +25,6 @@ from pathlib import Path
 from harness.run_control import EXIT_DEADLINE
 from harness.run_phases import sizing
 from harness.run_phases.console import Console
-from harness.run_phases.plan import PRELOWER_ENV
 
 #: Seconds the pre-lowering gets to end after SIGTERM before its process group is killed.
 STOP_WAIT_S = 30
@@ -53,13 +53,12 @@ def prelower_command(python: str, jobs: int, backend: Sequence[str]) -> list[str
 
 
 def start_prelowering(
-    console: Console, python: str, gpus: int, log: Path, backend: Sequence[str]
+    console: Console, python: str, jobs: int, log: Path, backend: Sequence[str]
 ) -> Prelowering | None:
-    """Start the pre-lowering in the background, its table to ``log``; None where it is not worth it (no
-    GPU, too few cores) or ``$CONFORMANCE_PRELOWER=0`` turned it off."""
+    """Start the pre-lowering in the background with ``jobs`` compile processes (the run's sizing), its
+    table to ``log``; None where the sizing left none (``plan.prelowers`` said no, or too few cores)."""
     started = time.perf_counter()
-    jobs = sizing.prelower_jobs()
-    if gpus == 0 or jobs < sizing.MIN_PRELOWER_JOBS or os.environ.get(PRELOWER_ENV) == "0":
+    if jobs <= 0:
         return None
     cmd = prelower_command(python, jobs, backend)
     console.log(f"{shlex.join(cmd)} > {log}  (in the background, nice {NICENESS})")

@@ -1,16 +1,19 @@
 """A conformance run in phases (``run_suite``): what ``nox -s conformance``, its matrix cells and
 ``nox -s conformance_executorch`` do, then render the summary page even if cases failed or crashed.
 
-On a GPU machine: (1) the zoo pre-lowered for both targets on all cores but one, in the background at a
-lower priority, started first; (0) beside it the backend's toolchain preflight, before any case; (1) then
-overlaps (2) every case that may share its GPU, several pytest-xdist workers per GPU, each pinned to its
-GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts; (3) once (2) is done and (1) stopped, the cases that
-need their GPU alone (``plan.EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the cases that
-need several at once, in one unpinned worker. (0) and (1) are skipped for a narrowed selection (``-k``,
-``-m``, a file or a case id). Without a GPU, every case in one phase of ``sizing.cpu_workers()`` workers.
-Each pytest run writes a shard (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id
-(``$CONFORMANCE_RUN_ID`` when CI sets it, so cells on several runners share it too), so every report
-merges them into one run. The per-phase table is printed at the end and stored in each shard.
+On a GPU machine: (1) the zoo pre-lowered for both targets in the background at a lower priority, started
+first; (0) beside it the backend's toolchain preflight, before any case; (1) then overlaps (2) every case
+that may share its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with
+``CUDA_VISIBLE_DEVICES`` before CUDA starts, its workers and (1)'s compile processes sharing one CPU
+budget (``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why);
+(3) once (2) is done and (1) stopped, the cases that need their GPU alone (``plan.EXCLUSIVE``), one worker
+per GPU; (4) with two or more GPUs, the cases that need several at once, in one unpinned worker. (0) and
+(1) are skipped for a narrowed selection (``-k``, ``-m``, a file or a case id), (1) also where
+``$CONFORMANCE_PRELOWER=0`` or the sizing leaves it no cores (``plan.prelowers``). Without a GPU, every
+case in one phase of ``sizing.cpu_workers()`` workers. Each pytest run writes a shard
+(``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI
+sets it, so cells on several runners share it too), so every report merges them into one run. The
+per-phase table is printed at the end and stored in each shard.
 
 ``--run-deadline S`` (or ``$CONFORMANCE_RUN_DEADLINE``) bounds the whole run: each phase gets what is left;
 after the deadline, or a SIGTERM / SIGINT, the result files, JUnit and the page are still written and the
@@ -110,17 +113,15 @@ def run_phases(console: Console, run: SuiteRun, door: FrontDoor, record: RunReco
 
 
 def _gpu_phases(context: _Context, gpus: int) -> None:
-    """(0)-(4) of the module's docstring."""
-    run, record = context.run, context.record
+    """(0)-(4) of the module's docstring, sized once (``sizing.size_gpu_run``) and the sizing logged."""
+    run, record, console = context.run, context.record, context.console
     pinned = plan.pinning(gpus)
-    per_gpu = sizing.workers_per_gpu()
+    size = sizing.size_gpu_run(gpus, prelower=plan.prelowers(run))
+    console.log(f"{size.sentence}; then {EXCLUSIVE!r} alone, one worker per GPU")
+    console.log(f"sized so: {'; '.join(size.reasons)}")
     if run.prelower and not run.narrowed:
-        _prelower_and_preflight(context, gpus)
-    shared = plan.shared_phase(run.name, gpus, per_gpu, plan.shared_env(pinned, per_gpu, gpus))
-    context.console.log(
-        f"{gpus} CUDA device(s); {per_gpu} pytest-xdist worker(s) per GPU, then {EXCLUSIVE!r} alone"
-    )
-    _timed(context, shared)
+        _prelower_and_preflight(context, size.prelower_jobs)
+    _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))
     if record.prelowering is not None:  # its GPU work must end before the NVML measurements
         _end_prelowering(context)
     alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
@@ -133,14 +134,15 @@ def _gpu_phases(context: _Context, gpus: int) -> None:
         _timed(context, multi)
 
 
-def _prelower_and_preflight(context: _Context, gpus: int) -> None:
-    """The pre-lowering first, then the preflight beside it: on a cold machine the preflight's one compile
-    took 75-98 s alone while 16 cores idled, and the pre-lowering (300 s of compiles) is what the cases
-    wait for. The cases still start only once the toolchain is known to work: a failed preflight stops the
-    pre-lowering (nothing is worth compiling with that toolchain) and the first phase reports why."""
+def _prelower_and_preflight(context: _Context, jobs: int) -> None:
+    """The pre-lowering first (``jobs`` compile processes; none where the sizing left none), then the
+    preflight beside it: on a cold machine the preflight's one compile took 75-98 s alone while 16 cores
+    idled, and the pre-lowering (300 s of compiles) is what the cases wait for. The cases still start only
+    once the toolchain is known to work: a failed preflight stops the pre-lowering (nothing is worth
+    compiling with that toolchain) and the first phase reports why."""
     run, record = context.run, context.record
     record.prelowering = start_prelowering(
-        context.console, run.python, gpus, run.prelower_log, run.backend_args
+        context.console, run.python, jobs, run.prelower_log, run.backend_args
     )
     record.timed("preflight", lambda: _check_toolchain(context))
     if record.toolchain_ok is False and record.prelowering is not None:

@@ -1,19 +1,37 @@
 """How many processes a run starts, from the machine's shape: the one place to change these counts.
 
-Every count is a named function of the core count (and, where a user may override it, the environment),
-so that a later change (another ratio, a limit from the GPU's memory) replaces one function here.
+A GPU run is sized once, by ``size_gpu_run``, from the cores, the GPUs and the host memory together: the
+case workers and the background pre-lowering's compile processes share one CPU budget, so that no phase
+has more busy processes than cores, and the run's header says how it sized itself and why
+(``GpuSizing.sentence`` and ``GpuSizing.reasons``). Standard library only: nox imports this module with
+whatever interpreter runs nox.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
-#: Overrides ``workers_per_gpu`` (a positive integer).
+#: Overrides the case workers per GPU (a positive integer; anything else is ignored).
 WORKERS_PER_GPU_ENV = "CONFORMANCE_WORKERS_PER_GPU"
 #: Inductor starts a pool of compile subprocesses per compiling process (one per core); with a process per
 #: core compiling, one each is enough and spares hundreds of torch imports.
 COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+#: Cores kept out of the budget: the xdist controller and the front door (mostly waiting, but not idle
+#: while workers report).
+RESERVED_CORES = 1
+#: Host memory one busy process may need, in GiB: a case worker that imported CUDA torch and holds zoo
+#: models with their float64 references, or a compile process at its peak (an exported program, inductor's
+#: generated code and the C++ compiler building it). An estimate with headroom, not a measurement: it only
+#: binds on small hosts, where swapping would cost more than the processes it forbids would gain.
+PROCESS_GIB = 3.0
+#: Fewer compile processes than this: not worth a background pre-lowering (a core or two compile as fast
+#: one program at a time, as the cases ask for them).
+MIN_PRELOWER_JOBS = 2
+#: Where the host says how much memory is available (Linux).
+MEMINFO = Path("/proc/meminfo")
 
 
 def cores() -> int:
@@ -21,36 +39,144 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
-def workers_per_gpu(env: Mapping[str, str] = os.environ, cpus: int | None = None) -> int:
-    """Parallel-phase workers per GPU: the cases are mostly host work (exporting models, float64 eager
-    references, small kernels), so the cores decide: three in four of them, leaving room for the background
-    pre-lowering and the xdist controller; ``$CONFORMANCE_WORKERS_PER_GPU`` overrides."""
-    configured = env.get(WORKERS_PER_GPU_ENV, "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return max(1, (cpus or cores()) * 3 // 4)
+def available_memory_gib(meminfo: Path = MEMINFO) -> float | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in GiB; None where it cannot be read (not Linux)."""
+    try:
+        lines = meminfo.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(":")
+        fields = value.split()
+        if name == "MemAvailable" and fields and fields[0].isdigit():
+            return int(fields[0]) / 2**20  # kB
+    return None
+
+
+def workers_override(env: Mapping[str, str] = os.environ) -> int | None:
+    """``$CONFORMANCE_WORKERS_PER_GPU`` when it is a positive integer; None otherwise."""
+    configured = env.get(WORKERS_PER_GPU_ENV, "").strip()
+    return int(configured) if configured.isdigit() and int(configured) > 0 else None
+
+
+@dataclass(frozen=True)
+class GpuSizing:
+    """How a GPU run is sized: the case workers of its shared phase, the background compile processes beside
+    them, and why."""
+
+    cores: int
+    gpus: int
+    #: Host memory available when the run started (GiB); None: unknown, no cap.
+    memory_gib: float | None
+    #: Case workers per GPU in the shared phase (each pinned to its GPU).
+    workers_per_gpu: int
+    #: Background pre-lowering processes (``--jobs``); 0: no pre-lowering.
+    prelower_jobs: int
+    #: ``OMP_NUM_THREADS`` of a case worker: its share of the cores the compile processes leave.
+    threads_per_worker: int
+    #: Short sentences, in order: how the counts followed from the machine and the environment.
+    reasons: tuple[str, ...]
+
+    @property
+    def workers(self) -> int:
+        """Case workers of the shared phase, all GPUs together."""
+        return self.workers_per_gpu * self.gpus
+
+    @property
+    def busy(self) -> int:
+        """Busy processes of the shared phase: case workers and compile processes."""
+        return self.workers + self.prelower_jobs
+
+    @property
+    def sentence(self) -> str:
+        """The run header's line: what was sized, and for what machine."""
+        memory = "memory unknown" if self.memory_gib is None else f"{self.memory_gib:.0f} GiB available"
+        compiles = f"{self.prelower_jobs} compile processes" if self.prelower_jobs else "no compile process"
+        return (
+            f"{self.cores} cores, {self.gpus} CUDA device(s), {memory}: {self.workers} case worker(s) "
+            f"({self.workers_per_gpu} per GPU, {self.threads_per_worker} thread(s) each) and {compiles}"
+        )
+
+    @property
+    def detail(self) -> str:
+        """The shared phase's detail in the phase table."""
+        beside = f"; {self.prelower_jobs} compiling beside" if self.prelower_jobs else ""
+        return f"{self.workers} workers, {self.workers_per_gpu} per GPU{beside}"
+
+
+def size_gpu_run(
+    gpus: int,
+    *,
+    cpus: int | None = None,
+    memory_gib: float | None = None,
+    env: Mapping[str, str] = os.environ,
+    prelower: bool = True,
+) -> GpuSizing:
+    """Size a run on ``gpus`` (≥ 1) CUDA devices; ``cpus`` and ``memory_gib`` default to this machine's
+    (``memory_gib``: ``MemAvailable``, no cap where unreadable). ``prelower``: whether the run asks for the
+    background pre-lowering (``plan.prelowers``).
+
+    One budget of busy processes: the cores but ``RESERVED_CORES``, and at most one process per
+    ``PROCESS_GIB`` of memory. With the pre-lowering, the case workers take half of it (at least one per
+    GPU, spread evenly) and the compile processes the rest; the cases are mostly host work (exporting
+    models, float64 eager references, small kernels) and wait on the compiles they need, so neither half
+    may starve the other. Without it the case workers take it all. ``$CONFORMANCE_WORKERS_PER_GPU`` sets
+    the workers per GPU; the compile processes then get what is left, possibly none. Compile processes
+    fewer than ``MIN_PRELOWER_JOBS`` are none, and their cores go to the case workers."""
+    gpus = max(1, gpus)
+    cpus = cpus or cores()
+    if memory_gib is None:
+        memory_gib = available_memory_gib()
+    budget = max(1, cpus - RESERVED_CORES)
+    reasons = [f"{cpus} cores: a budget of {budget} busy processes (one core for the controller)"]
+    if memory_gib is None:
+        reasons.append("host memory unknown: no memory cap")
+    else:
+        cap = max(1, int(memory_gib // PROCESS_GIB))
+        allows = f"memory {memory_gib:.0f} GiB allows {cap} processes ({PROCESS_GIB:g} GiB each)"
+        reasons.append(f"{allows}: the budget is {cap}" if cap < budget else allows)
+        budget = min(budget, cap)
+    override = workers_override(env)
+    if override is not None:
+        per_gpu = override
+        left = max(0, budget - per_gpu * gpus)
+        jobs = left if prelower and left >= MIN_PRELOWER_JOBS else 0
+        said = f"${WORKERS_PER_GPU_ENV}={override}: {per_gpu * gpus} case workers"
+        if per_gpu * gpus > budget:
+            said += f", over the budget of {budget}"
+        if prelower:
+            said += f", {jobs} compile processes with what is left" if jobs else ", none left to compile"
+        reasons.append(said)
+    else:
+        per_gpu, jobs = _split(budget, gpus, prelower)
+        if prelower and jobs:
+            reasons.append(
+                f"pre-lowering beside the cases: {per_gpu * gpus} case workers, {jobs} compile processes"
+            )
+        elif prelower:
+            reasons.append(f"too small a budget to compile beside the cases: {per_gpu * gpus} case workers")
+        else:
+            reasons.append(f"no pre-lowering: {per_gpu * gpus} case workers take the budget")
+        if per_gpu * gpus > budget:
+            reasons.append(f"one case worker per GPU at least: {per_gpu * gpus}, over the budget of {budget}")
+    threads = max(1, (cpus - jobs) // (per_gpu * gpus))
+    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons))
+
+
+def _split(budget: int, gpus: int, prelower: bool) -> tuple[int, int]:
+    """(case workers per GPU, compile processes) out of ``budget``."""
+    if prelower:
+        per_gpu = max(gpus, budget // 2) // gpus
+        jobs = budget - per_gpu * gpus
+        if jobs >= MIN_PRELOWER_JOBS:
+            return per_gpu, jobs
+    return max(1, budget // gpus), 0
 
 
 def cpu_workers(cpus: int | None = None) -> int:
     """Workers of a run without a CUDA device: at most two (what runs there is the CPU target's cases and
     the view pass's, few and short; each worker imports torch again)."""
     return min(2, cpus or cores())
-
-
-def prelower_jobs(cpus: int | None = None) -> int:
-    """Background pre-lowering processes on a GPU runner: all cores but one (for the xdist controller)."""
-    return max(1, (cpus or cores()) - 1)
-
-
-#: Fewer pre-lowering jobs than this: not worth a background pre-lowering (a core or two compile as fast
-#: one program at a time, as the cases ask for them).
-MIN_PRELOWER_JOBS = 2
-
-
-def threads_per_worker(per_gpu: int, gpus: int, cpus: int | None = None) -> int:
-    """``OMP_NUM_THREADS`` of a parallel-phase worker: its share of the cores, for CPU-target programs and
-    eager checks."""
-    return max(1, (cpus or cores()) // per_gpu // gpus)
 
 
 def self_test_workers(cpus: int | None = None) -> int:
