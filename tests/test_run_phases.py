@@ -416,6 +416,16 @@ def test_busy_processes_never_exceed_the_budget(monkeypatch: pytest.MonkeyPatch)
                     )
 
 
+def test_the_readmes_example_header_is_what_the_sizing_says() -> None:
+    size = _sizing(16, 1, 125.0)
+    readme = (ROOT / "README.md").read_text()
+    assert f"{size.sentence}; then 'traffic or timing' alone, one worker per GPU\n" in readme
+    assert f"sized so: {'; '.join(size.reasons)}\n" in readme
+    assert "Two GPUs and 32 cores get 14 case workers (7 per GPU) and 17 compile processes" in readme
+    assert (_sizing(32, 2).workers, _sizing(32, 2).prelower_jobs) == (14, 17)
+    assert _sizing(32, 2, prelower=False).workers == 30
+
+
 def test_the_other_counts_and_the_memory_read(tmp_path: Path) -> None:
     assert sizing.cpu_workers() == 2
     assert sizing.cpu_workers(cpus=1) == 1
