@@ -13,6 +13,10 @@ A run that lowered every program leaves a stamp (``$CONFORMANCE_CACHE_DIR/prelow
 covers the backend's package files, the zoo's sources, the task list, torch and ``$CXX``). A later run
 with the same stamp skips the step: on a warm cache it would only export every model again to find its
 cache key. Where the backend's own cache was emptied meanwhile, the cases compile what they need.
+
+``--is-done`` only asks: it computes the same tasks and stamp as a run with the same options would, says so
+in one line and exits 0 where the stamp is there (nothing to lower) and 1 where not; it lowers nothing. The
+front door asks it before sizing a GPU run, so that a warm run gives the cases every core.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,21 @@ def _extra_models(device: str) -> list[str]:
 
     kinds = VARIANTS if device == "cpu" else ("weight",)
     return [f"{VARIANT_PREFIX}{kind}" for kind in ("base", *kinds)]
+
+
+def prelower_tasks(
+    devices: Sequence[str], models: Sequence[str] | None = None, dtypes: Sequence[str] | None = None
+) -> list[tuple[str, str, str]]:
+    """The programs a pre-lowering of ``devices`` lowers, as (model, dtype, device), the biggest first:
+    ``models`` (default: the whole zoo, then the metamorphic chapter's programs in float32) × ``dtypes``
+    (default: all). The one list both a run and ``--is-done`` stamp."""
+    # The big programs first: the pool's tail is then short ones, not one asr compile with 14 idle processes.
+    ordered = sorted(models or list(ZOO), key=lambda m: -len(ZOO[m].methods))
+    dtypes = dtypes or list(DTYPES_BY_NAME)
+    tasks = [(m, d, dev) for m in ordered for dev in devices for d in dtypes]
+    if not models:  # the metamorphic chapter's programs (float32 only), after the zoo's big ones
+        tasks += [(m, "float32", dev) for dev in devices for m in _extra_models(dev)]
+    return tasks
 
 
 def _lower_one(spec: str, model: str, dtype: str, device: str) -> tuple[str, str, float, int, str]:
@@ -168,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         help="lower (or run the preflight) even where an earlier run with the same sources left its stamp",
     )
     parser.add_argument(
+        "--is-done",
+        action="store_true",
+        help="lower nothing: exit 0 where an earlier run left the stamp of these programs, 1 where not",
+    )
+    parser.add_argument(
         "--preflight-only",
         action="store_true",
         help="run the backend's toolchain preflight for the first --device and stop (exit 3 if it fails)",
@@ -178,15 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.preflight_only:
         return _preflight(spec, (args.device or ["cuda"])[0], force=args.force)
     devices = args.device or ["cuda"]
-    # The big programs first: the pool's tail is then short ones, not one asr compile with 14 idle processes.
-    models = sorted(args.model or list(ZOO), key=lambda m: -len(ZOO[m].methods))
-    dtypes = args.dtype or list(DTYPES_BY_NAME)
-    tasks = [(m, d, dev) for m in models for dev in devices for d in dtypes]
-    if not args.model:  # the metamorphic chapter's programs (float32 only), after the zoo's big ones
-        tasks += [(m, "float32", dev) for dev in devices for m in _extra_models(dev)]
+    tasks = prelower_tasks(devices, args.model, args.dtype)
     targets = "+".join(devices)
     done = stamp_path(sources_stamp(spec, tasks))
-    if done.exists() and not args.force:
+    stamped = done.exists() and not args.force
+    if args.is_done:
+        # harness/run_phases/prelowering.py reads the stamp from this line: keep "(stamp PATH)" at its end.
+        if stamped:
+            print(f"prelower: done, {len(tasks)} programs for {targets} (stamp {done})", flush=True)
+        else:
+            why = "--force lowers anyway" if args.force else "no stamp"
+            print(f"prelower: not done, {len(tasks)} programs for {targets} ({why}: {done})", flush=True)
+        return 0 if stamped else 1
+    if stamped:
         # A warm run: every program is in the cache already, and finding each one's key means exporting
         # it again (about 65 s of 15 processes on a 16-core runner) for nothing.
         print(

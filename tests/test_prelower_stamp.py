@@ -80,3 +80,32 @@ def test_a_failed_preflight_is_not_stamped(fake_backend: Path) -> None:
     args = ["--preflight-only", "--device", "cpu", "--backend", "stampbackend:BACKEND"]
     assert prelower.main(args) == 3
     assert prelower.main(args) == 3  # asked again: a failure is never remembered
+
+
+def test_is_done_asks_about_the_stamp_a_run_would_leave_and_lowers_nothing(
+    fake_backend: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = "stampbackend:BACKEND"
+    args = ["--device", "cpu", "--model", "add", "--dtype", "float32", "--backend", spec]
+    assert prelower.prelower_tasks(["cpu"], ["add"], ["float32"]) == TASKS
+    assert prelower.main([*args, "--is-done"]) == 1  # a fresh cache: not done
+    done = prelower.stamp_path(prelower.sources_stamp(spec, TASKS))
+    assert capsys.readouterr().out == f"prelower: not done, 1 programs for cpu (no stamp: {done})\n"
+    assert not done.exists()  # asking leaves nothing behind
+    done.parent.mkdir(parents=True)
+    done.write_text("1 program\n")
+    assert prelower.main([*args, "--is-done"]) == 0
+    assert capsys.readouterr().out == f"prelower: done, 1 programs for cpu (stamp {done})\n"
+    assert prelower.main([*args, "--is-done", "--force"]) == 1  # a forced run would lower anyway
+    assert prelower.main([*args, "--is-done", "--dtype", "float16"]) == 1  # other tasks, another stamp
+    assert prelower.main(args) == 0  # and the run itself finds the same stamp
+    assert "prelower: skipped, 1 programs for cpu" in capsys.readouterr().out
+
+
+def test_the_default_tasks_are_the_zoo_then_the_metamorphic_programs() -> None:
+    tasks = prelower.prelower_tasks(["cuda", "cpu"])
+    zoo = [t for t in tasks if not t[0].startswith(prelower.VARIANT_PREFIX)]
+    assert len(zoo) == len(prelower.ZOO) * 2 * len(prelower.DTYPES_BY_NAME)
+    assert tasks[: len(zoo)] == zoo  # the variants after the zoo, float32 only
+    assert {d for m, d, _ in tasks[len(zoo) :]} == {"float32"}
+    assert prelower.prelower_tasks(["cpu"], ["add", "asr"])[0][0] == "asr"  # the biggest program first
