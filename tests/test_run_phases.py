@@ -111,15 +111,27 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         signal.signal(signum, handler)
 
 
-class FakeBackground:
-    """The background pre-lowering and preflight, without their processes."""
+#: The stamp a fake earlier run left (``FakeBackground(is_done=0)``).
+STAMP = "/cache/prelower/0123abcd.done"
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, preflight: int = 0) -> None:
+
+class FakeBackground:
+    """The background pre-lowering and preflight, without their processes; ``is_done``: what
+    ``conformance.prelower --is-done`` answers (0: an earlier run lowered everything, 1: not; as the real
+    ``earlier_prelowering`` reads it, tested on its own below)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, preflight: int = 0, is_done: int = 1) -> None:
         self.events: list[str] = []
         self.preflight = preflight
+        self.is_done = is_done
+        monkeypatch.setattr(run, "earlier_prelowering", self.ask)
         monkeypatch.setattr(run, "start_prelowering", self.start)
         monkeypatch.setattr(run, "stop_prelowering", self.stop)
         monkeypatch.setattr(run, "check_toolchain", self.check)
+
+    def ask(self, console: object, python: str, backend: Sequence[str], timeout: float | None) -> str | None:
+        self.events.append(f"is-done {' '.join(backend)}".strip())
+        return STAMP if self.is_done == 0 else None
 
     def start(
         self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str]
@@ -179,7 +191,12 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
     background = FakeBackground(monkeypatch)
     console = FakeConsole(gpus=2)
     run.run_suite(console, _suite(tmp_path, "--backend", "my:BACKEND"))
-    assert background.events[:2] == ["start --backend my:BACKEND", "preflight"]
+    # asked first whether an earlier run lowered everything (not here), sized, then started
+    assert background.events[:3] == [
+        "is-done --backend my:BACKEND",
+        "start --backend my:BACKEND",
+        "preflight",
+    ]
     (shared, shared_env), (alone, alone_env), (multi, multi_env) = console.of("pytest")  # type: ignore[misc]
     # 16 cores, 2 GPUs: a budget of 15, 3 case workers per GPU and 9 compile processes
     assert shared[3:10] == ["conformance", "-n", "6", "--dist", "worksteal", "-m",
@@ -217,7 +234,7 @@ def test_a_failed_preflight_stops_the_prelowering_and_each_phase_checks_again(
     )
     with pytest.raises(Failed, match="pytest exit code 3"):
         run.run_suite(console, _suite(tmp_path))
-    assert background.events == ["start", "preflight", "stop"]  # stopped before any case
+    assert background.events == ["is-done", "start", "preflight", "stop"]  # stopped before any case
     assert [("--no-preflight" in cmd) for cmd in console.pytest_args()] == [False, False]
     assert [p.detail for p in _table(console)][:2] == ["toolchain check failed (exit 3)", "54 lowered"]
 
@@ -229,7 +246,7 @@ def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
     narrowed = FakeConsole(gpus=1)
     run.run_suite(narrowed, _suite(tmp_path, "-k", "mm_out"))
     run.run_suite(FakeConsole(gpus=1), _suite(tmp_path, prelower=False))
-    assert background.events == []
+    assert background.events == []  # nor asked whether it is done
     # without the pre-lowering the case workers take the whole budget
     assert narrowed.pytest_args()[0][4:6] == ["-n", "15"]
     assert _table(narrowed)[0].detail == "15 workers, 15 per GPU"
@@ -244,6 +261,39 @@ def test_prelower_off_still_runs_the_preflight_and_gives_the_cases_every_core(
     run.run_suite(console, _suite(tmp_path))
     assert background.events == ["preflight"]
     assert console.pytest_args()[0][4:6] == ["-n", "15"]
+
+
+def test_a_warm_cache_starts_no_prelowering_and_gives_the_cases_the_whole_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch, is_done=0)
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["is-done", "preflight"]  # the preflight as ever, no pre-lowering
+    assert console.pytest_args()[0][4:6] == ["-n", "15"]
+    assert [p.name for p in _table(console)][:2] == ["preflight", "cases (shared GPU)"]
+    assert _table(console)[1].detail == "15 workers, 15 per GPU"
+    header = "16 cores, 1 CUDA device(s), 125 GiB available: 15 case worker(s) (15 per GPU, 1 thread(s) each)"
+    header += " and no compile process; then 'traffic or timing' alone, one worker per GPU"
+    assert ("log", header) in console.calls
+    (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
+    assert str(why).endswith(
+        f"; pre-lowering: done by an earlier run (stamp {STAMP}), the cases get the whole budget: "
+        "15 case workers"
+    )
+
+
+def test_a_cold_cache_prelowers_beside_half_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch, is_done=1)
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["is-done", "start", "preflight", "stop"]
+    assert console.pytest_args()[0][4:6] == ["-n", "7"]
+    assert _table(console)[1].detail == "7 workers, 7 per GPU; 8 compiling beside"
+    (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
+    assert str(why).endswith("pre-lowering beside the cases: 7 case workers, 8 compile processes")
 
 
 def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_code(
@@ -426,6 +476,24 @@ def test_the_readmes_example_header_is_what_the_sizing_says() -> None:
     assert _sizing(32, 2, prelower=False).workers == 30
 
 
+def test_an_earlier_run_that_lowered_everything_leaves_the_whole_budget_to_the_cases() -> None:
+    warm = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelowered="/s.done")
+    cold = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelower=False)
+    assert (warm.workers, warm.prelower_jobs, warm.threads_per_worker) == (15, 0, 1)
+    assert warm.workers == cold.workers  # as without the pre-lowering
+    assert warm.reasons[-1] == (
+        "pre-lowering: done by an earlier run (stamp /s.done), the cases get the whole budget: "
+        "15 case workers"
+    )
+    env = {"CONFORMANCE_WORKERS_PER_GPU": "5"}
+    pinned = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env=env, prelowered="/s.done")
+    assert (pinned.workers, pinned.prelower_jobs) == (5, 0)
+    assert pinned.reasons[-2:] == (
+        "pre-lowering: done by an earlier run (stamp /s.done)",
+        "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers",
+    )
+
+
 def test_the_other_counts_and_the_memory_read(tmp_path: Path) -> None:
     assert sizing.cpu_workers() == 2
     assert sizing.cpu_workers(cpus=1) == 1
@@ -488,6 +556,42 @@ def test_the_prelowering_summary_and_when_it_does_not_start(
     assert not plan.prelowers(suite, {"CONFORMANCE_PRELOWER": "0"})
     assert not plan.prelowers(_suite(tmp_path, "-k", "mm_out"), {})
     assert not plan.prelowers(_suite(tmp_path, prelower=False), {})
+
+
+def test_asking_whether_an_earlier_run_lowered_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real query, a shell script standing in for the run's interpreter: it asks about what the
+    pre-lowering would compile (its command, ``--is-done`` for ``--jobs``), and only exit 0 means done."""
+    asked = tmp_path / "asked"
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\necho "$@" > {asked}\nprintf "%s\\n" "$ANSWER"\nsleep "$SLEEP"\nexit "$CODE"\n'
+    )
+    python.chmod(0o755)
+    backend = ["--backend", "my:BACKEND"]
+    console = FakeConsole(gpus=1)
+
+    def ask(code: int, answer: str, timeout: float | None = None, sleep: float = 0) -> str | None:
+        monkeypatch.setenv("CODE", str(code))
+        monkeypatch.setenv("ANSWER", answer)
+        monkeypatch.setenv("SLEEP", str(sleep))
+        return prelowering.earlier_prelowering(console, str(python), backend, timeout)  # type: ignore[arg-type]
+
+    done = "prelower: done, 74 programs for cuda+cpu (stamp /c/prelower/ab cd.done)"
+    assert ask(0, f"a warning\n{done}") == "/c/prelower/ab cd.done"
+    started = prelowering.prelower_command(str(python), 8, backend)
+    assert asked.read_text().split() == [a if a != "--jobs=8" else "--is-done" for a in started[1:]]
+    query = f"{python} -m conformance.prelower --device=cuda --device=cpu --is-done --backend my:BACKEND"
+    assert console.calls[-1] == ("log", f"{query}: exit 0, {done}")
+    assert ask(0, "prelower: done") == "unnamed"  # done, though it did not say where
+    assert ask(1, "prelower: not done, 74 programs for cuda+cpu (no stamp: /c/x.done)") is None
+    assert ask(2, "usage: prelower.py [-h] ...") is None  # e.g. an older prelower without --is-done
+    assert ask(1, "Traceback (most recent call last): ...") is None  # a crash
+    assert ask(0, done, timeout=0.2, sleep=5) is None  # no answer in time
+    assert console.calls[-1] == ("log", f"{query}: no answer (TimeoutExpired); pre-lowering as usual")
+    assert prelowering.earlier_prelowering(console, str(tmp_path / "none"), [], None) is None  # type: ignore[arg-type]
+    assert "no answer (FileNotFoundError)" in str(console.calls[-1][1])
 
 
 def test_stopping_the_prelowering_ends_its_process_group(tmp_path: Path) -> None:

@@ -160,8 +160,9 @@ def cpu_phase(name: str, workers: int) -> PytestPhase:
 
 def prelowers(run: SuiteRun, env: Mapping[str, str] = os.environ) -> bool:
     """Whether the run asks for the background pre-lowering: not for a cell or a backend that turned it off
-    (``SuiteRun.prelower``), a narrowed selection, or ``$CONFORMANCE_PRELOWER=0``. The sizing then says
-    whether the cores leave room for it (``sizing.size_gpu_run``)."""
+    (``SuiteRun.prelower``), a narrowed selection, or ``$CONFORMANCE_PRELOWER=0``. The front door then asks
+    whether an earlier run already lowered everything (``prelowering.earlier_prelowering``), and the sizing
+    says whether the cores leave room for it (``sizing.size_gpu_run``)."""
     return run.prelower and not run.narrowed and env.get(PRELOWER_ENV) != "0"
 
 

@@ -8,6 +8,10 @@ artifact cache), and cases that need none run meanwhile. It runs at a lower CPU 
 cache (where it only re-exports models to find their cache keys) it takes idle cycles, not the workers'.
 It is stopped once the parallel phase is over: every program a case needed is built by then, and its GPU
 work must end before any phase that measures the GPU alone.
+
+Before the run is sized, ``earlier_prelowering`` asks ``conformance.prelower --is-done`` whether an earlier
+run already lowered every program this one would (its stamp): then there is nothing to compile, the
+pre-lowering is not started and the cases get the whole budget.
 """
 
 from __future__ import annotations
@@ -34,6 +38,13 @@ NICENESS = 10
 _SUMMARY = re.compile(r"prelower: (\d+ lowered|skipped)")
 #: A row of its table: one program done (``  mlp  cuda  float32 …``).
 _PROGRAM_ROW = re.compile(r"^  \S+\s+(cuda|cpu)\s")
+#: The targets it compiles the zoo for: the suite runs it on both.
+TARGETS = ("--device=cuda", "--device=cpu")
+#: ``--is-done``'s line where an earlier run lowered everything (``prelower: done, 54 programs … (stamp P)``).
+_DONE = re.compile(r"^prelower: done, .*\(stamp (?P<stamp>.+)\)$", re.MULTILINE)
+#: Seconds ``--is-done`` may take (an interpreter importing torch and hashing the zoo's and the backend's
+#: sources, a few seconds) before the run stops waiting and pre-lowers as it would without the answer.
+DONE_QUERY_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -47,9 +58,45 @@ class Prelowering:
     started: float
 
 
+def _prelower(python: str, backend: Sequence[str], *options: str) -> list[str]:
+    """``conformance.prelower`` for both targets and the run's backend: the one command line the
+    pre-lowering and the question whether it is needed share, so they name the same programs."""
+    return [python, "-m", "conformance.prelower", *TARGETS, *options, *backend]
+
+
 def prelower_command(python: str, jobs: int, backend: Sequence[str]) -> list[str]:
     """Compile the zoo for both targets with ``jobs`` processes, for the run's backend."""
-    return [python, "-m", "conformance.prelower", "--device=cuda", "--device=cpu", f"--jobs={jobs}", *backend]
+    return _prelower(python, backend, f"--jobs={jobs}")
+
+
+def is_done_command(python: str, backend: Sequence[str]) -> list[str]:
+    """Ask, compiling nothing, whether an earlier run left the stamp of what ``prelower_command`` would
+    compile (exit 0) or not (exit 1)."""
+    return _prelower(python, backend, "--is-done")
+
+
+def earlier_prelowering(
+    console: Console, python: str, backend: Sequence[str], timeout: float | None
+) -> str | None:
+    """The stamp an earlier run left when it lowered every program the pre-lowering would compile
+    (``--is-done`` exited 0), or None: not done (exit 1), or no answer (any other exit, no interpreter, or
+    none within ``timeout`` seconds, capped at ``DONE_QUERY_TIMEOUT_S``): the pre-lowering then runs as it
+    would without asking, and finds its stamp itself."""
+    cmd = is_done_command(python, backend)
+    limit = DONE_QUERY_TIMEOUT_S if timeout is None else min(timeout, DONE_QUERY_TIMEOUT_S)
+    try:
+        answer = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", timeout=limit
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        console.log(f"{shlex.join(cmd)}: no answer ({type(exc).__name__}); pre-lowering as usual")
+        return None
+    lines = answer.stdout.strip().splitlines()
+    console.log(f"{shlex.join(cmd)}: exit {answer.returncode}, {lines[-1] if lines else 'no output'}")
+    if answer.returncode != 0:
+        return None
+    found = _DONE.search(answer.stdout)
+    return found["stamp"] if found else "unnamed"
 
 
 def start_prelowering(

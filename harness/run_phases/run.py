@@ -9,8 +9,10 @@ budget (``sizing.size_gpu_run``: cores, GPUs and memory together; the run's head
 (3) once (2) is done and (1) stopped, the cases that need their GPU alone (``plan.EXCLUSIVE``), one worker
 per GPU; (4) with two or more GPUs, the cases that need several at once, in one unpinned worker. (0) and
 (1) are skipped for a narrowed selection (``-k``, ``-m``, a file or a case id), (1) also where
-``$CONFORMANCE_PRELOWER=0`` or the sizing leaves it no cores (``plan.prelowers``). Without a GPU, every
-case in one phase of ``sizing.cpu_workers()`` workers. Each pytest run writes a shard
+``$CONFORMANCE_PRELOWER=0`` (``plan.prelowers``), where an earlier run already lowered everything
+(``conformance.prelower --is-done``, asked before the sizing: the cases then get the whole budget), or
+where the sizing leaves it no cores. Without a GPU, every case in one phase of ``sizing.cpu_workers()``
+workers. Each pytest run writes a shard
 (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI
 sets it, so cells on several runners share it too), so every report merges them into one run. The
 per-phase table is printed at the end and stored in each shard.
@@ -33,6 +35,7 @@ from harness.run_phases.console import Console
 from harness.run_phases.plan import EXCLUSIVE, PytestPhase, SuiteRun
 from harness.run_phases.prelowering import (
     check_toolchain,
+    earlier_prelowering,
     start_prelowering,
     stop_prelowering,
     toolchain_detail,
@@ -116,7 +119,12 @@ def _gpu_phases(context: _Context, gpus: int) -> None:
     """(0)-(4) of the module's docstring, sized once (``sizing.size_gpu_run``) and the sizing logged."""
     run, record, console = context.run, context.record, context.console
     pinned = plan.pinning(gpus)
-    size = sizing.size_gpu_run(gpus, prelower=plan.prelowers(run))
+    prelower = plan.prelowers(run)
+    # A warm cache: nothing to compile, so the compile processes' half of the budget goes to the cases.
+    done = None
+    if prelower:
+        done = earlier_prelowering(console, run.python, run.backend_args, context.door.time_left())
+    size = sizing.size_gpu_run(gpus, prelower=prelower, prelowered=done)
     console.log(f"{size.sentence}; then {EXCLUSIVE!r} alone, one worker per GPU")
     console.log(f"sized so: {'; '.join(size.reasons)}")
     if run.prelower and not run.narrowed:

@@ -111,10 +111,13 @@ def size_gpu_run(
     memory_gib: float | None = None,
     env: Mapping[str, str] = os.environ,
     prelower: bool = True,
+    prelowered: str | None = None,
 ) -> GpuSizing:
     """Size a run on ``gpus`` (≥ 1) CUDA devices; ``cpus`` and ``memory_gib`` default to this machine's
     (``memory_gib``: ``MemAvailable``, no cap where unreadable). ``prelower``: whether the run asks for the
-    background pre-lowering (``plan.prelowers``).
+    background pre-lowering (``plan.prelowers``). ``prelowered``: the stamp an earlier run left when it
+    already lowered everything (``prelowering.earlier_prelowering``): nothing to compile, so no pre-lowering
+    whatever ``prelower`` says, and the reasons say why.
 
     One budget of busy processes: the cores but ``RESERVED_CORES``, and at most one process per
     ``PROCESS_GIB`` of memory. With the pre-lowering, the case workers take half of it (at least one per
@@ -125,6 +128,8 @@ def size_gpu_run(
     fewer than ``MIN_PRELOWER_JOBS`` are none, and their cores go to the case workers."""
     gpus = max(1, gpus)
     cpus = cpus or cores()
+    prelower = prelower and prelowered is None
+    done = f"pre-lowering: done by an earlier run (stamp {prelowered})" if prelowered is not None else ""
     if memory_gib is None:
         memory_gib = available_memory_gib()
     budget = max(1, cpus - RESERVED_CORES)
@@ -146,7 +151,7 @@ def size_gpu_run(
             said += f", over the budget of {budget}"
         if prelower:
             said += f", {jobs} compile processes with what is left" if jobs else ", none left to compile"
-        reasons.append(said)
+        reasons.extend([done, said] if done else [said])
     else:
         per_gpu, jobs = _split(budget, gpus, prelower)
         if prelower and jobs:
@@ -155,6 +160,8 @@ def size_gpu_run(
             )
         elif prelower:
             reasons.append(f"too small a budget to compile beside the cases: {per_gpu * gpus} case workers")
+        elif done:
+            reasons.append(f"{done}, the cases get the whole budget: {per_gpu * gpus} case workers")
         else:
             reasons.append(f"no pre-lowering: {per_gpu * gpus} case workers take the budget")
         if per_gpu * gpus > budget:
