@@ -389,15 +389,43 @@ def side_by_side_group(a_outcome: str | None, b_outcome: str | None) -> str:
 
 def side_by_side(a_cases: Iterable[CaseResult], b_cases: Iterable[CaseResult]) -> list[SideBySideCase]:
     """Every case id of either run, grouped (``SIDE_BY_SIDE_GROUPS`` order), by chapter and id within."""
-    a, b = _worst_case_by_id(a_cases), _worst_case_by_id(b_cases)
     rows = []
-    for case_id in a.keys() | b.keys():
-        one, other = a.get(case_id), b.get(case_id)
-        chapter = (one or other).chapter  # type: ignore[union-attr]
+    for row in align_cases(a_cases, b_cases):
+        one, other = row.cases
         group = side_by_side_group(one.outcome if one else None, other.outcome if other else None)
-        rows.append(SideBySideCase(case_id, chapter, group, one, other))
+        rows.append(SideBySideCase(row.id, row.chapter, group, one, other))
     rank = {group: i for i, group in enumerate(SIDE_BY_SIDE_GROUPS)}
     return sorted(rows, key=lambda r: (rank[r.group], r.chapter, r.id))
+
+
+@dataclass(frozen=True)
+class AlignedCase:
+    """One case id across several runs: each run's case for it, in run order (None where a run lacks it)."""
+
+    id: str
+    chapter: str
+    cases: tuple[CaseResult | None, ...]
+
+    @property
+    def outcomes(self) -> tuple[str | None, ...]:
+        return tuple(case.outcome if case else None for case in self.cases)
+
+    @property
+    def agree(self) -> bool:
+        """Every run has the case, with one outcome."""
+        return None not in self.outcomes and len(set(self.outcomes)) == 1
+
+
+def align_cases(*runs: Iterable[CaseResult]) -> list[AlignedCase]:
+    """Every case id of any run, by id, with each run's case (the worst of its shards) for it: the rows
+    of a side-by-side comparison of two runs and of several."""
+    by_id = [_worst_case_by_id(cases) for cases in runs]
+    rows = []
+    for case_id in sorted(set().union(*by_id)):
+        cases = tuple(run.get(case_id) for run in by_id)
+        chapter = next(case.chapter for case in cases if case is not None)
+        rows.append(AlignedCase(case_id, chapter, cases))
+    return rows
 
 
 def _worst_case_by_id(cases: Iterable[CaseResult]) -> dict[str, CaseResult]:
