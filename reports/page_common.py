@@ -103,6 +103,12 @@ def sort_key_time(stamp: str) -> float:
     return moment.timestamp()
 
 
+def column_letter(number: int) -> str:
+    """A, B, ... Z, then 27, 28 ...: the short name of the run in column ``number`` (from 0) of a
+    side-by-side page, as the two-run page calls its runs A and B."""
+    return chr(ord("A") + number) if number < 26 else str(number + 1)
+
+
 def outcome_counts(run: RunResult) -> list[tuple[str, int]]:
     return [(outcome, count) for outcome, count in run.summary()["outcomes"].items() if count]
 

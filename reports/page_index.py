@@ -1,5 +1,5 @@
 """The index page's view model: one row per run (newest first), the outcome history chart and the links
-to side-by-side pages."""
+to side-by-side pages (two runs or more)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from reports import charts
 from reports.compare import Comparison
 from reports.inputs import LoadedRun
 from reports.page_common import (
+    column_letter,
     gpu_summary,
     hosts,
     outcome_counts,
@@ -77,14 +78,21 @@ def history_chart(runs: Sequence[RunResult]) -> str:
 
 
 @dataclass(frozen=True)
+class LinkedRun:
+    letter: str  # the run's column on the page: A, B, C ...
+    backend: str
+    run_id: str
+
+
+@dataclass(frozen=True)
 class SideBySideLink:
     href: str
-    a_backend: str
-    a_run_id: str
-    b_backend: str
-    b_run_id: str
+    runs: list[LinkedRun]
 
 
-def side_by_side_link(href: str, a: LoadedRun, b: LoadedRun) -> SideBySideLink:
-    """The index's link to the side-by-side page of runs A and B at ``href``."""
-    return SideBySideLink(href, run_backend(a.run), a.run.run_id, run_backend(b.run), b.run.run_id)
+def side_by_side_link(href: str, runs: Sequence[LoadedRun]) -> SideBySideLink:
+    """The index's link to the side-by-side page at ``href`` of these runs (two or more), in column order."""
+    return SideBySideLink(
+        href,
+        [LinkedRun(column_letter(n), run_backend(r.run), r.run.run_id) for n, r in enumerate(runs)],
+    )

@@ -1,5 +1,7 @@
 """The side-by-side page's view model: run A and run B case by case, grouped (only A fails, only B fails,
-different outcome, only in A, only in B, same outcome), and B's metrics against A's."""
+different outcome, only in A, only in B, same outcome), and B's metrics against A's. Its run header
+(:func:`side_run`) and cell (:func:`side_cell`) are also the columns and cells of the page of three runs
+or more (``reports.page_compare_many``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.formatting import show_quantity
+from harness.outcomes import NOT_CHECKING
 from harness.results import CaseResult, RunResult
 from reports.compare import (
     SIDE_BY_SIDE_GROUPS,
@@ -50,6 +53,8 @@ class SideCell:
     outcome: str  # "" where the run lacks the case
     message: str  # first line, for the cell's title
     duration: str
+    rule: str = ""  # the rule id the case names (its failure's, or its known failure's)
+    note: str = ""  # why it checked nothing or failed as known: a skip's reason, a known failure's reason
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ def side_by_side_page(a: LoadedRun, b: LoadedRun, a_href: str = "", b_href: str 
             key=key,
             label=SIDE_BY_SIDE_LABELS[key],
             anchor=key.replace("_", "-"),
-            rows=[SideRow(r.id, r.chapter, _side_cell(r.a), _side_cell(r.b)) for r in items],
+            rows=[SideRow(r.id, r.chapter, side_cell(r.a), side_cell(r.b)) for r in items],
             open=key != "same" or len(items) <= 50,
         )
         for key, items in by_group.items()
@@ -99,8 +104,8 @@ def side_by_side_page(a: LoadedRun, b: LoadedRun, a_href: str = "", b_href: str 
     metrics = compare_runs(b.run, a.run).metrics
     rank = {verdict: i for i, verdict in enumerate(VERDICT_ORDER)}
     return SideBySidePage(
-        a=_side_run("A", a, a_href),
-        b=_side_run("B", b, b_href),
+        a=side_run("A", a, a_href),
+        b=side_run("B", b, b_href),
         total=len(rows),
         groups=groups,
         group_counts=[(k, SIDE_BY_SIDE_LABELS[k], len(by_group[k])) for k in SIDE_BY_SIDE_GROUPS],
@@ -108,7 +113,8 @@ def side_by_side_page(a: LoadedRun, b: LoadedRun, a_href: str = "", b_href: str 
     )
 
 
-def _side_run(side: str, loaded: LoadedRun, href: str) -> SideRun:
+def side_run(side: str, loaded: LoadedRun, href: str) -> SideRun:
+    """The header of one run (``side``: its letter) of a side-by-side page."""
     run = loaded.run
     backend = run.metadata.get("backend")
     backend = backend if isinstance(backend, Mapping) else {}
@@ -127,11 +133,23 @@ def _side_run(side: str, loaded: LoadedRun, href: str) -> SideRun:
     )
 
 
-def _side_cell(case: CaseResult | None) -> SideCell:
+def side_cell(case: CaseResult | None) -> SideCell:
+    """One run's outcome of one case, as a side-by-side page shows it."""
     if case is None:
         return SideCell("", "", "")
     lines = case.message.strip().splitlines()
-    return SideCell(case.outcome, lines[0] if lines else "", show_quantity(case.duration_s, "s"))
+    first = lines[0] if lines else ""
+    known = case.known_failure if isinstance(case.known_failure, Mapping) else {}
+    note = str(known.get("reason") or "") or (first if case.outcome in NOT_CHECKING else "")
+    return SideCell(case.outcome, first, show_quantity(case.duration_s, "s"), case_rule(case), note)
+
+
+def case_rule(case: CaseResult) -> str:
+    """The rule id a case names: its failure's (or coverage gap's), else its known failure entry's."""
+    if case.rule:
+        return case.rule
+    known = case.known_failure if isinstance(case.known_failure, Mapping) else {}
+    return str(known.get("rule") or "")
 
 
 def side_by_side_backends_differ(a: RunResult, b: RunResult) -> bool:

@@ -5,6 +5,7 @@ module)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from reports.compare import Comparison
 from reports.history import run_slug
 from reports.inputs import LoadedRun
+from reports.page_compare_many import compare_many_page
 from reports.page_coverage import CoveragePage
 from reports.page_index import history_chart, index_row, side_by_side_link
 from reports.page_run import run_page
@@ -44,8 +46,9 @@ class SiteInfo:
     warnings: Sequence[str] = ()
     baseline: str = ""
     threshold_pct: float = 5.0
-    #: (run A, run B) pairs compared case by case on pages of their own (``compare/A--vs--B.html``).
-    side_by_side: Sequence[tuple[LoadedRun, LoadedRun]] = ()
+    #: Runs compared case by case on pages of their own (``compare/A--vs--B.html``): a pair gets the
+    #: two-run page, three runs or more one page with a column each (``compare/A--vs--B--vs--C.html``).
+    side_by_side: Sequence[tuple[LoadedRun, ...]] = ()
     #: The rule coverage table, written as ``coverage.html`` and summed up on the index; None: no page.
     coverage: CoveragePage | None = None
 
@@ -68,9 +71,20 @@ class Page:
     files: Callable[[Sequence[SiteRun], SiteInfo], Iterator[PageFile]]
 
 
-def side_by_side_path(a: LoadedRun, b: LoadedRun) -> str:
-    """Where the side-by-side page of runs A and B lives, relative to the site root."""
-    return f"compare/{run_slug(a.run.run_id)}--vs--{run_slug(b.run.run_id)}.html"
+#: Longest side-by-side file name (before ``.html``) made of all the run slugs; beyond, a hash stands for
+#: the runs after the first (a slug can be 80 characters, and file systems stop at 255).
+MAX_COMPARE_NAME = 200
+
+
+def side_by_side_path(*runs: LoadedRun) -> str:
+    """Where the side-by-side page of these runs lives, relative to the site root: their slugs in column
+    order, ``--vs--`` between them (stable: the same runs in the same order give the same name)."""
+    slugs = [run_slug(loaded.run.run_id) for loaded in runs]
+    name = "--vs--".join(slugs)
+    if len(name) > MAX_COMPARE_NAME:
+        digest = hashlib.sha256("\n".join(slugs).encode("utf-8")).hexdigest()[:10]
+        name = f"{slugs[0][:60]}--vs--{len(slugs) - 1}-more-{digest}"
+    return f"compare/{name}.html"
 
 
 def run_files(runs: Sequence[SiteRun], info: SiteInfo) -> Iterator[PageFile]:
@@ -81,11 +95,24 @@ def run_files(runs: Sequence[SiteRun], info: SiteInfo) -> Iterator[PageFile]:
 
 def side_by_side_files(runs: Sequence[SiteRun], info: SiteInfo) -> Iterator[PageFile]:
     """``compare/<A>--vs--<B>.html`` per pair; each side links its run page where the site has one."""
+    for pair in info.side_by_side:
+        if len(pair) == 2:
+            (a, b), (a_href, b_href) = pair, _run_hrefs(runs, pair)
+            yield PageFile(side_by_side_path(a, b), "../", {"page": side_by_side_page(a, b, a_href, b_href)})
+
+
+def compare_many_files(runs: Sequence[SiteRun], info: SiteInfo) -> Iterator[PageFile]:
+    """``compare/<A>--vs--<B>--vs--<C>.html`` per set of three runs or more, a column each."""
+    for several in info.side_by_side:
+        if len(several) > 2:
+            page = compare_many_page(several, _run_hrefs(runs, several))
+            yield PageFile(side_by_side_path(*several), "../", {"page": page})
+
+
+def _run_hrefs(runs: Sequence[SiteRun], compared: Sequence[LoadedRun]) -> list[str]:
+    """Each compared run's page as seen from ``compare/``; "" where the site has none."""
     run_pages = {r.loaded.run.run_id: r.href for r in runs}
-    for a, b in info.side_by_side:
-        a_href, b_href = (run_pages.get(x.run.run_id, "") for x in (a, b))
-        page = side_by_side_page(a, b, "../" + a_href if a_href else "", "../" + b_href if b_href else "")
-        yield PageFile(side_by_side_path(a, b), "../", {"page": page})
+    return [f"../{run_pages[x.run.run_id]}" if x.run.run_id in run_pages else "" for x in compared]
 
 
 def coverage_files(runs: Sequence[SiteRun], info: SiteInfo) -> Iterator[PageFile]:
@@ -103,7 +130,7 @@ def index_files(runs: Sequence[SiteRun], info: SiteInfo) -> Iterator[PageFile]:
         "warnings": list(info.warnings),
         "baseline": info.baseline,
         "threshold_pct": f"{info.threshold_pct:g}",
-        "side_by_side": [side_by_side_link(side_by_side_path(a, b), a, b) for a, b in info.side_by_side],
+        "side_by_side": [side_by_side_link(side_by_side_path(*s), s) for s in info.side_by_side],
         "coverage": info.coverage,
     }
     yield PageFile("index.html", "", variables)
@@ -113,6 +140,7 @@ def index_files(runs: Sequence[SiteRun], info: SiteInfo) -> Iterator[PageFile]:
 PAGES: tuple[Page, ...] = (
     Page("dash_run.html.j2", run_files),
     Page("dash_side_by_side.html.j2", side_by_side_files),
+    Page("dash_compare_many.html.j2", compare_many_files),
     Page("dash_coverage.html.j2", coverage_files),
     Page("dash_index.html.j2", index_files),
 )
