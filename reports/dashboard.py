@@ -6,12 +6,15 @@ Inputs are result files or directories (default: ``results/``; ``*.json`` plus j
 never finished). Files of the same ``run_id`` are shards of one run and merge; ``--merge`` merges all
 inputs into one run (e.g. a conformance file and a benchmark file from the same CI job).
 
-Side by side (two backends, case by case): ``--side-by-side B`` (a result file or directory, read as one
+Side by side (backends, case by case): ``--side-by-side B`` (a result file or directory, read as one
 run) writes ``compare/<A>--vs--<B>.html`` for every input run A against B: every case id with its
 outcome in A and in B, grouped as only A fails / only B fails / different outcome / only in A / only in
-B / same outcome, plus B's benchmark figures against A's. Without the option, a build whose inputs are
-exactly two runs from different backends (name, version and spec as recorded) gets that page for them
-too, the first input being A. The index links every such page.
+B / same outcome, plus B's benchmark figures against A's. ``--side-by-side B,C,...`` (a comma list, each
+read as one run) writes ONE page, ``compare/<A>--vs--<B>--vs--<C>.html``, with a column per run: the
+input runs, then B, C ... in the order given; the rows where the runs disagree first, and per rule a
+failure names, how each run fares. Without the option, a build whose inputs are two runs or more, each
+from a different backend (name, version and spec as recorded), gets the page for them too, in input
+order. The index links every such page.
 
 Rule coverage: ``--coverage FILE`` (the JSON ``python -m tests.rule_coverage --json`` prints) writes
 ``coverage.html``, the rule → cases → broken backends table, and sums it up on the index. Without the
@@ -43,9 +46,8 @@ from reports.compare import DEFAULT_THRESHOLD_PCT, Comparison, compare_runs
 from reports.coverage import COVERAGE_FILE, CoverageFileError, load_coverage
 from reports.history import HistoryRun, load_history, run_slug, save_to_history
 from reports.inputs import LoadedRun, load_inputs
-from reports.page_common import run_backend
+from reports.page_common import column_letter, run_backend
 from reports.page_coverage import CoveragePage, coverage_page
-from reports.page_side_by_side import side_by_side_backends_differ
 from reports.pages import SiteInfo, SiteRun, side_by_side_path
 from reports.site import write_site
 
@@ -82,9 +84,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--side-by-side",
-        metavar="B",
+        metavar="B[,C...]",
         help="result file or directory (read as one run) to compare with each input run case by case, "
-        "e.g. another backend's run; automatic when the inputs are two runs of different backends",
+        "e.g. another backend's run; a comma list of several: one page with the input runs and these, a "
+        "column each; automatic when the inputs are runs of different backends",
     )
     p.add_argument(
         "--coverage",
@@ -124,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ResultFileError as exc:
             return _fail(f"baseline: {exc}")
     try:
-        pairs = side_by_side_pairs(inputs.runs, args.side_by_side)
+        compared = side_by_side_sets(inputs.runs, comma_list(args.side_by_side))
     except ResultFileError as exc:
         return _fail(f"side by side: {exc}")
 
@@ -153,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings=warnings,
         baseline=baseline.run_id if baseline else "",
         threshold_pct=args.threshold_pct,
-        side_by_side=pairs,
+        side_by_side=compared,
         coverage=coverage,
     )
     try:
@@ -169,8 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {out / 'index.html'}: {len(site_runs)} run(s), {len(new_runs)} from this build")
     if coverage is not None:
         print(f"wrote {out / 'coverage.html'}: {coverage.total} rule(s) from {coverage.source}")
-    for a, b in pairs:
-        print(f"wrote {out / side_by_side_path(a, b)}: A {run_backend(a.run)} vs B {run_backend(b.run)}")
+    for runs in compared:
+        sides = " vs ".join(f"{column_letter(n)} {run_backend(r.run)}" for n, r in enumerate(runs))
+        print(f"wrote {out / side_by_side_path(*runs)}: {sides}")
     regressions = report_regressions(new_runs)
     if inputs.errors:
         return EXIT_BAD_INPUT
@@ -205,14 +209,25 @@ def load_one_run(path: str) -> LoadedRun:
     return loaded.runs[0]
 
 
-def side_by_side_pairs(runs: Sequence[LoadedRun], other: str | None) -> list[tuple[LoadedRun, LoadedRun]]:
-    """(A, B) pairs to compare case by case: every input run against ``other`` when it is given, else the
-    two input runs when there are exactly two and their backends differ."""
-    if other:
-        b = load_one_run(other)
-        return [(a, b) for a in runs]
-    if len(runs) == 2 and side_by_side_backends_differ(runs[0].run, runs[1].run):
-        return [(runs[0], runs[1])]
+def comma_list(value: str | None) -> list[str]:
+    """``a.json,b/`` → the paths; a path that holds a comma cannot be named this way."""
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def side_by_side_sets(runs: Sequence[LoadedRun], others: Sequence[str]) -> list[tuple[LoadedRun, ...]]:
+    """The runs to compare case by case, one page per tuple. One other run: every input run against it
+    (a pair each). Several: one page of the input runs and them, in that order (a run named twice, once).
+    None: the input runs, when there are two or more and each is from a different backend."""
+    side = [load_one_run(path) for path in others]
+    if len(side) == 1:
+        return [(a, side[0]) for a in runs]
+    if side:
+        unique: dict[str, LoadedRun] = {}
+        for loaded in [*runs, *side]:
+            unique.setdefault(loaded.run.run_id, loaded)
+        return [tuple(unique.values())] if len(unique) > 1 else []
+    if len(runs) >= 2 and len({run_backend(r.run) for r in runs}) == len(runs):
+        return [tuple(runs)]
     return []
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from harness.formatting import show_quantity
 from harness.outcomes import NOT_CHECKING
-from harness.results import CaseResult, RunResult
+from harness.results import CaseResult
 from reports.compare import (
     SIDE_BY_SIDE_GROUPS,
     MetricComparison,
@@ -150,8 +150,3 @@ def case_rule(case: CaseResult) -> str:
         return case.rule
     known = case.known_failure if isinstance(case.known_failure, Mapping) else {}
     return str(known.get("rule") or "")
-
-
-def side_by_side_backends_differ(a: RunResult, b: RunResult) -> bool:
-    """Whether two runs come from different backends (name and version, as recorded)."""
-    return run_backend(a) != run_backend(b)

@@ -4,14 +4,20 @@ vs upstream ExecuTorch, a column each, the disagreements first, and how each bac
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.results import CaseResult, RunResult, new_run
+from reports.dashboard import main
 from reports.inputs import LoadedRun
 from reports.page_compare_many import CompareManyPage, compare_many_page
 from reports.pages import MAX_COMPARE_NAME, side_by_side_path
-from tests.dashboard_samples import HOSTILE, case, environment
+from tests.dashboard_samples import HOSTILE, case, environment, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPE_RULE, SYNC_RULE = "bad-inputs/dtype", "runtime/no-host-sync"
@@ -157,6 +163,37 @@ def test_per_rule_table_says_how_each_backend_fares() -> None:
     assert [s.status for s in sync.standings] == ["passes", "passes", "passes", "should-failed"]
 
 
+def test_dashboard_writes_one_page_for_a_comma_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [write_run(tmp_path / f"{r.run_id}.json", r) for r in four_runs()]
+    site = tmp_path / "site"
+    others = ",".join(str(p) for p in paths[1:])
+    assert main([str(paths[0]), "--side-by-side", others, "-o", str(site)]) == 0
+    name = "ref-run--vs--aoti-run--vs--aoti-checked-run--vs--et-run.html"
+    assert [p.name for p in (site / "compare").iterdir()] == [name]  # one page, no pairs
+    html = (site / "compare" / name).read_text(encoding="utf-8")
+    for backend in ("reference_impl", "torch-aoti", "torch-aoti-checked", "executorch"):
+        assert f"· {backend}" in html  # a column header each
+    assert HOSTILE not in html  # the hostile case id, backend name and message are escaped
+    assert f"::test_hostile[{HOSTILE}]".replace("<", "&lt;").replace(">", "&gt;") in html
+    assert 'href="../runs/ref-run.html"' in html
+    assert html.index('id="differ"') < html.index('id="same"')
+    assert "<details><summary>show 1</summary>" in html  # same everywhere: collapsed
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert f'href="compare/{name}"' in index
+    assert "<b>D</b>" in index
+    assert "A reference_impl 0.1.0" in capsys.readouterr().out
+
+
+def test_inputs_of_different_backends_get_the_page_without_the_option(tmp_path: Path) -> None:
+    paths = [write_run(tmp_path / f"{r.run_id}.json", r) for r in four_runs()[:3]]
+    assert main([*map(str, paths), "-o", str(tmp_path / "site")]) == 0
+    assert [p.name for p in (tmp_path / "site" / "compare").iterdir()] == [
+        "ref-run--vs--aoti-run--vs--aoti-checked-run.html"
+    ]
+
+
 def test_a_long_name_is_cut_to_a_stable_hash() -> None:
     runs = [LoadedRun(dataclasses.replace(r, run_id=r.run_id + "x" * 70), []) for r in four_runs()]
     path = side_by_side_path(*runs)
@@ -164,3 +201,18 @@ def test_a_long_name_is_cut_to_a_stable_hash() -> None:
     assert len(path) <= len("compare/.html") + MAX_COMPARE_NAME
     assert "--vs--3-more-" in path
     assert side_by_side_path(*runs[:2]) != side_by_side_path(runs[1], runs[0])
+
+
+def test_the_page_renders_without_torch(tmp_path: Path) -> None:
+    """`nox -s report` installs no torch: the comparison page must not need it."""
+    paths = [str(write_run(tmp_path / f"{r.run_id}.json", r)) for r in four_runs()]
+    site = tmp_path / "site"
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+        "from reports.dashboard import main\n"
+        f"sys.exit(main([{paths[0]!r}, '--side-by-side', {','.join(paths[1:])!r}, '-o', {str(site)!r}]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(list((site / "compare").glob("*--vs--*--vs--*--vs--*.html"))) == 1

@@ -458,3 +458,44 @@ def test_a_real_bench_run_has_compact_rows(browser, tmp_path: Path) -> None:
         context.close()
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_one_page_compares_four_backends(browser, tmp_path: Path) -> None:
+    """Issue 30: reference vs AOTI (default and checked) vs ExecuTorch on one page, which fits the window
+    (and a phone's, its table scrolling in its box), runs nothing hostile, and folds the agreeing cases."""
+    from tests.test_compare_many import four_runs
+
+    paths = [write_run(tmp_path / f"{r.run_id}.json", r) for r in four_runs()]
+    site = tmp_path / "site"
+    assert main([str(paths[0]), "--side-by-side", ",".join(map(str, paths[1:])), "-o", str(site)]) == 0
+    handler = functools.partial(QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    origin = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    try:
+        tab = context.new_page()
+        watch = Watch(tab, origin)
+        tab.goto(origin + "index.html")
+        tab.locator("#side-by-side a").click()
+        tab.wait_for_load_state("load")
+        assert tab.url.endswith("ref-run--vs--aoti-run--vs--aoti-checked-run--vs--et-run.html")
+        assert tab.evaluate("typeof window.__pwned") == "undefined"
+        assert tab.locator(".side-run").count() == 4
+        assert HOSTILE in tab.locator("#run-d h2").inner_text()
+        assert tab.locator("#differ-table thead th").count() == 2 + 4
+        assert tab.locator("#differ-table tbody tr").count() == 5
+        assert tab.locator("#rules tbody tr").count() == 2
+        assert tab.locator("#rules .badge.xfailed", has_text="known failure").is_visible()
+        assert not tab.locator("#same-table").is_visible()  # folded until asked
+        tab.locator("#same summary").click()
+        assert tab.locator("#same-table").is_visible()
+        fits_the_window(tab)
+        tab.screenshot(path=str(SCREENSHOTS / "dashboard-compare-many.png"), full_page=True)
+        tab.set_viewport_size({"width": 390, "height": 844})
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 390
+        assert_clean(watch)
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()
