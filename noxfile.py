@@ -223,12 +223,25 @@ def _chromium() -> str | None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Self-tests of our own machinery; run on any CPU machine."""
+    """Self-tests of our own machinery, the fast tier (a few minutes on two cores); run on any CPU machine.
+    The end-to-end proofs (marker ``proof``) are ``nox -s proofs``; CI runs both."""
+    _self_tests(session, "not proof")
+
+
+@nox.session
+def proofs(session: nox.Session) -> None:
+    """The self-tests that prove a check end to end in real processes (marker ``proof``): every broken
+    backend's chapter run, the front door under signals and deadlines, faults, real compiles and builds."""
+    _self_tests(session, "proof")
+
+
+def _self_tests(session: nox.Session, marker: str) -> None:
     python = _suite_python(session)  # with executorch (19 MB): the adapter's self-tests run upstream's pass
     if not _chromium():
         session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
     workers = str(SIZING.self_test_workers())  # one more than cores: some self-tests wait on purpose
-    session.run(python, "-m", "pytest", "tests", "-n", workers, *session.posargs, external=True)
+    cmd = [python, "-m", "pytest", "tests", "-n", workers, "-m", marker, *session.posargs]
+    session.run(*cmd, external=True)
 
 
 @nox.session
@@ -348,7 +361,7 @@ def conformance_torch_aoti(session: nox.Session) -> None:
     with its mode's known failures (strict: a case PyTorch starts to reject fails as stale).
     """
     python = _suite_python(session)
-    session.run(python, "-m", "pytest", "tests/test_torch_aoti.py", "-q", "-m", "not slow", external=True)
+    session.run(python, "-m", "pytest", "tests/test_torch_aoti.py", "-q", "-m", "not proof", external=True)
     failed: list[str] = []
     for name, attr, known, deselect in (
         ("conformance-torch-aoti", "BACKEND", "known_failures.toml", TORCH_AOTI_DEFAULT_CRASHES),

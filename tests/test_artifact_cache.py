@@ -239,6 +239,7 @@ def _key(*, dtype=torch.float32, rows=3, seed=0, view_pass=True, configs=None, c
     )
 
 
+@pytest.mark.proof
 def test_the_same_program_gives_the_same_key_and_any_change_a_new_one() -> None:
     base = _key()
     assert _key() == base  # stable across exports (and, being content-based, across processes)

@@ -112,6 +112,7 @@ def test_a_package_outside_the_repository_loads_from_backend_path(
         use_backend_path(backend_path(str(tmp_path / "nowhere")))
 
 
+@pytest.mark.proof
 def test_repro_lines_carry_the_backend_path_and_run_as_printed(tmp_path: Path) -> None:
     """From a backend package outside the repository to a repro line that runs as printed."""
     from tests.test_suite_catches_broken_backends import start_chapter

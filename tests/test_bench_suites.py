@@ -483,6 +483,7 @@ def test_cold_env_redirects_every_cache_and_leaves_ours_alone(tmp_path: Path) ->
     assert dict(os.environ) == before
 
 
+@pytest.mark.proof
 def test_lowering_workers_with_a_fake_backend_on_the_cpu() -> None:
     repeats = bench_lowering.Repeats(cold=1, warm=2, load_processes=1, warm_loads=3)
     logged: list[str] = []

@@ -54,6 +54,7 @@ def broke(run: RunResult) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("broken", RUN_HERE, ids=[b.spec.split(":")[1] for b in RUN_HERE])
+@pytest.mark.proof
 def test_chapter_fails_the_broken_backend_on_the_rules_it_breaks(
     tmp_path: Path, broken: BrokenBackend
 ) -> None:
@@ -97,6 +98,7 @@ SELECTIONS = reference_selections()
 
 
 @pytest.mark.parametrize("key", list(SELECTIONS))
+@pytest.mark.proof
 def test_reference_passes_each_selection(tmp_path: Path, key: str) -> None:
     """The same cases against the reference: a broken backend fails them for what it broke, not because
     the cases fail anyone (*should* rules included)."""
@@ -151,6 +153,7 @@ def selected(ids: list[str], chapter: str, expression: str) -> list[str]:
 
 
 @pytest.mark.parametrize("broken", BACKENDS, ids=[b.spec.split(":")[1] for b in BACKENDS])
+@pytest.mark.proof
 def test_every_declared_selection_selects_cases(collected: list[str], broken: BrokenBackend) -> None:
     """On any machine: a selection that matches no case (a renamed test) would make the proof of a
     CUDA-only broken backend exit 5 on the GPU instead of failing it; caught here, before the GPU run."""

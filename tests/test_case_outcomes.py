@@ -149,6 +149,7 @@ EXPECTED_FULL = {
 }
 
 
+@pytest.mark.proof
 def test_should_failures_and_coverage_gaps_do_not_fail_the_run(toy: pytest.Pytester) -> None:
     result, data, xml = run_toy(toy, *LEVELS_ONLY)
     assert result.ret == 0, result.stdout.str()
@@ -193,6 +194,7 @@ def test_should_failures_and_coverage_gaps_do_not_fail_the_run(toy: pytest.Pytes
     result.stdout.no_fnmatch_line("*FAILED*")
 
 
+@pytest.mark.proof
 def test_strict_should_fails_the_run_under_xdist(toy: pytest.Pytester) -> None:
     result, data, _ = run_toy(toy, *LEVELS_ONLY, "-n", "2", "--strict-should")
     assert result.ret == 1, result.stdout.str()
@@ -205,6 +207,7 @@ def test_strict_should_fails_the_run_under_xdist(toy: pytest.Pytester) -> None:
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["single", "xdist"])
+@pytest.mark.proof
 def test_known_failures_are_xfailed_and_stale_entries_fail(toy: pytest.Pytester, workers: list[str]) -> None:
     result, data, xml = run_toy(toy, "--known-failures", "known.toml", *workers)
     assert result.ret == 1, result.stdout.str()  # test_must, test_known_other_rule and the stale entry
@@ -253,6 +256,7 @@ def test_known_failures_are_xfailed_and_stale_entries_fail(toy: pytest.Pytester,
     )
 
 
+@pytest.mark.proof
 def test_a_broken_known_failures_file_is_a_usage_error(toy: pytest.Pytester) -> None:
     (toy.path / "bad.toml").write_text('[[known_failures]]\ncase = "x"\nwhy = "typo"\n', encoding="utf-8")
     result = toy.runpytest_subprocess(

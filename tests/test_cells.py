@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("cell", [*DTYPE_CELLS, INDEPENDENT])
+@pytest.mark.proof
 def test_static_cells_match_what_pytest_collects(cell: str) -> None:
     cmd = [sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q", f"--dtype={cell}",
            "-p", "no:cacheprovider"]  # fmt: skip

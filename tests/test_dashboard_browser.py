@@ -412,6 +412,7 @@ def test_matrix_legend_says_what_cells_count(page, server, site) -> None:
 
 
 @pytest.mark.skipif(not EXAMPLE_BENCH, reason="no examples/runs/*/bench.json in this checkout")
+@pytest.mark.proof
 def test_a_real_bench_run_has_compact_rows(browser, tmp_path: Path) -> None:
     """The run issues 14 and 27 were reported on: a full bench of 77 records (54 of one suite), which fits
     the window, every table in its box, each long note once."""

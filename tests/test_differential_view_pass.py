@@ -96,6 +96,7 @@ def _storage(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
 
 
+@pytest.mark.proof
 def test_generated_graphs_are_valid_edge_graphs_with_truthful_meta() -> None:
     """Each runs, every node but the output has ``meta["val"]`` and it is truthful (so any lie the
     section reports is the pass's), every input is laid out as its spec says and has no zero anywhere in
@@ -230,6 +231,7 @@ CAUGHT = {
 
 
 @pytest.mark.parametrize("backend", list(CAUGHT), ids=[b.name for b in CAUGHT])
+@pytest.mark.proof
 def test_generated_cases_alone_catch_the_broken_pass(backend: object) -> None:
     """The section fails the pass, as CI runs it: the first of its cases that can catch the slip and does
     names the slip's rule (cases tried in turn, so the proof does not hang on one case's examples)."""

@@ -165,6 +165,7 @@ def _reference(tmp: Path, fault: Fault) -> RunResult:
     return run
 
 
+@pytest.mark.proof
 def test_cpu_faults_are_contained_named_and_alone(tmp_path: Path) -> None:
     """Every CPU fault, each at its own case, in one run with two workers; the reference's run of the same
     selection beside it (each spends most of its time waiting: on a hang's limit, on a fresh worker)."""

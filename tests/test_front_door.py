@@ -22,6 +22,7 @@ from tests.test_run_end import stop_halfway
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.proof
 def test_unknown_dtype_is_a_usage_error_listing_the_cells(tmp_path: Path) -> None:
     results = tmp_path / "conformance.json"
     results.write_text("{}")  # the previous run's file
@@ -118,6 +119,7 @@ def _assert_stopped_with_every_file(repo: Path, reason: str) -> list[str]:
 
 
 @NEEDS_NOX
+@pytest.mark.proof
 def test_sigterm_halfway_through_the_front_door_still_writes_every_file_and_the_page(tmp_path: Path) -> None:
     """As a CI system cancels a job: SIGTERM to the whole process group (nox, pytest, its workers) while
     the cases run. nox gives pytest the time to write its files, renders the page and exits 143."""
@@ -132,6 +134,7 @@ def test_sigterm_halfway_through_the_front_door_still_writes_every_file_and_the_
 
 
 @NEEDS_NOX
+@pytest.mark.proof
 def test_the_front_door_ends_at_its_deadline_with_every_file_and_the_page(tmp_path: Path) -> None:
     """`-- --run-deadline 40`: the phase gets what is left of it (less the page's share), pytest ends at
     that, and the front door writes the page and exits 124, though the cases would take over 50 s."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conformance.conftest import WORKER_GPUS_ENV, worker_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +30,7 @@ def test_worker_n_takes_gpu_n_round_robin() -> None:
     assert worker_gpu("gw0", ["GPU-abc"]) == "GPU-abc"
 
 
+@pytest.mark.proof
 def test_xdist_workers_are_pinned_and_the_mapping_is_recorded(tmp_path: Path) -> None:
     (tmp_path / "test_probe.py").write_text(PROBE)
     results = tmp_path / "results.json"

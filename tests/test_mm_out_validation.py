@@ -330,6 +330,7 @@ def test_discovery_order_and_failed_candidates(tmp_path: Path, monkeypatch: pyte
     assert all(candidate in str(info.value) for candidate in candidates)
 
 
+@pytest.mark.proof
 def test_importing_the_shim_loads_no_library() -> None:
     code = (
         "import reference_impl, reference_impl.shims as s\n"

@@ -38,6 +38,7 @@ def _run(model: str, dtype: torch.dtype) -> dict[str, list[torch.Tensor]]:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("model", sorted(ZOO))
+@pytest.mark.proof
 def test_builds_runs_and_is_deterministic(model: str, dtype: torch.dtype) -> None:
     methods = ZOO[model].build(dtype, "cpu")
     assert tuple(methods) == ZOO[model].methods
@@ -60,6 +61,7 @@ def test_methods_of_one_model_share_weights() -> None:
 
 
 @pytest.mark.parametrize("model", sorted(ZOO))
+@pytest.mark.proof
 def test_fp32_exports_and_matches_eager(model: str) -> None:
     for method, (module, inputs) in ZOO[model].build(torch.float32, "cpu").items():
         exported = torch.export.export(module, inputs, strict=False)
@@ -140,6 +142,7 @@ def test_hf_extra_pins_the_version_the_zoo_names() -> None:
     assert f"transformers=={HF_VERSION}" in (ROOT / "README.md").read_text()
 
 
+@pytest.mark.proof
 def test_without_transformers_the_hf_entries_are_absent_and_say_why() -> None:
     code = """
 import sys
@@ -233,6 +236,7 @@ def test_hf_llm_greedy_through_the_cache_matches_full_prefill() -> None:
 
 
 @needs_hf
+@pytest.mark.proof
 def test_hf_whisper_matches_the_hf_model_and_exports_with_a_dynamic_length() -> None:
     from transformers import WhisperForConditionalGeneration
 

@@ -326,6 +326,7 @@ def _operands(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.T
     return torch.full((3, 5), float("nan"), dtype=dtype), a, b
 
 
+@pytest.mark.proof
 def test_entry_builds_on_cpu_torch_warning_free_and_is_cached(entry_build: build.NativeStatus) -> None:
     plan = build.plan_entry_build()
     assert "-Werror" in plan.flags
@@ -365,6 +366,7 @@ def test_entry_build_reports_why_not(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert not any(tmp_path.rglob("*.bin"))
 
 
+@pytest.mark.proof
 def test_entry_passes_the_callers_tensors_with_the_gil_released(
     entry_module: object, fake_shim: ctypes.CDLL
 ) -> None:
@@ -379,6 +381,7 @@ def test_entry_passes_the_callers_tensors_with_the_gil_released(
     torch.testing.assert_close(out, a @ b), "written in place into the caller's out"
 
 
+@pytest.mark.proof
 def test_entry_borrows_handles_and_leaks_nothing(entry_module: object) -> None:
     out, a, b = _operands()
     storages = [t.untyped_storage() for t in (out, a, b)]
@@ -395,6 +398,7 @@ def test_entry_borrows_handles_and_leaks_nothing(entry_module: object) -> None:
 
 
 @pytest.mark.parametrize("negative", [(), ("out",), ("self",), ("mat2",), ("out", "self", "mat2")])
+@pytest.mark.proof
 def test_entry_computes_the_negative_view_mask(
     entry_module: object, fake_shim: ctypes.CDLL, negative: tuple[str, ...]
 ) -> None:
@@ -418,6 +422,7 @@ def test_entry_computes_the_negative_view_mask(
     [(1, 0), (2, 14), (3, 2), (4, 0), (7, 0)],
     ids=["argument", "cublas", "cuda", "internal", "unknown-kind"],
 )
+@pytest.mark.proof
 def test_entry_raises_what_the_ctypes_entry_raises(
     entry_module: object, fake_shim: ctypes.CDLL, kind: int, status: int
 ) -> None:
@@ -468,6 +473,7 @@ NOT_TENSORS = [
 @pytest.mark.parametrize(
     ("spec", "argument", "rule"), [c[1:] for c in NOT_TENSORS], ids=[c[0] for c in NOT_TENSORS]
 )
+@pytest.mark.proof
 def test_entry_non_tensors_get_the_python_rules_and_messages(
     entry_module: object, fake_shim: ctypes.CDLL, spec: tuple[object, ...], argument: str, rule: str
 ) -> None:
@@ -488,6 +494,7 @@ def test_entry_non_tensors_get_the_python_rules_and_messages(
     assert _record(fake_shim)["calls"] == calls, "the C entry is never reached"
 
 
+@pytest.mark.proof
 def test_entry_lets_tensor_subclasses_through_after_the_python_check(
     entry_module: object, fake_shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -521,6 +528,7 @@ def test_entry_lets_tensor_subclasses_through_after_the_python_check(
         library.bind_entry_module(entry_module, *shim_addr)  # type: ignore[arg-type]
 
 
+@pytest.mark.proof
 def test_entry_arity_and_keywords_are_call_errors(entry_module: object, fake_shim: ctypes.CDLL) -> None:
     out, a, b = _operands()
     calls = _record(fake_shim)["calls"]
@@ -539,6 +547,7 @@ def test_entry_arity_and_keywords_are_call_errors(entry_module: object, fake_shi
     assert torch.isnan(out).all()
 
 
+@pytest.mark.proof
 def test_fast_entry_prefers_the_extension_and_falls_back_to_ctypes_with_the_reason(
     entry_build: build.NativeStatus, fake_shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,6 +587,7 @@ def test_fast_entry_prefers_the_extension_and_falls_back_to_ctypes_with_the_reas
     assert "extension unavailable: not built: no Python.h" in described
 
 
+@pytest.mark.proof
 def test_backend_binds_the_entry_itself(entry_module: object, monkeypatch: pytest.MonkeyPatch) -> None:
     from reference_impl import backend as backend_module
     from reference_impl.shims import path
@@ -679,6 +689,7 @@ def _run(package: bytes, tmp_path: Path, name: str) -> torch.Tensor:
     return result
 
 
+@pytest.mark.proof
 def test_routed_package_changes_only_the_symbol_and_crcs(cpu_package: bytes) -> None:
     routed = routing.route_package(cpu_package, CPU_OLD, CPU_NEW)
     assert len(routed.patched_members) == 1
@@ -693,6 +704,7 @@ def test_routed_package_changes_only_the_symbol_and_crcs(cpu_package: bytes) -> 
     assert routing.route_package(routed.package, CPU_OLD, CPU_NEW).patched_members == (), "idempotent"
 
 
+@pytest.mark.proof
 def test_routed_program_fails_to_load_without_the_provider(cpu_package: bytes, tmp_path: Path) -> None:
     routed = routing.route_package(cpu_package, CPU_OLD, CPU_NEW).package
     # Runs before the forwarder fixture in this module's order; skip if some other test loaded it first.
@@ -710,6 +722,7 @@ def _defined_in_process(symbol: str) -> bool:
     return True
 
 
+@pytest.mark.proof
 def test_routed_program_calls_the_provider_and_unrouted_keeps_libtorch(
     cpu_package: bytes, forwarder: ctypes.CDLL, tmp_path: Path
 ) -> None:

@@ -83,6 +83,7 @@ def uncovered(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.proof
 def test_every_combination_of_optional_parts_runs_every_chapter_without_a_failure(
     tmp_path: Path, group: str
 ) -> None:
@@ -120,6 +121,7 @@ ONE_CASE = "conformance/test_lowering.py::test_view_pass_verdicts[call-method-us
 
 
 @pytest.mark.parametrize("spec", SESSION_SETTINGS)
+@pytest.mark.proof
 def test_every_combination_starts_a_session(tmp_path: Path, spec: str) -> None:
     code, records, output = probe(tmp_path, spec, ONE_CASE)
     assert code in (0, 5), output
@@ -181,6 +183,7 @@ def test_the_suite_reads_lowering_devices_only_through_the_protocol_helper() -> 
     assert lowering_devices(MinimalBackend()) == ("cpu", "cuda")
 
 
+@pytest.mark.proof
 def test_a_missing_part_reached_by_a_case_is_a_skip_naming_it(tmp_path: Path) -> None:
     """The safety net, end to end: a case that touches a part without asking for it first (one written for
     the purpose, run with the suite's conftest as a plugin) is skipped, the part named."""

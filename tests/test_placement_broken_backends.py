@@ -28,6 +28,7 @@ def test_reference_passes_the_placement_chapter(tmp_path: Path) -> None:
     assert sum(c.outcome == "passed" for c in run.cases) == 15
 
 
+@pytest.mark.proof
 def test_silently_dropped_unknown_methods_fail_validation(tmp_path: Path) -> None:
     """Upstream's ``propagate_device_config.get(name, ...)`` ignores a misspelt method: caught anywhere."""
     backend = "tests.broken_placement_backends:DROPS_UNKNOWN_METHODS"

@@ -113,7 +113,7 @@ def test_a_crash_reported_by_the_child_names_the_signal_the_compiler_and_the_fix
 
 
 @needs_compiler
-@pytest.mark.slow
+@pytest.mark.proof
 def test_cpu_preflight_passes_with_a_working_compiler() -> None:
     report = check_toolchain("cpu", cxx=GOOD_CXX, timeout_s=900)
     assert report.ok, report.render()
@@ -123,7 +123,7 @@ def test_cpu_preflight_passes_with_a_working_compiler() -> None:
 
 
 @needs_compiler
-@pytest.mark.slow
+@pytest.mark.proof
 def test_a_compiler_that_cannot_compile_fails_in_the_compile_stage() -> None:
     script = _write_script(
         _tool_dir() / "failing-g++",
@@ -138,7 +138,7 @@ def test_a_compiler_that_cannot_compile_fails_in_the_compile_stage() -> None:
 
 
 @needs_compiler
-@pytest.mark.slow
+@pytest.mark.proof
 def test_a_compiler_whose_libraries_crash_at_load_is_reported_not_fatal() -> None:
     """A wrapper that links a SIGSEGV-raising constructor into every shared library (like SPEC §3's)."""
     tools = _tool_dir()

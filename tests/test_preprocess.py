@@ -218,7 +218,7 @@ def linear_result(linear_methods):
 
 
 @needs_compiler
-@pytest.mark.slow
+@pytest.mark.proof
 def test_preprocess_returns_a_blob_with_the_inventory(linear_result) -> None:
     assert linear_result.method_name == "forward"
     assert linear_result.device == "cpu"
@@ -233,7 +233,7 @@ def test_preprocess_returns_a_blob_with_the_inventory(linear_result) -> None:
 
 
 @needs_compiler
-@pytest.mark.slow
+@pytest.mark.proof
 def test_unsupported_kernels_fail_sorted_and_do_not_leak_into_later_calls(
     linear_methods, linear_result
 ) -> None:
@@ -251,7 +251,7 @@ def test_unsupported_kernels_fail_sorted_and_do_not_leak_into_later_calls(
 
 
 @needs_compiler
-@pytest.mark.slow
+@pytest.mark.proof
 def test_lower_program_packs_every_method_and_compiles_shared_graphs_once(
     linear_methods, linear_result
 ) -> None:
@@ -273,7 +273,7 @@ def test_lower_program_packs_every_method_and_compiles_shared_graphs_once(
 
 
 @needs_compiler
-@pytest.mark.slow
+@pytest.mark.proof
 def test_an_unchanged_source_is_served_without_export_and_a_changed_one_is_exported(
     linear_methods, linear_result, monkeypatch
 ) -> None:

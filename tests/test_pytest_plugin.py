@@ -88,6 +88,7 @@ def cases_by_name(path: Path) -> dict[str, dict[str, Any]]:
     return {case["id"].split("::", 1)[1]: case for case in data["cases"]}
 
 
+@pytest.mark.proof
 def test_records_every_outcome_with_params_and_repro(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_mm_out=MIXED_TESTS)
     inner.makeconftest(METADATA_CONFTEST)
@@ -135,6 +136,7 @@ def test_records_every_outcome_with_params_and_repro(inner: pytest.Pytester) -> 
     assert '<property name="param:shape" value="257x129x65" />' in junit.read_text()
 
 
+@pytest.mark.proof
 def test_crash_under_xdist_is_recorded_and_the_rest_still_lands(inner: pytest.Pytester) -> None:
     inner.makepyfile(
         test_streams="""
@@ -170,6 +172,7 @@ def test_crash_under_xdist_is_recorded_and_the_rest_still_lands(inner: pytest.Py
     outcome.stdout.fnmatch_lines(["results: * (1 passed, 1 failed, 0 skipped, 1 crashed)"])
 
 
+@pytest.mark.proof
 def test_killed_run_leaves_a_readable_journal(inner: pytest.Pytester) -> None:
     inner.makepyfile(
         test_runtime="""
@@ -211,6 +214,7 @@ def test_killed_run_leaves_a_readable_journal(inner: pytest.Pytester) -> None:
     assert cases["test_never"].find("skipped").get("message").startswith("not-run: ")
 
 
+@pytest.mark.proof
 def test_interrupted_run_is_written_as_incomplete(inner: pytest.Pytester) -> None:
     inner.makepyfile(
         test_runtime="""
@@ -242,6 +246,7 @@ def test_interrupted_run_is_written_as_incomplete(inner: pytest.Pytester) -> Non
     )
 
 
+@pytest.mark.proof
 def test_collection_error_is_recorded(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_lowering="import no_such_module_anywhere\n")
     _, results = run_inner(inner)
@@ -253,6 +258,7 @@ def test_collection_error_is_recorded(inner: pytest.Pytester) -> None:
     assert run.complete is False
 
 
+@pytest.mark.proof
 def test_without_option_nothing_is_written(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_one="def test_ok():\n    pass\n")
     outcome = inner.runpytest_subprocess("-p", "no:cacheprovider", "-p", "harness.pytest_plugin")

@@ -36,6 +36,7 @@ def rows(cases: list[rc.Case], backends: list[BrokenBackend]) -> list[rc.Row]:
     return rc.coverage_rows(cases, [b.proof() for b in backends])
 
 
+@pytest.mark.proof
 def test_case_expansion_is_what_pytest_collects(cases: list[rc.Case]) -> None:
     """The table's cases are pytest's: same node ids, none missing, none invented."""
     proc = subprocess.run(
@@ -50,6 +51,7 @@ def test_case_expansion_is_what_pytest_collects(cases: list[rc.Case]) -> None:
     assert collected == ours, (sorted(collected - ours)[:10], sorted(ours - collected)[:10])
 
 
+@pytest.mark.proof
 def test_every_rule_has_a_case(rows: list[rc.Row]) -> None:
     """A SPEC rule mapped to an id no case checks shows here (the SPEC map names ids the code must use);
     only a rule no backend can break (not-checkable, e.g. known-failures/stale) may have none."""
@@ -164,6 +166,7 @@ def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
     assert not any("mm_out/no-host-sync" in c.rules for c in verdicts)
 
 
+@pytest.mark.proof
 def test_the_command_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     """``python -m tests.rule_coverage`` (what ``nox -s conformance`` writes for the dashboard) gives the
     broken backends; the product's own command cannot know them, and says so."""

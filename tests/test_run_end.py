@@ -167,6 +167,7 @@ def _junit(tmp: Path) -> dict[str, list[str]]:
     return cases
 
 
+@pytest.mark.proof
 def test_a_hang_under_xdist_is_a_timeout_and_a_fresh_worker_runs_the_rest(tmp_path: Path) -> None:
     # gdb, where installed, attaches fast to these workers: they import no torch.
     code, output, wall = _run(tmp_path, HANGS, "-n", "2", "--case-timeout", "2", "--native-stacks=auto")
@@ -200,6 +201,7 @@ def test_a_hang_under_xdist_is_a_timeout_and_a_fresh_worker_runs_the_rest(tmp_pa
 
 
 @pytest.mark.parametrize("where", ["python", "c"])
+@pytest.mark.proof
 def test_without_xdist_a_hang_stops_the_run_and_every_file_is_written(tmp_path: Path, where: str) -> None:
     """In one process nothing can take over a hung case: it is a timeout and the rest is not-run. Stuck in
     C (the GIL released, no signal wakes it) the files are written from another thread."""
@@ -222,6 +224,7 @@ def test_without_xdist_a_hang_stops_the_run_and_every_file_is_written(tmp_path: 
     assert set(_junit(tmp_path)) == set(cases)
 
 
+@pytest.mark.proof
 def test_without_xdist_a_hang_holding_the_gil_leaves_a_journal_that_finalize_completes(
     tmp_path: Path,
 ) -> None:
@@ -244,6 +247,7 @@ def test_without_xdist_a_hang_holding_the_gil_leaves_a_journal_that_finalize_com
 
 
 @pytest.mark.parametrize("workers", [["-n", "1"], []], ids=["xdist", "one-process"])
+@pytest.mark.proof
 def test_a_device_fault_is_its_case_alone(tmp_path: Path, workers: list[str]) -> None:
     """A sticky error after a case (a toy probe stands in for CUDA's): that case is device-fault with the
     error and a compute-sanitizer repro; with xdist a fresh worker runs the rest (no neighbour fails), in
@@ -271,6 +275,7 @@ def test_a_device_fault_is_its_case_alone(tmp_path: Path, workers: list[str]) ->
 
 
 @pytest.mark.parametrize("workers", [["-n", "1"], []], ids=["xdist", "one-process"])
+@pytest.mark.proof
 def test_the_run_deadline_ends_the_run_with_every_file(tmp_path: Path, workers: list[str]) -> None:
     """The deadline counts from the start of pytest's configuration (the controller imports torch there
     for the environment record): 20 s leaves the run time to start its worker on a loaded machine."""
@@ -291,6 +296,7 @@ def test_the_run_deadline_ends_the_run_with_every_file(tmp_path: Path, workers: 
     assert "exit code 124" in output
 
 
+@pytest.mark.proof
 def test_a_deadline_already_passed_starts_no_worker_and_records_every_case_not_run(tmp_path: Path) -> None:
     code, output, _ = _run(tmp_path, SLOW, "-n", "2", "--run-deadline", "0")
     assert code == EXIT_DEADLINE, output
@@ -300,6 +306,7 @@ def test_a_deadline_already_passed_starts_no_worker_and_records_every_case_not_r
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, EXIT_SIGTERM), (signal.SIGINT, EXIT_SIGINT)])
+@pytest.mark.proof
 def test_a_signal_halfway_leaves_a_readable_result_file_junit_and_page(
     tmp_path: Path, signum: signal.Signals, code: int
 ) -> None:
@@ -355,6 +362,7 @@ def pytest_runtest_logfinish(nodeid, location):
 """
 
 
+@pytest.mark.proof
 def test_a_worker_dying_after_a_case_finished_leaves_one_result_and_one_testcase(tmp_path: Path) -> None:
     """pytest-xdist reports the item of a dead worker as crashed though its reports all came: the case
     keeps its one result (passed) in the result file and in JUnit alike."""

@@ -155,6 +155,7 @@ def test_python_m_reports_compare_runs_without_third_party_packages(two_runs: Pa
     ],
     ids=["unknown-backend", "selects-nothing"],
 )
+@pytest.mark.proof
 def test_arguments_are_checked_before_a_run_touches_anything(args: list[str], code: int, words: str) -> None:
     """The front door runs this first: a typo stops the run while results/ is still as it was."""
     cmd = [sys.executable, "-m", "harness.check_args", "conformance/test_program_format.py", *args]
@@ -164,6 +165,7 @@ def test_arguments_are_checked_before_a_run_touches_anything(args: list[str], co
     assert words in proc.stdout + proc.stderr
 
 
+@pytest.mark.proof
 def test_good_arguments_say_how_many_cases_they_select() -> None:
     cmd = [
         sys.executable,

@@ -91,6 +91,7 @@ def test_each_shard_keeps_the_environment_of_its_runner(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("nox") is None, reason="nox is not installed (extra test)")
+@pytest.mark.proof
 def test_cells_on_two_runners_merge_into_one_run_equal_to_an_unsharded_one(tmp_path: Path) -> None:
     started = []
     for runner, chapter, cxx in RUNNERS:

@@ -34,6 +34,7 @@ def asr_decoder() -> tuple[nn.Module, tuple]:
     return get_model("asr").build(torch.float32, "cpu")["decoder"]
 
 
+@pytest.mark.proof
 def test_the_same_source_gives_the_same_key_twice_and_across_processes(asr_decoder) -> None:
     module, inputs = asr_decoder
     again = get_model("asr").build(torch.float32, "cpu")["decoder"]
@@ -137,6 +138,7 @@ def test_a_source_tree_package_is_identified_by_its_files(tmp_path, monkeypatch)
     monkeypatch.delitem(sys.modules, "keyprobe_pkg")
 
 
+@pytest.mark.proof
 def test_every_zoo_model_has_a_key() -> None:
     """The memo only helps where keys exist: every zoo model's methods must have one (the Hugging Face ones
     too when transformers is installed), and the fingerprint must be JSON."""

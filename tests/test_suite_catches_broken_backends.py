@@ -65,6 +65,7 @@ def failures(run: RunResult) -> dict[str, str]:
     return {case.id: case.message for case in run.cases if case.outcome == "failed"}
 
 
+@pytest.mark.proof
 def test_reference_backend_passes_what_this_machine_can_run(tmp_path: Path) -> None:
     code, run, output = run_chapter(tmp_path, "reference_impl:BACKEND")
     assert code == 0, output
@@ -73,6 +74,7 @@ def test_reference_backend_passes_what_this_machine_can_run(tmp_path: Path) -> N
     assert run.metadata["backend"]["name"] == "reference_impl"
 
 
+@pytest.mark.proof
 def test_backend_accepting_cpu_tensors_fails_the_cuda_device_rule(tmp_path: Path) -> None:
     """Runs without a GPU: upstream's missing device-type check is caught on any machine."""
     code, run, output = run_chapter(tmp_path, "tests.broken_backends:ACCEPTS_CPU_TENSORS")
@@ -84,6 +86,7 @@ def test_backend_accepting_cpu_tensors_fails_the_cuda_device_rule(tmp_path: Path
     assert "the call succeeded" in message
 
 
+@pytest.mark.proof
 def test_backend_without_mm_out_is_skipped_with_the_reason(tmp_path: Path) -> None:
     code, run, output = run_chapter(tmp_path, "tests.broken_backends:NO_PARTS")
     assert code == 0, output
@@ -95,6 +98,7 @@ def test_backend_without_mm_out_is_skipped_with_the_reason(tmp_path: Path) -> No
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.proof
 def test_backend_accepting_dtype_mismatch_fails_the_dtype_rules(tmp_path: Path) -> None:
     code, run, output = run_chapter(
         tmp_path, "tests.broken_backends:ACCEPTS_DTYPE_MISMATCH", "-k", "bad_input"
@@ -135,6 +139,7 @@ def view_pass_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdic
     return {spec: wait() for spec, wait in waits.items()}
 
 
+@pytest.mark.proof
 def test_reference_backend_passes_the_view_pass_section(view_pass_runs: dict[str, Verdict]) -> None:
     code, run, output = view_pass_runs["reference_impl:BACKEND"]
     assert code == 0, output
@@ -156,6 +161,7 @@ def must_failures(run: RunResult) -> dict[str, str]:
     return found
 
 
+@pytest.mark.proof
 def test_backend_ignoring_source_mutation_fails_exactly_the_rules_it_ignores(
     view_pass_runs: dict[str, Verdict],
 ) -> None:
@@ -189,6 +195,7 @@ def test_backend_ignoring_source_mutation_fails_exactly_the_rules_it_ignores(
     assert outcomes[lowering_case("test_view_pass_slicing_heavy_kv_cache")] == "passed"
 
 
+@pytest.mark.proof
 def test_broken_toolchain_stops_the_run_before_any_case(tmp_path: Path) -> None:
     """SPEC §3: a compiler that cannot build artifacts is reported by the preflight, not mid-run."""
     broken = tmp_path / "broken-cxx"

@@ -118,6 +118,7 @@ def test_importing_the_package_imports_no_torch_and_sets_nothing() -> None:
     assert out.stdout.strip() == "[] None"
 
 
+@pytest.mark.proof
 def test_two_methods_in_one_package_run_by_name(program: Path) -> None:
     backend = adapter.TorchAotiBackend(checked=False)
     data = program.read_bytes()
@@ -156,6 +157,7 @@ print(json.dumps({{"name": backend.name, **result}}))
 @pytest.mark.parametrize(
     ("spec", "outcome"), [("torch_aoti:BACKEND", "accepted"), ("torch_aoti:CHECKED", "rejected")]
 )
+@pytest.mark.proof
 def test_default_mode_accepts_float64_and_checked_rejects_it(program: Path, spec: str, outcome: str) -> None:
     code = CHILD.format(shape=SHAPE)
     done = subprocess.run(
@@ -172,6 +174,7 @@ def test_default_mode_accepts_float64_and_checked_rejects_it(program: Path, spec
         assert "unmatched dtype" in result["message"]
 
 
+@pytest.mark.proof
 def test_checked_refuses_to_load_after_an_unchecked_run(program: Path) -> None:
     code = (
         "import sys, torch, torch_aoti\n"
@@ -210,7 +213,7 @@ def test_every_known_failure_names_a_repro_that_exists() -> None:
             assert named, f"{entry.describe()}: its reason names no script of torch_aoti/repros/"
 
 
-@pytest.mark.slow
+@pytest.mark.proof
 @pytest.mark.parametrize("script", REPROS, ids=lambda p: p.stem)
 def test_repro_runs_and_reproduces(script: Path, tmp_path: Path) -> None:
     # A compile cache of its own: several repros compile the same model, and two compiles of one model at

@@ -28,6 +28,7 @@ with probed_once():
 """
 
 
+@pytest.mark.proof
 def test_the_verdict_gives_inductor_the_isas_its_own_probe_gives(tmp_path: Path) -> None:
     """Torch's own probe (this process) and a fresh process reading the recorded verdict give inductor the
     same ISA list; the verdict is claimed exactly when every advertised ISA passed."""

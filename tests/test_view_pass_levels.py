@@ -114,6 +114,7 @@ def test_rewriting_copies_read_before_the_write_passes() -> None:
     assert {"slice_copy", "slice_copy_3", "slice_copy_4"} <= set(kv.outcome.rewritten)
 
 
+@pytest.mark.proof
 def test_pass_ignoring_source_mutation_fails_the_rules_it_ignores() -> None:
     """A users-only pass over every op fails, at *must*, exactly where its views change what a caller
     sees; where they do not (reads before the write, schema-less or opaque readers) it passes or gets a
