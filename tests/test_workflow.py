@@ -113,20 +113,26 @@ def test_fan_out_matrix_is_exactly_the_cells_that_select_cases() -> None:
 
 
 def readme_commands() -> list[str]:
-    """The README's two commands: the lines of the first code block under "## The two commands"."""
+    """The README's commands: the lines of the first code block under "## The two commands" (the suite;
+    the self-tests in their two tiers)."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## The two commands", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
 
-def test_the_ci_entry_point_runs_the_readmes_test_command() -> None:
-    """CI runs the README's self-test command exactly as a user types it (comment and all)."""
+def test_the_ci_entry_point_runs_the_readmes_test_commands() -> None:
+    """CI runs the README's self-test commands (both tiers) exactly as a user types them (comments and
+    all), the fast tier first."""
     commands = readme_commands()
-    assert len(commands) == 2, commands
-    assert [c for c in commands if c.split("#")[0].rstrip().endswith("-s tests")], commands
-    tests = next(c for c in commands if c.split("#")[0].rstrip().endswith("-s tests"))
-    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+    assert len(commands) == 3, commands
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    positions = []
+    for session in ("tests", "proofs"):
+        (command,) = [c for c in commands if c.split("#")[0].rstrip().endswith(f"-s {session}")]
+        assert command in ci, f"{command!r} is not a line of .ci/run"
+        positions.append(ci.index(command))
+    assert positions == sorted(positions), "CI runs the fast tier first"
 
 
 def test_the_readmes_commands_need_no_pip_install_outside_a_venv() -> None:
