@@ -215,7 +215,8 @@ def browser(session: nox.Session) -> None:
 
 
 def _chromium() -> str | None:
-    """The browser the dashboard test would use (tests/test_dashboard_browser.py looks in the same places)."""
+    """The browser the dashboard test would use (tests/reports/test_dashboard_browser.py looks in the same
+    places)."""
     candidates = [os.environ.get("DASHBOARD_CHROMIUM"), "/usr/bin/chromium"]
     candidates += [shutil.which("chromium"), shutil.which("chromium-browser")]
     return next((c for c in candidates if c and os.path.exists(c)), None)
@@ -332,7 +333,9 @@ def conformance_executorch(session: nox.Session) -> None:
     and more that the AOT path never imports; pyproject's ``executorch`` extra lists what it does import.
     """
     python = _suite_python(session)
-    session.run(python, "-m", "pytest", "tests/test_upstream_executorch.py", "-q", external=True)
+    session.run(
+        python, "-m", "pytest", "tests/upstream_executorch/test_upstream_executorch.py", "-q", external=True
+    )
     # The zoo cases need a runtime part, which the adapter lacks: prelowering the zoo would be lost work.
     # Upstream's known defects are declared (strict: a fixed one fails the run until its entry goes).
     known = ROOT / "upstream_executorch" / "known_failures.toml"
@@ -361,7 +364,9 @@ def conformance_torch_aoti(session: nox.Session) -> None:
     with its mode's known failures (strict: a case PyTorch starts to reject fails as stale).
     """
     python = _suite_python(session)
-    session.run(python, "-m", "pytest", "tests/test_torch_aoti.py", "-q", "-m", "not proof", external=True)
+    session.run(
+        python, "-m", "pytest", "tests/torch_aoti/test_torch_aoti.py", "-q", "-m", "not proof", external=True
+    )
     failed: list[str] = []
     for name, attr, known, deselect in (
         ("conformance-torch-aoti", "BACKEND", "known_failures.toml", TORCH_AOTI_DEFAULT_CRASHES),

@@ -30,7 +30,7 @@ graph runs. What it draws:
 The draws lean where a pass slips: slices, selects and permutes most, a copy usually read by an ordinary op
 (so a pass rewrites it and its readers see the view), dimensions wider than 1, slices written as exporters
 write them and non-empty, permutations that move something. Self-tests measure what the section catches
-(``tests/test_differential_view_pass.py``).
+(``tests/conformance/test_differential_view_pass.py``).
 
 Deterministic under the suite's Hypothesis profile (``conformance/generation.py``). No backend is imported.
 """

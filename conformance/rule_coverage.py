@@ -15,8 +15,8 @@ What this module finds:
   function is walked (its body, the helpers it calls inside ``conformance/``, the fixtures it asks for,
   and the module constants it reads) with the case's parameter values bound, so ``BAD_INPUT_RULES[rule]``
   becomes ``mm_out/dtype-mismatch-mat2`` for that case. A case "checks" every rule id its code can fail
-  with. ``tests/test_rule_coverage.py`` holds the expansion against pytest's own collection, so it cannot
-  drift.
+  with. ``tests/conformance/test_rule_coverage.py`` holds the expansion against pytest's own collection, so it
+  cannot drift.
 * **broken backends** — given, not found: the broken backends and their declarations (which rules each
   must make its chapter fail) live with the self-tests that prove them, in ``tests/``, and product code
   never imports tests. ``python -m tests.rule_coverage`` passes them in (:class:`Proof`); this module's

@@ -85,8 +85,9 @@ def run_machine(machine: type, examples: int, steps: int, spec: str) -> None:
 # ================================================================================================ view pass
 # Generated edge graphs through the backend's view_copy_pass (conformance/differential_view_pass.py says
 # what each rule holds and why). Examples per case: a slip in behaviour or meta shows only in graphs with a
-# particular op, argument and reader, so those two get the most (tests/test_differential_view_pass.py
-# holds the catch list to them); the report and the recompile show on any graph the pass rewrites.
+# particular op, argument and reader, so those two get the most
+# (tests/conformance/test_differential_view_pass.py holds the catch list to them); the report and the
+# recompile show on any graph the pass rewrites.
 
 VIEW_PASS_EXAMPLES = {"behaviour": 100, "meta": 80, "recompiled": 20, "report": 30}
 

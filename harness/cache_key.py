@@ -11,7 +11,7 @@ compiler (``$CXX`` or ``g++``, by its ``--version``), and the Python and CPU arc
 built for.
 
 Standard library only, and the backend package is located, never imported (``harness`` does not import a
-backend: ``tests/test_import_graph.py``): it runs with any Python, before anything is installed.
+backend: ``tests/project/test_import_graph.py``): it runs with any Python, before anything is installed.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ The file is a list of rows, one per rule id of the rule table, as ``conformance.
 writes them::
 
     [{"rule": "mm_out/values", "level": "must", "chapters": ["mm_out"], "cases": ["conformance/..."],
-      "broken_backends": ["tests.broken_backends:WrongValues"], "spec": ['SPEC §1c: "..."'],
+      "broken_backends": ["tests.broken.basic:WrongValues"], "spec": ['SPEC §1c: "..."'],
       "exemption": null, "exemption_reason": null, "status": "proven"}, ...]
 
 It is read as untrusted input: anything that is not that shape is an error naming the file, and every

@@ -304,8 +304,8 @@ RULE_COVERAGE = [
             "conformance/test_mm_out.py::test_values_match_float64_reference[bfloat16-1x64x48-row]",
         ],
         "broken_backends": [
-            "tests.broken_backends:WRONG_VALUES",
-            "tests.broken_chapter_backends:TRANSPOSES_THE_SECOND_OPERAND_FOR_COLUMN_MAJOR_LAYOUTS",
+            "tests.broken.basic:WRONG_VALUES",
+            "tests.broken.chapter:TRANSPOSES_THE_SECOND_OPERAND_FOR_COLUMN_MAJOR_LAYOUTS",
         ],
         "spec": ["§2 mm_out matches a float64 reference within the dtype's tolerance"],
         "exemption": None,

@@ -3,8 +3,8 @@
     python -m tests.differential_power [--jobs N] [--out FILE] [-k SUBSTRING ...] [--seed N]
 
 Runs ``conformance/test_differential.py`` — and no other chapter — against every broken backend in
-``tests/broken*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
-``tests/broken_generated_backends.py`` (``finds``), one pytest process each, and prints which the chapter
+``tests/broken/*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
+``tests/broken/generated.py`` (``finds``), one pytest process each, and prints which the chapter
 fails (with the first rule it names) and which it misses. The reference must pass the same run.
 """
 
@@ -29,7 +29,7 @@ CHAPTER = "conformance/test_differential.py"
 def run_one(spec: str, selection: list[str]) -> dict[str, object]:
     """The chapter against ``spec`` in a child of the self-tests' warm fork server (as the self-tests run
     it: unshrunk, no preflight); the first failed case's rule."""
-    from tests.test_suite_catches_broken_backends import run_chapter
+    from tests.conformance.test_suite_catches_broken_backends import run_chapter
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -48,7 +48,7 @@ def run_one(spec: str, selection: list[str]) -> dict[str, object]:
 
 def planted_specs() -> list[str]:
     """``--backend`` specs of the slips declared with ``finds`` (measured, not self-tested)."""
-    from tests import broken_generated_backends as module
+    from tests.broken import generated as module
 
     return [
         f"{module.__name__}:{name}"

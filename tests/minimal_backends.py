@@ -1,5 +1,5 @@
 """Minimal backends: the reference's parts, any combination of the optional ones, for the proof that every
-optional part is optional in every chapter (``tests/test_optional_parts.py``).
+optional part is optional in every chapter (``tests/conformance/test_optional_parts.py``).
 
 A backend here is one point of :data:`DIMENSIONS`: each optional protocol part or attribute present or
 absent (or, for the placement keys of ``lower_options``, one of a few values), and each target it lowers
@@ -12,7 +12,7 @@ treats a backend that has one, not about the reference's toolchain, which other 
 
 Every lookup of an optional attribute — present or absent, through ``getattr``, ``hasattr`` or a call — is
 recorded in the backend's :class:`Probe` as the dimension it reveals: that is all a case can learn about
-which parts exist, and what ``tests/part_probe.py`` explores.
+which parts exist, and what ``tests/conformance/part_probe.py`` explores.
 
 Select one with ``--backend tests.minimal_backends:<spec>``, ``<spec>`` being ``full`` or comma-separated
 ``dimension=value`` pairs (the others as the reference has them), e.g.

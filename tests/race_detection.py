@@ -3,7 +3,7 @@ broken backend and count the runs that fail (the suite must catch them in every 
 
     python -m tests.race_detection [--runs 20] [--out FILE]
 
-The backends: ``tests/broken_generated_backends.py``'s scratch buffer shared across threads and output
+The backends: ``tests/broken/generated.py``'s scratch buffer shared across threads and output
 arena shared across handles (both in the streams & threads chapter), and the per-handle output arena and
 shared scratch as the differential chapter sees them.
 """
@@ -32,7 +32,7 @@ RACERS = (
 def one_run(spec: str, chapter: str, select: tuple[str, ...]) -> bool:
     """Whether one run of the chapter's selection fails the backend (a child of the self-tests' warm fork
     server: a fresh process and pytest session each time)."""
-    from tests.test_suite_catches_broken_backends import run_chapter
+    from tests.conformance.test_suite_catches_broken_backends import run_chapter
 
     with tempfile.TemporaryDirectory() as tmp:
         _, run, _ = run_chapter(Path(tmp), spec, *select, chapter=chapter)

@@ -1,10 +1,11 @@
 """The broken backends' declarations (which rules each must make its chapter fail), found in
-``tests/broken*.py``, and the rule coverage table with them: ``python -m tests.rule_coverage [--json]
+``tests/broken/*.py``, and the rule coverage table with them: ``python -m tests.rule_coverage [--json]
 [--cases]`` (``nox -s conformance`` writes ``results/rule-coverage.json`` with it, for the dashboard).
 
-The declarations live here, beside the self-tests that prove them (``tests/test_broken_chapter_backends.py``
-runs each broken backend through its chapter), because product code never imports ``tests/``: the table
-(``conformance.rule_coverage``) takes them as :class:`conformance.rule_coverage.Proof` rows.
+The declarations live here, beside the self-tests that prove them
+(``tests/conformance/test_broken_chapter_backends.py`` runs each broken backend through its chapter), because
+product code never imports ``tests/``: the table (``conformance.rule_coverage``) takes them as
+:class:`conformance.rule_coverage.Proof` rows.
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ class BrokenBackend:
 
 
 def broken_backends(root: Path = ROOT) -> list[BrokenBackend]:
-    """Every object with a ``breaks`` declaration in ``tests/broken*.py``, by ``--backend`` spec."""
+    """Every object with a ``breaks`` declaration in ``tests/broken/*.py``, by ``--backend`` spec."""
     found: list[BrokenBackend] = []
-    for path in sorted((root / "tests").glob("broken*.py")):
-        module = importlib.import_module(f"tests.{path.stem}")
+    for path in sorted((root / "tests" / "broken").glob("[!_]*.py")):
+        module = importlib.import_module(f"tests.broken.{path.stem}")
         for name, value in vars(module).items():
             declared = getattr(value, "breaks", None) if not isinstance(value, type) else None
             if isinstance(declared, Breaks):
-                found.append(BrokenBackend(f"tests.{path.stem}:{name}", declared))
+                found.append(BrokenBackend(f"{module.__name__}:{name}", declared))
     return found
 
 

@@ -17,7 +17,7 @@ start=$(date +%s)
 { python3 -c "import importlib.metadata as m, torch, triton
 print('executorch', m.version('executorch'), 'torch', torch.__version__, 'cuda', torch.version.cuda,
       'triton', triton.__version__)"; nvidia-smi -L; echo "image CXX=$IMAGE_CXX cores=$(nproc)"; } > "$E/env.txt" 2>&1
-timeout 60 python3 -m pytest tests/test_upstream_executorch.py -q -p no:cacheprovider > "$E/selftests.txt" 2>&1
+timeout 60 python3 -m pytest tests/upstream_executorch/test_upstream_executorch.py -q -p no:cacheprovider > "$E/selftests.txt" 2>&1
 echo "rc=$? at $(( $(date +%s) - start )) s" >> "$E/selftests.txt"
 timeout 150 python3 -m upstream_executorch.smoke --out "$E/smoke" > "$E/smoke.txt" 2>&1
 echo "rc=$? at $(( $(date +%s) - start )) s" >> "$E/smoke.txt"

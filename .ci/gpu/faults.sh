@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 26 on one GPU: a faulty CUDA backend never takes the run down. The CUDA faulty backends of
-# tests/broken_fault_backends.py (an illegal address, an out-of-memory, a kernel that never ends) each run
+# tests/broken/fault.py (an illegal address, an out-of-memory, a kernel that never ends) each run
 # through whole chapters (program_format, bad_inputs; 4 workers) after the reference's run of the same
-# chapters (tests/test_fault_robustness.py): the faulty case must be named with its outcome and evidence,
+# chapters (tests/harness/test_fault_robustness.py): the faulty case must be named with its outcome and evidence,
 # every other case must get the reference's outcome, case by case, and the result file, JUnit and page
 # must be complete. Also the device probe's cost on this GPU, and the watchdog's per-case cost in the
 # reference's (green) run, and the illegal address's repro line run as recorded, under compute-sanitizer.
@@ -20,7 +20,7 @@ limit="${FAULTS_LIMIT:-450}"
 } > "$EVIDENCE/environment.txt" 2>&1
 python3 -m harness.device_probe --bench 2000 > "$EVIDENCE/probe-bench.txt" 2>&1
 start=$(date +%s)
-FAULT_EVIDENCE_DIR="$EVIDENCE" timeout "$limit" python3 -m pytest tests/test_fault_robustness.py -k cuda \
+FAULT_EVIDENCE_DIR="$EVIDENCE" timeout "$limit" python3 -m pytest tests/harness/test_fault_robustness.py -k cuda \
   -q -rs -p no:cacheprovider --basetemp=/tmp/faults-pytest > "$EVIDENCE/pytest.log" 2>&1
 echo "fault robustness (CUDA): rc=$? wall=$(( $(date +%s) - start ))s :: $(tail -1 "$EVIDENCE/pytest.log")" \
   > "$EVIDENCE/summary.txt"

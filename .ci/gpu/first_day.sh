@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 27 on a GPU: what the CPU self-tests cannot reach there.
-#   probe    — tests/test_optional_parts.py: every combination of optional parts, now with the CUDA cases
+#   probe    — tests/conformance/test_optional_parts.py: every combination of optional parts, now with the CUDA cases
 #              running (on a CPU they skip before touching the backend); 0 failures, every combination covered.
 #   modern   — the whole suite against a backend without the deprecated runtime options (the reference
 #              less set_option/get_option), as a user runs it: 0 failed, the option's cases skipped with why.
@@ -11,7 +11,7 @@ export CXX=/usr/bin/g++
 limit="${FIRST_DAY_LIMIT:-900}"
 step() { [[ " ${FIRST_DAY_STEPS:-probe modern bench} " == *" $1 "* ]]; }
 if step probe; then
-  timeout "$limit" python3 -m pytest tests/test_optional_parts.py -n 4 -q -rs -s -p no:cacheprovider \
+  timeout "$limit" python3 -m pytest tests/conformance/test_optional_parts.py -n 4 -q -rs -s -p no:cacheprovider \
     > "$OUT/optional-parts.log" 2>&1
   echo "optional parts rc=$? :: $(tail -1 "$OUT/optional-parts.log")"
   grep -E "cases, [0-9]+ runs, 0 failures" "$OUT/optional-parts.log"

@@ -24,11 +24,12 @@ if step broken; then
 from tests.rule_coverage import broken_backends
 print(' or '.join(b.spec.split(':')[1] for b in broken_backends() if b.breaks.cuda and b.breaks.alone == $1))"; }
   cuda_only=$(names False); alone=$(names True)
-  timeout "$limit" python3 -m pytest tests/test_broken_chapter_backends.py tests/test_placement_broken_backends.py \
+  timeout "$limit" python3 -m pytest tests/conformance/test_broken_chapter_backends.py \
+    tests/conformance/test_placement_broken_backends.py \
     -k "($cuda_only or host_inputs or pageable or reference_passes) and not alone" -n 6 -q -rs \
     -p no:cacheprovider > "$OUT/broken-gpu.log" 2>&1
   echo "broken backends (CUDA) rc=$? :: $(tail -1 "$OUT/broken-gpu.log")"
-  timeout "$limit" python3 -m pytest tests/test_broken_chapter_backends.py -k "$alone or alone" -q -rs \
+  timeout "$limit" python3 -m pytest tests/conformance/test_broken_chapter_backends.py -k "$alone or alone" -q -rs \
     -p no:cacheprovider > "$OUT/broken-gpu-nvml.log" 2>&1
   echo "broken backends judged on NVML, alone rc=$? :: $(tail -1 "$OUT/broken-gpu-nvml.log")"
   grep -hE "^(FAILED|SKIPPED|ERROR)" "$OUT"/broken-gpu*.log | cut -c1-240 | head -20

@@ -14,6 +14,6 @@ run() {  # name, then pytest arguments
 run reference-cuda conformance/test_differential.py conformance/test_metamorphic.py -k cuda \
   --durations=10 -n "${WORKERS:-4}"
 run broken-output-device conformance/test_differential.py -k "protocol_calls and cuda" \
-  --generated-no-shrink --no-preflight --backend=tests.broken_generated_backends:KEEPS_OUTPUTS_ON_DEVICE_WHEN_LISTED
+  --generated-no-shrink --no-preflight --backend=tests.broken.generated:KEEPS_OUTPUTS_ON_DEVICE_WHEN_LISTED
 grep -h "^\[differential\|CheckFailure: \[" "$OUT"/broken-*.log | cut -c1-300 | head -5
 cat "$OUT/summary.txt"

@@ -10,7 +10,7 @@ python3 -m pytest conformance/test_device_placement.py conformance/test_runtime_
   conformance/test_multi_method.py -n 4 -q -p harness.pytest_plugin --no-preflight \
   --results-json="$OUT/placement.json" --junitxml="$OUT/placement.junit.xml" > "$OUT/placement.log" 2>&1
 echo "chapters rc=$? ($(( $(date +%s) - start )) s)"
-python3 -m pytest tests/test_placement.py tests/test_placement_broken_backends.py -q -n 4 \
+python3 -m pytest tests/reference_impl/test_placement.py tests/conformance/test_placement_broken_backends.py -q -n 4 \
   > "$OUT/selftests.log" 2>&1
 echo "self-tests rc=$? ($(( $(date +%s) - start )) s)"
 python3 -m harness.bench --suite pipelines --out="$OUT/bench-pipelines.json" > "$OUT/bench-pipelines.log" 2>&1

@@ -1,9 +1,10 @@
 """The catalogue: every normative sentence of the contract, quoted, with the rule ids that enforce it.
 
 The contract is the plug-in protocol (``conformance/protocol.py``'s docstring) and the SPEC
-(``docs/SPEC.md``). Rows follow the text's order. ``tests/test_catalogue.py`` holds the table to the text:
-every normative sentence (``conformance/catalogue/text.py`` finds them) is quoted here, and every quote is
-still in its source; ``tests/test_rule_coverage.py``: every rule pattern names a rule id a case checks.
+(``docs/SPEC.md``). Rows follow the text's order. ``tests/conformance/test_catalogue.py`` holds the table to
+the text: every normative sentence (``conformance/catalogue/text.py`` finds them) is quoted here, and every
+quote is still in its source; ``tests/conformance/test_rule_coverage.py``: every rule pattern names a rule id
+a case checks.
 
 Adding a rule for a sentence: give its row the rule id (``enforced(source, quote, "family/rule")``); a gap
 closed moves from ``UNCOVERED`` into ``ENTRIES`` the same way. A new sentence in the SPEC or the protocol:
@@ -68,8 +69,9 @@ UNCOVERED: tuple[Entry, ...] = (
     uncovered(
         PREFLIGHT,
         "prove the toolchain can build and load an artifact for ``device`` without risking the caller",
-        "no case calls a backend's preflight with a broken toolchain (tests/test_preflight.py holds only "
-        "the reference's); the suite only acts on the answer",
+        "no case calls a backend's preflight with a broken toolchain "
+        "(tests/reference_impl/test_preflight.py holds only the reference's); the suite only acts on the "
+        "answer",
     ),
     uncovered(
         "SPEC §1c",
@@ -86,24 +88,25 @@ ENTRIES: tuple[Entry, ...] = (
     informative(
         PROTOCOL_INTRO,
         "The backend plug-in protocol: the only way the suite talks to a backend.",
-        f"{_SUITE} (tests/test_import_graph.py: conformance never imports reference_impl)",
+        f"{_SUITE} (tests/project/test_import_graph.py: conformance never imports reference_impl)",
     ),
     informative(
         PROTOCOL_INTRO,
         "A *backend* is any Python object (a module, an instance, a class) reachable as ``module:attr``.",
-        "a definition, for the suite's backend loader (tests/test_backend_loader.py)",
+        "a definition, for the suite's backend loader (tests/harness/test_backend_loader.py)",
     ),
     informative(
         PROTOCOL_INTRO,
         "A backend implements any subset of the parts below; a chapter whose part is missing is skipped "
         "with that reason, never failed.",
-        f"{_SUITE}: it skips a missing part, naming what the backend lacks (tests/test_backend_loader.py)",
+        f"{_SUITE}: it skips a missing part, naming what the backend lacks "
+        "(tests/harness/test_backend_loader.py)",
     ),
     informative(
         PROTOCOL_INTRO,
         "Nothing here needs importing: the protocols are structural (``typing.Protocol``), so a backend "
         "never depends on the suite.",
-        f"{_SUITE}: structural typing (tests/test_import_graph.py)",
+        f"{_SUITE}: structural typing (tests/project/test_import_graph.py)",
     ),
     # ===================================================================== protocol.py: Known failures
     enforced(
@@ -235,7 +238,8 @@ ENTRIES: tuple[Entry, ...] = (
         PREFLIGHT,
         "The suite calls it once before any case runs and stops with ``message`` when ``ok`` is false, "
         "instead of crashing mid-run.",
-        f"{_SUITE} (tests/test_suite_catches_broken_backends.py: the preflight reports a broken compiler)",
+        f"{_SUITE} (tests/conformance/test_suite_catches_broken_backends.py: the preflight reports a broken "
+        "compiler)",
     ),
     # ====================================================================== protocol.py: Part lowering
     enforced(
@@ -502,7 +506,7 @@ ENTRIES: tuple[Entry, ...] = (
     informative(
         "SPEC §1a",
         '`CompileSpec(key, bytes)`; key enum with `METHOD_NAME = "method_name"`;',
-        f"{_REFERENCE} (its compile specs: tests/test_compile_spec.py)",
+        f"{_REFERENCE} (its compile specs: tests/reference_impl/test_compile_spec.py)",
     ),
     enforced(
         "SPEC §1a",
@@ -513,19 +517,20 @@ ENTRIES: tuple[Entry, ...] = (
     informative(
         "SPEC §1a",
         "(first match wins; missing → clear error naming the specs it saw).",
-        f"{_REFERENCE} (tests/test_compile_spec.py)",
+        f"{_REFERENCE} (tests/reference_impl/test_compile_spec.py)",
     ),
     informative(
         "SPEC §1a",
         "Upstream reviewers preferred carrying the name **in the processed blob** so users need not pass it "
         "each time: do both — the blob carries a small versioned header with the method name and content "
         "hashes; the spec is optional and, when given, must agree.",
-        f"{_REFERENCE}: the blob layout (tests/test_blob.py); a program's format is the backend's business",
+        f"{_REFERENCE}: the blob layout (tests/reference_impl/test_blob.py); a program's format is the "
+        "backend's business",
     ),
     informative(
         "SPEC §1a",
         "Tags every delegable `call_function` node with one delegation tag; constants tagged too.",
-        f"{_REFERENCE}: the partitioner (tests/test_preprocess.py)",
+        f"{_REFERENCE}: the partitioner (tests/reference_impl/test_preprocess.py)",
     ),
     informative(
         "SPEC §1a",
@@ -713,12 +718,12 @@ ENTRIES: tuple[Entry, ...] = (
     informative(
         "SPEC §2",
         "The suite tests a *backend*, not our code:",
-        f"{_SUITE}: how a backend is named (tests/test_backend_loader.py)",
+        f"{_SUITE}: how a backend is named (tests/harness/test_backend_loader.py)",
     ),
     informative(
         "SPEC §2",
         "`conformance/` talks to the backend only through that protocol.",
-        f"{_SUITE} (tests/test_import_graph.py)",
+        f"{_SUITE} (tests/project/test_import_graph.py)",
     ),
     enforced(
         "SPEC §2",
@@ -730,7 +735,7 @@ ENTRIES: tuple[Entry, ...] = (
     informative(
         "SPEC §2",
         "Models are built in code with seeded random weights — no downloads.",
-        f"{_SUITE}: its model zoo (tests/test_models.py)",
+        f"{_SUITE}: its model zoo (tests/conformance/test_models.py)",
     ),
     enforced(
         "SPEC §2",
@@ -752,14 +757,14 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §2",
         "**Timing**: CUDA events, warm-up, L2 flush, median and spread, enough repeats for a stable figure; "
         "ratios against a competitor measured in the same run (e.g. shim vs `torch.mm`).",
-        f"{_SUITE}: how the bench times (tests/test_timing.py)",
+        f"{_SUITE}: how the bench times (tests/harness/test_timing.py)",
     ),
     informative(
         "SPEC §2",
         "**Outputs**: a versioned JSON result file (environment, every case with params, outcome, message "
         "and a one-line repro command, benchmarks, traffic), JUnit XML, and a static Jinja2 HTML dashboard "
         "(autoescaped) with history and regression verdicts against a baseline.",
-        f"{_SUITE}: what a run writes (tests/test_results.py, tests/test_dashboard.py)",
+        f"{_SUITE}: what a run writes (tests/harness/test_results.py, tests/reports/test_dashboard.py)",
     ),
     informative(
         "SPEC §2",
@@ -772,7 +777,8 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §3",
         "The suite must detect a broken toolchain up front and say so (a preflight check), not crash "
         "mid-run.",
-        f"{_SUITE} (tests/test_preflight.py, tests/test_suite_catches_broken_backends.py)",
+        f"{_SUITE} (tests/reference_impl/test_preflight.py, "
+        "tests/conformance/test_suite_catches_broken_backends.py)",
     ),
     informative(
         "SPEC §3",

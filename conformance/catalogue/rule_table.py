@@ -9,7 +9,7 @@ conservative policy, a missing optimisation, a performance contract; each *shoul
 
 The sentences of the contract each rule enforces: ``entries.py`` (the sentence catalogue), which names rules
 by id or by a glob over ids. Which broken backend proves a rule: the backend's ``breaks`` declaration, in
-``tests/broken*.py``.
+``tests/broken/*.py``.
 
 Adding a rule: a row here, its use in a case (``X = rule_id("family/name")`` in the chapter, then
 ``fail(X, ...)``), and a broken backend declaring it (README, "Adding a rule").
@@ -69,7 +69,7 @@ _BAD_METHODS = ("unknown-method", "unknown-method-empty-name", "method-not-a-str
 
 _METER = (
     "the traffic-meter chapter checks the NVML meter against known pinned transfers; no backend is called "
-    "(its own self-tests: tests/test_nvml_traffic.py)"
+    "(its own self-tests: tests/harness/test_nvml_traffic.py)"
 )
 
 RULE_TABLE: tuple[Rule, ...] = (
@@ -317,6 +317,6 @@ RULE_TABLE: tuple[Rule, ...] = (
         "known-failures/stale",
         "a case declared a known failure that passes fails: the list cannot rot",
         exempt="about the known-failures list, not the backend: a declared failure that passes "
-        "(tests/test_case_outcomes.py proves it)",
+        "(tests/conformance/test_case_outcomes.py proves it)",
     ),
 )

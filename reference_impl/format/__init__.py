@@ -8,6 +8,6 @@ a blob carries (its loader, ``package_loader.py``; its generated C++ read as tex
 the errors: the containers' (``errors.py``) and the runtime argument errors the I/O spec raises
 (``argument_errors.py``).
 
-Nothing here imports a wing: ``tests/test_import_graph.py`` holds it. This ``__init__`` re-exports
+Nothing here imports a wing: ``tests/project/test_import_graph.py`` holds it. This ``__init__`` re-exports
 nothing, so importing one format module never pulls in another (nor torch).
 """

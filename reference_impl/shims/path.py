@@ -2,10 +2,11 @@
 
 ``$REFIMPL_MM_OUT_PATH``: ``auto`` (default: native when it builds and loads here, else Python, with the
 reason), ``native`` (native or an error saying why not) or ``python`` (the ctypes fallback, kept and tested:
-``tests/test_mm_out_validation.py``, ``tests/test_mm_out_fast_path.py``). Both enforce the same rules with
-the same messages. The native path's Python entry is one C call that releases the GIL once (the extension
-module of ``native/entry.cpp``), or, only when that module cannot be built or loaded here, the ctypes
-fallback entry (``$REFIMPL_NATIVE_ENTRY_DISABLE=1`` forces it, for comparisons); ``describe_path`` says which.
+``tests/reference_impl/test_mm_out_validation.py``, ``tests/reference_impl/test_mm_out_fast_path.py``). Both
+enforce the same rules with the same messages. The native path's Python entry is one C call that releases the
+GIL once (the extension module of ``native/entry.cpp``), or, only when that module cannot be built or loaded
+here, the ctypes fallback entry (``$REFIMPL_NATIVE_ENTRY_DISABLE=1`` forces it, for comparisons);
+``describe_path`` says which.
 """
 
 from __future__ import annotations

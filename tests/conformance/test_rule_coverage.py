@@ -1,0 +1,201 @@
+"""The rule-coverage table (``python -m tests.rule_coverage``) is complete and true: every rule id has a case,
+and a broken backend that a chapter fails on it or an exemption with its reason; every rule id a case can
+fail with is a rule of the table, and the table says which chapters check it; the static expansion of the
+chapters' cases is exactly what pytest collects; no exemption is stale."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conformance import rule_coverage as rc
+from conformance.catalogue import CATALOGUE, RULE_TABLE, RULES_BY_ID
+from tests.rule_coverage import BrokenBackend, broken_backends
+from tests.rule_coverage import main as table_main
+
+ROOT = rc.ROOT
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[rc.Case]:
+    return rc.all_cases()
+
+
+@pytest.fixture(scope="module")
+def backends() -> list[BrokenBackend]:
+    return broken_backends()
+
+
+@pytest.fixture(scope="module")
+def rows(cases: list[rc.Case], backends: list[BrokenBackend]) -> list[rc.Row]:
+    return rc.coverage_rows(cases, [b.proof() for b in backends])
+
+
+@pytest.mark.proof
+def test_case_expansion_is_what_pytest_collects(cases: list[rc.Case]) -> None:
+    """The table's cases are pytest's: same node ids, none missing, none invented."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         *(f"conformance/{stem}.py" for stem in rc.CHAPTERS)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    collected = {line for line in proc.stdout.splitlines() if line.startswith("conformance/")}
+    ours = {case.id for case in cases}
+    assert collected == ours, (sorted(collected - ours)[:10], sorted(ours - collected)[:10])
+
+
+@pytest.mark.proof
+def test_every_rule_has_a_case(rows: list[rc.Row]) -> None:
+    """A SPEC rule mapped to an id no case checks shows here (the SPEC map names ids the code must use);
+    only a rule no backend can break (not-checkable, e.g. known-failures/stale) may have none."""
+    assert [r.rule for r in rows if r.status == "NO CASE"] == []
+
+
+def test_every_rule_has_a_broken_backend_or_is_not_checkable(rows: list[rc.Row]) -> None:
+    """A gap (a rule some backend could break, with no broken backend proving the suite catches it) fails
+    here; the only way around a broken backend is an exemption saying why no backend can break the rule."""
+    gaps = [r.rule for r in rows if r.status not in ("proven", "proven-gpu", "not-checkable")]
+    assert gaps == [], (
+        f"add a broken backend (tests/broken/*.py, with breaks=...), or if no backend can break it, the "
+        f"reason as exempt= on its row of conformance/catalogue/rule_table.py: {gaps}"
+    )
+
+
+def test_no_rule_id_is_left_a_template(rows: list[rc.Row]) -> None:
+    """Every ``{...}`` in a rule id was filled from the case's parameters or the caller's arguments."""
+    assert [r.rule for r in rows if "{" in r.rule] == []
+
+
+def test_exemptions_are_not_stale(rows: list[rc.Row]) -> None:
+    """An exempt rule (``exempt=`` on its row of the table) must have no broken backend: one a broken
+    backend now proves is stale. Its row says why, and the coverage table shows that reason."""
+    by_rule = {r.rule: r for r in rows}
+    exempt = [rule for rule, row in RULES_BY_ID.items() if row.exempt]
+    assert exempt, "the table exempts nothing: the meter's rules and suite/self-check should be exempt"
+    stale = [rule for rule in exempt if by_rule[rule].broken_backends]
+    assert stale == [], f"exempt, yet a broken backend proves them (drop exempt=): {stale}"
+    assert all(by_rule[r].exemption == "not-checkable" and by_rule[r].exemption_reason for r in exempt)
+
+
+def test_every_rule_a_case_checks_is_a_rule_of_the_table(rows: list[rc.Row]) -> None:
+    """A rule id written past the table (a literal instead of ``rule_id(...)``) shows as a row the table
+    lacks; so would a rule id the table dropped while a case still names it."""
+    assert [r.rule for r in rows if r.rule not in RULES_BY_ID] == []
+
+
+def test_the_table_says_which_chapters_check_each_rule(rows: list[rc.Row]) -> None:
+    """A row's chapters are exactly those whose cases can fail with its rule ids."""
+    wrong = [
+        (r.rule, sorted(RULES_BY_ID[r.rule].chapters), r.chapters)
+        for r in rows
+        if sorted(RULES_BY_ID[r.rule].chapters) != r.chapters
+    ]
+    assert wrong == [], "rows of conformance/catalogue/rule_table.py naming the wrong chapters: " + str(wrong)
+
+
+def test_every_row_of_the_table_is_a_row_of_the_coverage_table(rows: list[rc.Row]) -> None:
+    assert [r.rule for r in rows] == sorted(i for row in RULE_TABLE for i in row.ids)
+
+
+def test_declared_breaks_name_rules_the_chapter_checks(
+    rows: list[rc.Row], backends: list[BrokenBackend]
+) -> None:
+    """A broken backend may only claim rules that a case of its chapter checks."""
+    by_rule = {r.rule: r for r in rows}
+    for broken in backends:
+        chapter = broken.breaks.chapter
+        for rule in broken.breaks.rules:
+            assert rule in by_rule, f"{broken.spec} claims {rule!r}, which no case checks"
+            assert any(c.startswith(chapter) for c in by_rule[rule].cases), (broken.spec, rule, chapter)
+
+
+def test_every_chapter_with_a_backend_has_a_broken_backend(backends: list[BrokenBackend]) -> None:
+    chapters = {b.breaks.chapter.removeprefix("conformance/").removesuffix(".py") for b in backends}
+    wanted = {stem for stem in rc.CHAPTERS if stem != "test_traffic_meter"}  # the meter: no backend
+    assert wanted <= chapters, sorted(wanted - chapters)
+
+
+def test_catalogue_rules_name_rule_ids_the_chapters_check(rows: list[rc.Row]) -> None:
+    """Every rule pattern of the catalogue (``conformance/catalogue``) matches a rule id some case checks:
+    a renamed or dropped rule shows here as a sentence of the contract nobody enforces. A rule no case can
+    check (``known-failures/stale``: the plugin's own) counts when it is exempt as not-checkable."""
+    checked = [r.rule for r in rows if r.cases or r.status == "not-checkable"]
+    stale = [
+        (entry.cite(), pattern)
+        for entry in CATALOGUE
+        for pattern in entry.rules
+        if not any(fnmatch.fnmatchcase(rule, pattern) for rule in checked)
+    ]
+    assert stale == [], f"catalogue rule patterns that match no rule id a case checks: {stale}"
+
+
+def test_rows_cite_the_sentences_their_rule_enforces(rows: list[rc.Row]) -> None:
+    by_rule = {r.rule: r for r in rows}
+    assert any("On any error, outputs are left untouched." in s for s in by_rule["mm_out/none-out"].spec)
+    assert any(s.startswith("SPEC §1b: ") for s in by_rule["streams/threads"].spec)
+
+
+def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
+    """Both sides: a case's own rule is found and its siblings' are not (``BAD_INPUT_RULES[rule]``, a
+    ``parametrize`` over ``AFTER_DESTROY``); a helper's rule ids are those of the mechanism its caller
+    passes (``SKIP_COPY``, ``PLACEMENT``); a lookup (``level_of``) is not read as every rule."""
+    by_id = {case.id: case for case in cases}
+    bad = by_id[
+        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
+    ]
+    assert "mm_out/dtype-mismatch-mat2" in bad.rules
+    assert "mm_out/none-out" not in bad.rules
+    matrix = [c for c in cases if "::test_skip_copy_matrix[" in c.id]
+    assert matrix
+    assert all("skip-copy/output-device" in c.rules for c in matrix)
+    assert not any("placement/output-device" in c.rules for c in matrix)
+    destroyed = by_id[
+        "conformance/test_bad_inputs.py::test_destroyed_handle_is_rejected[destroy-cpu-program]"
+    ]
+    assert "bad-inputs/destroy-twice" in destroyed.rules
+    assert "bad-inputs/execute-after-destroy" not in destroyed.rules
+    verdicts = [c for c in cases if "::test_view_pass_verdicts[" in c.id]
+    assert verdicts
+    assert not any("mm_out/no-host-sync" in c.rules for c in verdicts)
+
+
+@pytest.mark.proof
+def test_the_command_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m tests.rule_coverage`` (what ``nox -s conformance`` writes for the dashboard) gives the
+    broken backends; the product's own command cannot know them, and says so."""
+    assert table_main(["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"rule", "level", "cases", "broken_backends", "status"} <= set(data[0])
+    assert any(row["rule"] == "options/nul-character" and row["broken_backends"] for row in data)
+    assert table_main([]) == 0
+    assert "options/nul-character" in capsys.readouterr().out
+    assert rc.main(["--json"]) == 0
+    captured = capsys.readouterr()
+    assert "no broken backends given" in captured.err
+    assert not any(row["broken_backends"] for row in json.loads(captured.out))
+
+
+def test_status_both_sides() -> None:
+    """The statuses the self-tests above rely on: a rule with a case and nothing else is red; a broken
+    backend declaring it makes it proven; a rule with no case is red whatever proves it."""
+    case = rc.Case("conformance/test_x.py::test_y", "x", frozenset({"zz/unexempted"}))
+    proof = rc.Proof("tests.x:Y", ("zz/unexempted",))
+    assert [r.status for r in rc.coverage_rows([case], []) if r.rule == "zz/unexempted"] == [
+        "NO BROKEN BACKEND"
+    ]
+    assert [r.status for r in rc.coverage_rows([case], [proof]) if r.rule == "zz/unexempted"] == ["proven"]
+    on_gpu = rc.Proof("tests.x:G", ("zz/unexempted",), cuda=True)
+    statuses = [r.status for r in rc.coverage_rows([case], [on_gpu]) if r.rule == "zz/unexempted"]
+    assert statuses == ["proven-gpu"]  # the CPU self-tests skip it: only a GPU run proves it
+    both = [r.status for r in rc.coverage_rows([case], [on_gpu, proof]) if r.rule == "zz/unexempted"]
+    assert both == ["proven"]
+    lonely = rc.Case("conformance/test_x.py::test_z", "x", frozenset())
+    rows = rc.coverage_rows([lonely], [])
+    assert all(r.status in ("NO CASE", "not-checkable") for r in rows)

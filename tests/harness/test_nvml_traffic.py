@@ -1,0 +1,609 @@
+"""The PCIe traffic meter on CPU: unwrap, missed polls, drift, calibration maths, the poller, the NVML field
+decoding, the unsupported path (real pynvml; NVML does not initialise on a machine without a driver) and
+the per-GPU file lock across processes."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+
+from harness.locks import LockTimeout, gpu_lock, lock_path
+from harness.nvml_calibration import calibrate_from, infer_h2d_counter
+from harness.nvml_counters import (
+    COUNTER_MODULUS,
+    SAFE_GAP_S,
+    CalibrationError,
+    CounterSample,
+    CounterUnsupported,
+    drift_from_samples,
+    integrate,
+    is_settled,
+    pcie_counter_reader,
+    subtract_drift,
+    unwrap,
+)
+from harness.nvml_memory import device_memory
+from harness.nvml_poller import CounterPoller
+from harness.nvml_traffic import TrafficMeter
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def sampled(true_tx: list[int], true_rx: list[int], period_s: float = 1e-3) -> list[CounterSample]:
+    """Raw 32-bit readings of true (unbounded) byte counts, one per poll period."""
+    return [
+        CounterSample(i * period_s, tx % COUNTER_MODULUS, rx % COUNTER_MODULUS)
+        for i, (tx, rx) in enumerate(zip(true_tx, true_rx, strict=True))
+    ]
+
+
+def ramp(start: int, per_step: int, steps: int) -> list[int]:
+    return [start + per_step * i for i in range(steps + 1)]
+
+
+# ---------------------------------------------------------------------------------------------- unwrap
+
+
+def test_unwrap_without_wrap_is_last_minus_first() -> None:
+    assert unwrap([100, 150, 400]) == (300, 0)
+
+
+def test_unwrap_one_wrap() -> None:
+    assert unwrap([COUNTER_MODULUS - 10, 5]) == (15, 1)
+
+
+def test_unwrap_several_wraps_matches_truth() -> None:
+    # 64 MB per 1 ms poll (64 GB/s) for 300 ms: 19.2 GB, i.e. four wraps of the 32-bit counter.
+    true = ramp(3_000_000_000, 64_000_000, 300)
+    total, wraps = unwrap([v % COUNTER_MODULUS for v in true])
+    assert total == true[-1] - true[0]
+    assert wraps == (true[-1] // COUNTER_MODULUS) - (true[0] // COUNTER_MODULUS) >= 4
+
+
+def test_integrate_both_counters_with_wraps() -> None:
+    tx = ramp(COUNTER_MODULUS - 1000, 30_000_000, 500)  # 15 GB: several wraps
+    rx = ramp(12345, 1_000, 500)  # a trickle: no wrap
+    totals = integrate(sampled(tx, rx))
+    assert totals.valid, totals.reason
+    assert (totals.tx_bytes, totals.rx_bytes) == (tx[-1] - tx[0], rx[-1] - rx[0])
+    assert totals.tx_wraps == 4
+    assert totals.rx_wraps == 0
+    assert totals.duration_s == pytest.approx(0.5)
+
+
+def test_missed_polls_mark_the_measurement_invalid() -> None:
+    # A 5 GB burst between two samples 80 ms apart: the 32-bit delta alone would read 0.7 GB.
+    samples = [
+        CounterSample(0.0, 0, 0),
+        CounterSample(0.001, 1000, 0),
+        CounterSample(0.081, 5_000_001_000 % COUNTER_MODULUS, 0),
+    ]
+    totals = integrate(samples)
+    assert not totals.valid
+    assert "missed polls" in (totals.reason or "")
+    assert totals.max_gap_s == pytest.approx(0.080)
+    assert totals.tx_bytes < 5_000_000_000  # what silently under-counting would have reported
+
+
+def test_gap_just_under_the_safe_time_is_valid() -> None:
+    samples = [CounterSample(0.0, 0, 0), CounterSample(SAFE_GAP_S * 0.99, 10, 10)]
+    assert integrate(samples).valid
+
+
+def test_fewer_than_two_samples_is_invalid() -> None:
+    totals = integrate([CounterSample(0.0, 1, 1)])
+    assert not totals.valid
+    assert "only 1" in (totals.reason or "")
+
+
+def test_safe_gap_leaves_margin_over_the_poll_period() -> None:
+    from harness.nvml_poller import POLL_PERIOD_S
+
+    assert POLL_PERIOD_S <= 1e-3  # at least 1 kHz
+    assert SAFE_GAP_S >= 20 * POLL_PERIOD_S
+    # At full PCIe Gen5 x16 speed (~64 GB/s) the counter must not wrap within the safe gap.
+    assert 64e9 * SAFE_GAP_S < COUNTER_MODULUS
+
+
+# ---------------------------------------------------------------------------------------------- drift
+
+
+def test_drift_rate_and_subtraction() -> None:
+    # Idle: 0.5 MB/s on both counters, 1 kHz for 1 s.
+    idle = ramp(0, 500, 1000)
+    drift = drift_from_samples(sampled(idle, idle))
+    assert drift.tx_bytes_per_s == pytest.approx(0.5e6, rel=1e-3)
+    assert drift.rx_noise_bytes_per_s == pytest.approx(0.0, abs=1.0)
+    # A 1 GiB burst on rx over 100 ms, on top of the same drift.
+    burst = GiB // 50
+    rx = [500 * i + min(i, 50) * burst for i in range(101)]
+    tx = ramp(0, 500, 100)
+    counts = subtract_drift(integrate(sampled(tx, rx)), drift)
+    assert counts["rx"] == pytest.approx(50 * burst, abs=1)
+    assert counts["tx"] == pytest.approx(0, abs=1)
+
+
+def test_drift_noise_is_the_difference_of_the_two_halves() -> None:
+    idle = [400 * i if i <= 500 else 400 * 500 + 600 * (i - 500) for i in range(1001)]
+    drift = drift_from_samples(sampled(idle, idle))
+    assert drift.tx_noise_bytes_per_s == pytest.approx(0.2e6, rel=0.01)
+
+
+def test_drift_noise_is_not_fooled_by_two_equal_halves() -> None:
+    """Both sides: the halves advance by the same bytes, yet the rate swings between 0.2 and 0.6 MB/s
+    within each; the segments' spread gives the noise, where the halves alone would give 0."""
+    rates = [200, 600, 600, 200] * 2  # bytes per ms, per eighth of the window
+    idle, total = [0], 0
+    for rate in rates:
+        for _ in range(125):
+            total += rate
+            idle.append(total)
+    drift = drift_from_samples(sampled(idle, idle))
+    assert drift.tx_bytes_per_s == pytest.approx(0.4e6, rel=1e-3)
+    sigma = statistics.stdev(r * 1e3 for r in rates)
+    assert drift.tx_noise_bytes_per_s == pytest.approx(
+        sigma * math.sqrt(2 / 8) * 2 / math.sqrt(math.pi), rel=0.02
+    )
+    steady = drift_from_samples(sampled(ramp(0, 400, 1000), ramp(0, 400, 1000)))
+    assert steady.tx_noise_bytes_per_s == pytest.approx(0.0, abs=1.0)
+
+
+def test_drift_window_with_a_gap_is_rejected() -> None:
+    samples = [CounterSample(0.0, 0, 0), CounterSample(1.0, 500_000, 500_000)]
+    with pytest.raises(CalibrationError, match="missed polls"):
+        drift_from_samples(samples)
+
+
+def test_is_settled() -> None:
+    quiet = sampled(ramp(0, 50, 40), ramp(0, 50, 40))  # 50 kB/s
+    busy = sampled(ramp(0, 5_000_000, 40), ramp(0, 50, 40))  # 5 GB/s
+    assert is_settled(quiet)
+    assert not is_settled(busy)
+    assert not is_settled(quiet[:5])  # window not yet spanned
+
+
+def test_update_interval_and_settle_window() -> None:
+    from harness.nvml_counters import SETTLE_MAX_S, SETTLE_WINDOW_S, settle_window, update_interval
+
+    # Polled every 1 ms, but the value only changes every 10 ms: the driver publishes at 100 Hz.
+    steps = [i // 10 * 1000 for i in range(100)]
+    assert update_interval(sampled(steps, steps)) == pytest.approx(0.010)
+    assert update_interval(sampled([5] * 10, [5] * 10)) is None
+    assert settle_window(None) == SETTLE_WINDOW_S
+    assert settle_window(0.001) == SETTLE_WINDOW_S
+    assert settle_window(0.010) == pytest.approx(0.030)
+    assert settle_window(10.0) == SETTLE_MAX_S / 2
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+
+
+def synthetic_counts(h2d: float, d2h: float, h2d_counter: str = "rx") -> dict[str, float]:
+    """Counted bytes for given payloads: 9 % overhead each way, plus read-request/ack cross traffic."""
+    on_h2d = 1.09 * h2d + 0.002 * d2h
+    on_d2h = 1.08 * d2h + 0.04 * h2d
+    d2h_counter = "tx" if h2d_counter == "rx" else "rx"
+    return {h2d_counter: on_h2d, d2h_counter: on_d2h}
+
+
+def test_calibration_recovers_factors_and_inverts_mixed_traffic() -> None:
+    runs_h2d = [synthetic_counts(GiB, 0) for _ in range(3)]
+    runs_d2h = [synthetic_counts(0, GiB) for _ in range(3)]
+    cal = calibrate_from(runs_h2d, runs_d2h, GiB)
+    assert cal.h2d_counter == "rx"
+    assert cal.d2h_counter == "tx"
+    assert cal.h2d_factor == pytest.approx(1.09)
+    assert cal.d2h_factor == pytest.approx(1.08)
+    assert cal.h2d_cross == pytest.approx(0.04)
+    assert cal.d2h_cross == pytest.approx(0.002)
+    assert cal.rel_noise == pytest.approx(0.0)
+    mixed = synthetic_counts(300 * MiB, 70 * MiB)
+    h2d, d2h = cal.payload(mixed["rx"], mixed["tx"])
+    assert h2d == pytest.approx(300 * MiB)
+    assert d2h == pytest.approx(70 * MiB)
+
+
+def test_calibration_follows_the_counters_not_the_documentation() -> None:
+    # If a driver ever swapped the meaning of TX and RX, calibration must notice.
+    cal = calibrate_from([synthetic_counts(GiB, 0, "tx")], [synthetic_counts(0, GiB, "tx")], GiB)
+    assert cal.h2d_counter == "tx"
+
+
+def test_calibration_noise_is_the_relative_range_of_repeats() -> None:
+    runs = [{"rx": f * GiB, "tx": 0.04 * GiB} for f in (1.08, 1.09, 1.10)]
+    back = [{"rx": 0.0, "tx": 1.09 * GiB}] * 3
+    assert calibrate_from(runs, back, GiB).rel_noise == pytest.approx(0.02 / 1.09)
+
+
+def test_direction_unclear_is_an_error() -> None:
+    with pytest.raises(CalibrationError, match="direction unclear"):
+        infer_h2d_counter({"tx": GiB, "rx": 0.9 * GiB}, {"tx": GiB, "rx": 0.0})
+
+
+def test_direction_not_confirmed_by_the_other_copy() -> None:
+    with pytest.raises(CalibrationError, match="not confirmed"):
+        infer_h2d_counter({"tx": 0.0, "rx": GiB}, {"tx": 0.0, "rx": GiB})
+
+
+def test_calibration_needs_runs() -> None:
+    with pytest.raises(CalibrationError):
+        calibrate_from([], [], GiB)
+
+
+# ---------------------------------------------------------------------------------------------- poller
+
+
+# The simulations run at 20 GB/s, so the counter wraps every 215 ms: a 100 ms safe gap then tolerates
+# scheduler stalls of a loaded CI machine while still proving the unwrap.
+SIM_RATE = 20e9
+SIM_SAFE_GAP_S = 0.1
+
+
+class FakeCounters:
+    """A wrapping counter pair advancing at fixed rates in real time; remembers the true values read."""
+
+    def __init__(self, tx_rate: float, rx_rate: float, stall_s: float = 0.0, stall_after: int = -1) -> None:
+        self.t0 = time.monotonic()
+        self.tx_rate, self.rx_rate = tx_rate, rx_rate
+        self.stall_s, self.stall_after = stall_s, stall_after
+        self.reads = 0
+        self.truth: list[tuple[int, int]] = []
+
+    def read(self) -> tuple[int, int]:
+        if self.reads == self.stall_after:
+            time.sleep(self.stall_s)
+        self.reads += 1
+        dt = time.monotonic() - self.t0
+        true = (int(self.tx_rate * dt), int(self.rx_rate * dt))
+        self.truth.append(true)
+        return true[0] % COUNTER_MODULUS, true[1] % COUNTER_MODULUS
+
+
+def test_poller_unwraps_a_fast_wrapping_counter_exactly() -> None:
+    fake = FakeCounters(tx_rate=SIM_RATE, rx_rate=1e6)
+    poller = CounterPoller(fake.read, period_s=1e-3)
+    poller.start()
+    time.sleep(0.6)
+    samples = poller.stop()
+    totals = integrate(samples, safe_gap_s=SIM_SAFE_GAP_S)
+    assert totals.valid, totals.reason
+    assert totals.tx_bytes == fake.truth[-1][0] - fake.truth[0][0]
+    assert totals.rx_bytes == fake.truth[-1][1] - fake.truth[0][1]
+    assert totals.tx_wraps >= 2
+    assert len(samples) >= 200  # roughly 1 kHz, allowing for a slow CI box
+
+
+def test_poller_stall_is_detected_not_undercounted() -> None:
+    fake = FakeCounters(tx_rate=SIM_RATE, rx_rate=0.0, stall_s=0.3, stall_after=5)
+    poller = CounterPoller(fake.read, period_s=1e-3)
+    poller.start()
+    time.sleep(0.4)
+    totals = integrate(poller.stop(), safe_gap_s=SIM_SAFE_GAP_S)
+    assert not totals.valid
+    assert "missed polls" in (totals.reason or "")
+
+
+def test_poller_reports_a_failing_read() -> None:
+    calls = {"n": 0}
+
+    def read() -> tuple[int, int]:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise RuntimeError("device fell off the bus")
+        return (0, 0)
+
+    poller = CounterPoller(read, period_s=1e-3)
+    poller.start()
+    time.sleep(0.05)
+    poller.stop()
+    assert poller.error
+    assert "device fell off the bus" in poller.error
+
+
+# ---------------------------------------------------------------------------------------------- simulation
+
+
+class SimulatedLink:
+    """A PCIe link in real time: fixed-rate transfers with protocol overhead, idle drift, 32-bit counters.
+
+    H2D data arrives on rx with 9 % overhead and makes 4 % read-request traffic on tx; D2H data leaves on
+    tx with 8 % overhead. Counters advance continuously, so the poller sees them move as on hardware.
+    """
+
+    def __init__(self, rate: float = SIM_RATE, drift: float = 0.5e6) -> None:
+        self.rate, self.drift = rate, drift
+        self.t0 = time.monotonic()
+        self.transfers: list[tuple[float, float, str]] = []  # (start, bytes, direction)
+        self.lock = threading.Lock()
+
+    def read(self) -> tuple[int, int]:
+        now = time.monotonic()
+        tx = rx = self.drift * (now - self.t0)
+        with self.lock:
+            transfers = list(self.transfers)
+        for start, nbytes, direction in transfers:
+            done = min(nbytes, max(0.0, now - start) * self.rate)
+            if direction == "h2d":
+                rx += 1.09 * done
+                tx += 0.04 * done
+            else:
+                tx += 1.08 * done
+        return int(tx) % COUNTER_MODULUS, int(rx) % COUNTER_MODULUS
+
+    def copy(self, direction: str, nbytes: int) -> Callable[[], None]:
+        """A workload for ``TrafficMeter.measure``: returns once the data has crossed, like a synced copy."""
+
+        def run() -> None:
+            with self.lock:
+                self.transfers.append((time.monotonic(), nbytes, direction))
+            time.sleep(nbytes / self.rate)
+
+        return run
+
+
+@pytest.fixture
+def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CONFORMANCE_LOCK_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_meter_end_to_end_on_a_simulated_link(lock_dir: Path) -> None:
+    link = SimulatedLink()
+    with TrafficMeter(
+        "GPU-simulated", counter_source=link.read, drift_s=0.2, calibrate=False, safe_gap_s=SIM_SAFE_GAP_S
+    ) as meter:
+        assert meter.supported, meter.reason
+        assert meter.drift is not None
+        assert meter.drift.rx_bytes_per_s == pytest.approx(0.5e6, rel=0.05)
+        meter.calibration = meter.calibrate_with(
+            link.copy("h2d", 256 * MiB), link.copy("d2h", 256 * MiB), 256 * MiB
+        )
+        assert meter.calibration.h2d_counter == "rx"
+        assert meter.calibration.h2d_factor == pytest.approx(1.09, rel=1e-3)
+        for direction, size in (("h2d", 6 * GiB), ("d2h", 5 * GiB), ("h2d", 16 * MiB)):
+            m = meter.measure(link.copy(direction, size))
+            assert m.valid, m.reason
+            ours = m.h2d_payload_bytes if direction == "h2d" else m.d2h_payload_bytes
+            other = m.d2h_payload_bytes if direction == "h2d" else m.h2d_payload_bytes
+            assert ours == pytest.approx(size, rel=0.005), (direction, size, m)
+            assert other == pytest.approx(0, abs=0.005 * size)
+            if size > 4 * GiB:
+                counter = "rx" if direction == "h2d" else "tx"
+                assert m.wraps[counter] >= 1
+        assert (lock_dir / "gpu-GPU-simulated.lock").exists()
+
+
+def test_meter_reports_a_stalled_poller_as_invalid(lock_dir: Path) -> None:
+    link = SimulatedLink()
+    stall = {"on": False}
+
+    def read() -> tuple[int, int]:
+        if stall["on"]:
+            stall["on"] = False
+            time.sleep(0.3)  # the poller misses ~300 polls while 6 GB cross the link
+        return link.read()
+
+    def workload() -> None:
+        stall["on"] = True
+        link.copy("h2d", 6 * GiB)()
+
+    with TrafficMeter(
+        "GPU-simulated-2", counter_source=read, drift_s=0.05, calibrate=False, safe_gap_s=SIM_SAFE_GAP_S
+    ) as meter:
+        m = meter.measure(workload)
+    assert not m.valid
+    assert m.h2d_bytes is None
+    assert "missed polls" in (m.reason or "")
+    record = m.to_record("traffic", "x", {}).to_dict()
+    assert record["metrics"]["h2d_bytes"]["value"] is None
+    assert "missed polls" in record["metrics"]["h2d_bytes"]["note"]
+
+
+# ---------------------------------------------------------------------------------------------- NVML decoding
+
+
+def field(value: int, ret: int = pynvml.NVML_SUCCESS, vtype: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG):
+    f = pynvml.c_nvmlFieldValue_t()
+    f.nvmlReturn = ret
+    f.valueType = vtype
+    if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        f.value.uiVal = value
+    else:
+        f.value.ullVal = value
+    return f
+
+
+def fake_nvml(**overrides: object) -> SimpleNamespace:
+    """The real pynvml constants and structures, with the device calls replaced."""
+    names = {
+        n: getattr(pynvml, n) for n in dir(pynvml) if n.isupper() or n.startswith(("NVML", "nvmlMemory"))
+    }
+    return SimpleNamespace(**{**names, "__name__": "fake_pynvml", **overrides})
+
+
+def test_reader_decodes_field_values_by_type() -> None:
+    nvml = fake_nvml(
+        nvmlDeviceGetFieldValues=lambda handle, ids: [
+            field(123, vtype=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT),
+            field(2**32 - 1),
+        ]
+    )
+    assert pcie_counter_reader(nvml, object())() == (123, 2**32 - 1)
+
+
+def test_reader_raises_unsupported_on_a_per_field_error() -> None:
+    nvml = fake_nvml(
+        nvmlDeviceGetFieldValues=lambda handle, ids: [field(0, ret=pynvml.NVML_ERROR_NOT_SUPPORTED), field(0)]
+    )
+    with pytest.raises(CounterUnsupported, match=r"NVML_FI_DEV_PCIE_COUNT_TX_BYTES.*Not Supported"):
+        pcie_counter_reader(nvml, object())()
+
+
+def test_device_memory_falls_back_to_v1() -> None:
+    def get_memory(handle: object, version: int | None = None) -> object:
+        if version:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return SimpleNamespace(used=5, total=10, free=5)
+
+    info = device_memory(fake_nvml(nvmlDeviceGetMemoryInfo=get_memory), object())
+    assert info == {"nvml_memory_info": "v1", "used_bytes": 5, "total_bytes": 10}
+
+
+# ---------------------------------------------------------------------------------------------- unsupported
+
+
+def assert_unsupported(meter: TrafficMeter) -> None:
+    ran = []
+    m = meter.measure(lambda: ran.append(1))
+    assert ran == [1], "the workload runs even where it cannot be metered"
+    assert not m.valid
+    assert m.h2d_bytes is None
+    assert m.d2h_bytes is None
+    assert m.h2d_payload_bytes is None
+    assert (m.reason or "").startswith("unsupported: ")
+    record = m.to_record("traffic_meter", "x", {}).to_dict()
+    for name in ("h2d_bytes", "d2h_bytes", "h2d_payload_bytes", "d2h_payload_bytes"):
+        metric = record["metrics"][name]
+        assert metric["value"] is None, metric
+        assert metric["note"].startswith("unsupported: "), metric
+
+
+def test_nvml_unavailable_reads_as_unsupported_not_zero() -> None:
+    # On a machine without a driver nvmlInit fails (the real path); on a GPU machine NVML runs but has
+    # no device with this UUID. Both must end as "unsupported" with the reason, never as 0 bytes.
+    with TrafficMeter("GPU-00000000-0000-0000-0000-000000000000") as meter:
+        assert not meter.supported
+        assert "NVML" in (meter.reason or "")
+        assert_unsupported(meter)
+
+
+def test_no_cuda_device_reads_as_unsupported() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device; the no-device path is exercised on CPU machines")
+    with TrafficMeter(0) as meter:
+        assert "no CUDA device" in (meter.reason or "")
+        assert_unsupported(meter)
+
+
+# ---------------------------------------------------------------------------------------------- the lock
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from harness.locks import gpu_lock
+    with gpu_lock(sys.argv[1], directory=Path(sys.argv[2])):
+        print("locked", flush=True)
+        sys.stdin.readline()
+    """
+)
+
+
+def test_lock_excludes_another_process(tmp_path: Path) -> None:
+    uuid = "GPU-test-lock-0001"
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, uuid, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        assert child.stdout.readline().strip() == "locked"
+        with (
+            pytest.raises(LockTimeout, match=f"pid {child.pid}"),
+            gpu_lock(uuid, timeout_s=0.2, directory=tmp_path),
+        ):
+            pass
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=10) == 0
+        started = time.monotonic()
+        with gpu_lock(uuid, timeout_s=5, directory=tmp_path):
+            assert time.monotonic() - started < 2
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_lock_is_reentrant_in_a_thread_and_exclusive_between_threads(tmp_path: Path) -> None:
+    uuid = "GPU-test-lock-0002"
+    outcome: list[str] = []
+
+    def other_thread() -> None:
+        try:
+            with gpu_lock(uuid, timeout_s=0.1, directory=tmp_path):
+                outcome.append("acquired")
+        except LockTimeout:
+            outcome.append("timed out")
+
+    with gpu_lock(uuid, directory=tmp_path), gpu_lock(uuid, timeout_s=0.1, directory=tmp_path):
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+    assert outcome == ["timed out"]
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert outcome == ["timed out", "acquired"]
+
+
+def test_lock_file_name_is_per_uuid(tmp_path: Path) -> None:
+    a = lock_path("GPU-aaaa", tmp_path)
+    b = lock_path("MIG-bbbb/1", tmp_path)
+    assert a != b
+    assert a.parent == b.parent == tmp_path
+    assert "/" not in b.name
+
+
+def test_drift_noise_is_the_rate_variation_not_the_rate() -> None:
+    from harness.nvml_counters import Drift, drift_noise_bytes
+
+    # A fast but steady idle rate is corrected away; only its variation is uncertain.
+    drift = Drift(
+        tx_bytes_per_s=20e6,
+        rx_bytes_per_s=15e6,
+        tx_noise_bytes_per_s=2e5,
+        rx_noise_bytes_per_s=1e5,
+        duration_s=1.0,
+    )
+    assert drift_noise_bytes(5.0, drift, "tx") == pytest.approx(1e6)
+    assert drift_noise_bytes(5.0, drift, "rx") == pytest.approx(5e5)
+
+
+def test_no_garbage_collection_inside_a_window(lock_dir: Path) -> None:
+    """A collection would hold the GIL and starve the poller thread; it waits for the window's end."""
+    import gc
+
+    link = SimulatedLink()
+    seen: list[bool] = []
+    with TrafficMeter(
+        "GPU-simulated-gc", counter_source=link.read, drift_s=0.05, calibrate=False, safe_gap_s=SIM_SAFE_GAP_S
+    ) as meter:
+        assert gc.isenabled()
+        meter.measure(lambda: seen.append(gc.isenabled()))
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            meter.measure(lambda: None)
+            assert not gc.isenabled()  # a caller's own choice is left alone
+        finally:
+            gc.enable()
+    assert seen == [False]

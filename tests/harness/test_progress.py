@@ -1,0 +1,91 @@
+"""A long run is never silent (harness/progress.py), and its end says first which rules failed, how often."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from harness.formatting import show_duration
+from harness.progress import ProgressReporter, heartbeat
+from tests.chapter_runner import ChapterRun
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_show_duration_reads_like_a_clock() -> None:
+    assert [show_duration(s) for s in (4.25, 45, 130.2, 3601)] == [
+        "4.2 s",
+        "45 s",
+        "2 min 10 s",
+        "60 min 01 s",
+    ]
+    assert show_duration(None) == "n/a"
+
+
+def test_the_progress_line_counts_estimates_and_names_the_longest_running_case() -> None:
+    reporter = ProgressReporter(SimpleNamespace(pluginmanager=None), 30.0)  # type: ignore[arg-type]
+    reporter.start = 0.0
+    assert reporter.line(now=45.0) == (
+        "progress: 45 s in, no case finished yet (starting: preflight, collection)"
+    )
+    reporter.total, reporter.cases_start = 100, 10.0
+    reporter.counts.update({"done": 25, "passed": 20, "failed": 2, "skipped": 3})
+    reporter.running = {"conformance/test_x.py::test_slow[a]": 40.0, "conformance/test_x.py::test_b": 100.0}
+    assert reporter.line(now=110.0) == (
+        "progress: 25/100 cases (25%) in 1 min 50 s — 20 passed, 2 failed, 3 skipped; "
+        "ETA ≈ 5 min 00 s at this pace; longest running: test_slow[a] (1 min 10 s)"
+    )
+
+
+def test_heartbeat_speaks_while_a_step_is_silent() -> None:
+    lines: list[str] = []
+    with heartbeat("preflight [cpu]", interval=0.05, write=lines.append):
+        time.sleep(0.3)
+    assert len(lines) >= 3
+    assert lines[0].startswith("preflight [cpu]: still running (")
+    count = len(lines)
+    time.sleep(0.15)
+    assert len(lines) == count  # stopped with the step
+
+
+CHAPTER = """
+import time
+from conformance.checks import fail
+
+
+def test_slow(backend):
+    time.sleep(1.5)
+
+
+def test_breaks_a_rule(backend):
+    fail("runtime/lower", "lower(add_mul)", "boom")
+
+
+def test_breaks_it_again(backend):
+    fail("runtime/lower", "lower(add)", "boom")
+
+
+def test_crashes(backend):
+    raise RuntimeError("no rule id here")
+"""
+
+
+def test_a_run_prints_progress_and_ends_with_the_failed_rules_first(tmp_path: Path) -> None:
+    chapter = tmp_path / "test_some_chapter.py"
+    chapter.write_text(CHAPTER)
+    log = tmp_path / "output.txt"
+    args = [str(chapter), "-p", "conformance.conftest", "--backend=tests.minimal_backends:full", "-q"]
+    # -s: a line written while a case runs in this process would be captured with its output; the front door
+    # runs the cases in xdist workers, where the process that prints is never captured.
+    args += ["-p", "no:cacheprovider", "--no-preflight", "--progress-every=0.4", "-s"]
+    code = ChapterRun(args, ROOT, {**os.environ, "PYTHONPATH": str(ROOT)}, log).wait(timeout=300)
+    output = log.read_text()
+    assert code == 1, output
+    assert "progress: " in output, output
+    assert "longest running: test_slow" in output, output
+    rules = output.index("failed rules: 2 (3 cases)")
+    assert output.index("    2  [runtime/lower]", rules) > rules
+    assert "    1  (no rule id: a crash or an error outside the checks)" in output
+    assert rules < output.index("short test summary info"), output

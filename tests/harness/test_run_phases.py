@@ -1,0 +1,642 @@
+"""The phases of a conformance run (harness/run_phases/), driven through a fake console: which pytest
+phases a machine gets and with what, the pre-lowering and preflight around them, a stop mid-run, the
+report and the verdict. No process runs here but a ``sleep`` to stop; tests/project/test_front_door.py and
+tests/project/test_sharded_run.py drive the real front door (nox) end to end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from harness.phases import Phase, parse_phase
+from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
+from harness.run_phases import plan, prelowering, report, run, sizing
+from harness.run_phases.plan import PytestPhase, SuiteRun
+from harness.run_phases.prelowering import Prelowering
+from harness.run_phases.record import RunRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Environment the front door reads; each test starts without it.
+FRONT_DOOR_ENV = (
+    "CONFORMANCE_RUN_ID",
+    "CONFORMANCE_RUN_DEADLINE",
+    "CONFORMANCE_PRELOWER",
+    "CONFORMANCE_WORKERS_PER_GPU",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+)
+
+
+#: sizing's own reader of /proc/meminfo (the tests' machine has 125 GiB: ``_clean``).
+READ_MEMORY = sizing.available_memory_gib
+
+
+class Failed(Exception):
+    """The fake console's ``error``: the session failed."""
+
+
+class FakeConsole:
+    """Records what the run asks for; ``codes``: a pytest shard's exit code, or ``"SIGTERM"`` to stop the
+    front door while that shard runs (as a CI system cancelling the job)."""
+
+    def __init__(self, gpus: int, codes: Mapping[str, int | str] | None = None, check_args: int = 0) -> None:
+        self.gpus = gpus
+        self.codes = dict(codes or {})
+        self.check_args = check_args
+        self.calls: list[tuple[str, object]] = []
+
+    def log(self, message: str) -> None:
+        self.calls.append(("log", message))
+
+    def warn(self, message: str) -> None:
+        self.calls.append(("warn", message))
+
+    def error(self, message: str) -> None:
+        self.calls.append(("error", message))
+        raise Failed(message)
+
+    def run(self, cmd: Sequence[str], *, success_codes: Sequence[int] = (0,)) -> None:
+        self.calls.append(("run", list(cmd)))
+        if tuple(success_codes) != (0,):
+            self.calls.append(("success_codes", list(success_codes)))
+
+    def output(self, cmd: Sequence[str]) -> str:
+        return f"{self.gpus}\n"
+
+    def exit_code(
+        self,
+        cmd: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        interrupt_s: float | None = None,
+        terminate_s: float | None = None,
+    ) -> int:
+        if "harness.check_args" in cmd:
+            self.calls.append(("check_args", list(cmd)))
+            return self.check_args
+        self.calls.append(("pytest", (list(cmd), dict(env or {}))))
+        results = next(a for a in cmd if a.startswith("--results-json=")).partition("=")[2]
+        code = self.codes.get(Path(results).stem, 0)
+        Path(results).write_text("{}")  # pytest writes its files, a stopped one too
+        if code == "SIGTERM":
+            signal.raise_signal(signal.SIGTERM)  # the front door's handler raises KeyboardInterrupt
+        return int(code)
+
+    def of(self, kind: str) -> list[object]:
+        return [value for k, value in self.calls if k == kind]
+
+    def pytest_args(self) -> list[list[str]]:
+        return [cmd for cmd, _ in self.of("pytest")]  # type: ignore[misc]
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A 16-core machine with 125 GiB available, without the front door's variables; signal handlers as
+    they were after."""
+    for name in FRONT_DOOR_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sizing, "cores", lambda: 16)
+    monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+#: The stamp a fake earlier run left (``FakeBackground(is_done=0)``).
+STAMP = "/cache/prelower/0123abcd.done"
+
+
+class FakeBackground:
+    """The background pre-lowering and preflight, without their processes; ``is_done``: what
+    ``conformance.prelower --is-done`` answers (0: an earlier run lowered everything, 1: not; as the real
+    ``earlier_prelowering`` reads it, tested on its own below)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, preflight: int = 0, is_done: int = 1) -> None:
+        self.events: list[str] = []
+        self.preflight = preflight
+        self.is_done = is_done
+        monkeypatch.setattr(run, "earlier_prelowering", self.ask)
+        monkeypatch.setattr(run, "start_prelowering", self.start)
+        monkeypatch.setattr(run, "stop_prelowering", self.stop)
+        monkeypatch.setattr(run, "check_toolchain", self.check)
+
+    def ask(self, console: object, python: str, backend: Sequence[str], timeout: float | None) -> str | None:
+        self.events.append(f"is-done {' '.join(backend)}".strip())
+        return STAMP if self.is_done == 0 else None
+
+    def start(
+        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str]
+    ) -> Prelowering | None:
+        if jobs == 0:  # as the real one: the sizing left it no process
+            return None
+        self.events.append(f"start {' '.join(backend)}".strip())
+        return Prelowering(None, log, time.perf_counter())  # type: ignore[arg-type]
+
+    def stop(self, console: object, job: Prelowering) -> str:
+        self.events.append("stop")
+        return "54 lowered"
+
+    def check(
+        self, python: str, backend: Sequence[str], env: Mapping[str, str], timeout: float | None
+    ) -> int:
+        assert set(env) == {"CONFORMANCE_RUN_ID"}  # the preflight records under the run's id
+        self.events.append("preflight")
+        return self.preflight
+
+
+def _suite(tmp_path: Path, *posargs: str, prelower: bool = True) -> SuiteRun:
+    return SuiteRun(tmp_path, "conformance", ("conformance",), "/venv/bin/python", posargs, prelower)
+
+
+def _table(console: FakeConsole) -> list[Phase]:
+    (cmd,) = [c for c in console.of("run") if "harness.phases" in c]  # type: ignore[operator]
+    return [parse_phase(a.removeprefix("--phase=")) for a in cmd if a.startswith("--phase=")]  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------------------------ whole runs
+
+
+def test_without_a_gpu_the_run_is_one_phase_of_cpu_workers(tmp_path: Path) -> None:
+    console = FakeConsole(gpus=0)
+    run.run_suite(console, _suite(tmp_path))
+    ((cmd, env),) = console.of("pytest")  # type: ignore[misc]
+    assert cmd[:4] == ["/venv/bin/python", "-m", "pytest", "conformance"]
+    assert cmd[4:10] == ["-n", "2", "--dist", "worksteal", "-m", "not multi_gpu"]
+    assert "--no-preflight" not in cmd  # nothing checked the toolchain: the phase does
+    assert env == {"CONFORMANCE_RUN_ID": env["CONFORMANCE_RUN_ID"]}
+    assert env["CONFORMANCE_RUN_ID"].endswith("-conformance")
+    assert [p.name for p in _table(console)] == ["cases", "report"]
+    assert ("log", "no CUDA device; 2 pytest-xdist worker(s)") in console.calls
+    archive = next(c for c in console.of("run") if "harness.run_history" in c)  # type: ignore[operator]
+    assert archive[-3:] == [
+        "--name=conformance",
+        "--name=conformance-exclusive",
+        "--name=conformance-multi-gpu",
+    ]
+    assert not console.of("error")
+
+
+def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    console = FakeConsole(gpus=2)
+    run.run_suite(console, _suite(tmp_path, "--backend", "my:BACKEND"))
+    # asked first whether an earlier run lowered everything (not here), sized, then started
+    assert background.events[:3] == [
+        "is-done --backend my:BACKEND",
+        "start --backend my:BACKEND",
+        "preflight",
+    ]
+    (shared, shared_env), (alone, alone_env), (multi, multi_env) = console.of("pytest")  # type: ignore[misc]
+    # 16 cores, 2 GPUs: a budget of 15, 3 case workers per GPU and 9 compile processes
+    assert shared[3:10] == ["conformance", "-n", "6", "--dist", "worksteal", "-m",
+                            "not multi_gpu and not (traffic or timing)"]  # fmt: skip
+    assert alone[3:10] == ["conformance", "-n", "2", "--dist", "worksteal", "-m",
+                           "not multi_gpu and (traffic or timing)"]  # fmt: skip
+    assert multi[3:10] == ["conformance", "-n", "1", "--dist", "worksteal", "-m", "multi_gpu"]
+    assert all("--no-preflight" in cmd for cmd in (shared, alone, multi))  # the front door checked it
+    assert shared_env["CONFORMANCE_WORKER_GPUS"] == alone_env["CONFORMANCE_WORKER_GPUS"] == "0,1"
+    assert shared_env["OMP_NUM_THREADS"] == "1"  # the 7 cores the compiles leave, over 6 workers
+    assert shared_env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
+    assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
+        shared_env["CONFORMANCE_RUN_ID"]
+    }
+    names = [p.name for p in _table(console)]
+    assert names == ["preflight", "cases (shared GPU)", "prelower (overlapped)", "cases (GPU alone)",
+                     "cases (multi-GPU)", "report"]  # fmt: skip
+    assert _table(console)[1].detail == "6 workers, 3 per GPU; 9 compiling beside"
+    header = "16 cores, 2 CUDA device(s), 125 GiB available: 6 case worker(s) (3 per GPU, 1 thread(s) each)"
+    header += " and 9 compile processes; then 'traffic or timing' alone, one worker per GPU"
+    assert ("log", header) in console.calls
+    (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
+    assert "16 cores: a budget of 15" in str(why)
+    (pages,) = [c for c in console.of("run") if "reports" in c]  # type: ignore[operator]
+    assert pages[3:6] == [str(tmp_path / "results" / f"{shard}.json") for shard in _suite(tmp_path).shards]
+
+
+def test_a_failed_preflight_stops_the_prelowering_and_each_phase_checks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch, preflight=EXIT_PREFLIGHT)
+    console = FakeConsole(
+        gpus=1, codes={"conformance": EXIT_PREFLIGHT, "conformance-exclusive": EXIT_PREFLIGHT}
+    )
+    with pytest.raises(Failed, match="pytest exit code 3"):
+        run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["is-done", "start", "preflight", "stop"]  # stopped before any case
+    assert [("--no-preflight" in cmd) for cmd in console.pytest_args()] == [False, False]
+    assert [p.detail for p in _table(console)][:2] == ["toolchain check failed (exit 3)", "54 lowered"]
+
+
+def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    narrowed = FakeConsole(gpus=1)
+    run.run_suite(narrowed, _suite(tmp_path, "-k", "mm_out"))
+    run.run_suite(FakeConsole(gpus=1), _suite(tmp_path, prelower=False))
+    assert background.events == []  # nor asked whether it is done
+    # without the pre-lowering the case workers take the whole budget
+    assert narrowed.pytest_args()[0][4:6] == ["-n", "15"]
+    assert _table(narrowed)[0].detail == "15 workers, 15 per GPU"
+
+
+def test_prelower_off_still_runs_the_preflight_and_gives_the_cases_every_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    monkeypatch.setenv("CONFORMANCE_PRELOWER", "0")
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["preflight"]
+    assert console.pytest_args()[0][4:6] == ["-n", "15"]
+
+
+def test_a_warm_cache_starts_no_prelowering_and_gives_the_cases_the_whole_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch, is_done=0)
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["is-done", "preflight"]  # the preflight as ever, no pre-lowering
+    assert console.pytest_args()[0][4:6] == ["-n", "15"]
+    assert [p.name for p in _table(console)][:2] == ["preflight", "cases (shared GPU)"]
+    assert _table(console)[1].detail == "15 workers, 15 per GPU"
+    header = "16 cores, 1 CUDA device(s), 125 GiB available: 15 case worker(s) (15 per GPU, 1 thread(s) each)"
+    header += " and no compile process; then 'traffic or timing' alone, one worker per GPU"
+    assert ("log", header) in console.calls
+    (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
+    assert str(why).endswith(
+        f"; pre-lowering: done by an earlier run (stamp {STAMP}), the cases get the whole budget: "
+        "15 case workers"
+    )
+
+
+def test_a_cold_cache_prelowers_beside_half_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch, is_done=1)
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["is-done", "start", "preflight", "stop"]
+    assert console.pytest_args()[0][4:6] == ["-n", "7"]
+    assert _table(console)[1].detail == "7 workers, 7 per GPU; 8 compiling beside"
+    (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
+    assert str(why).endswith("pre-lowering beside the cases: 7 case workers, 8 compile processes")
+
+
+def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = FakeBackground(monkeypatch)
+    console = FakeConsole(gpus=2, codes={"conformance": "SIGTERM"})
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        run.run_suite(console, _suite(tmp_path))
+    assert stopped.value.code == EXIT_SIGTERM
+    assert len(console.of("pytest")) == 1
+    assert background.events[-1] == "stop"  # before the table: its GPU work ends with the run
+    details = {p.name: p.detail for p in _table(console)}
+    assert details["cases (GPU alone)"] == "not started: the run was stopped by SIGTERM"
+    assert console.calls[-1] == ("log", "conformance run stopped: the run was stopped by SIGTERM (exit 143)")
+    assert signal.getsignal(signal.SIGTERM) is before  # the front door's handler is gone
+
+
+def test_the_deadline_is_shared_out_over_the_phases(tmp_path: Path) -> None:
+    console = FakeConsole(gpus=0)
+    run.run_suite(console, _suite(tmp_path, "--run-deadline", "100", "-x"))
+    (check,) = console.of("check_args")
+    assert check == ["/venv/bin/python", "-m", "harness.check_args", "conformance", "-x"]
+    (cmd,) = console.pytest_args()
+    assert cmd[-2] == "-x"
+    assert cmd[-1].startswith("--run-deadline=")
+    assert 85 <= float(cmd[-1].partition("=")[2]) <= 90  # less the report's reserve (a tenth)
+
+
+@pytest.mark.parametrize(
+    ("posargs", "check_args", "message"),
+    [
+        (("--run-deadline", "soon"), 0, "--run-deadline: 'soon' is not a number of seconds"),
+        (("--dtype=float64",), 4, "nothing was run and results/ is as it was: fix the arguments above"),
+    ],
+)
+def test_bad_arguments_stop_the_run_before_results_move(
+    tmp_path: Path, posargs: tuple[str, ...], check_args: int, message: str
+) -> None:
+    console = FakeConsole(gpus=0, check_args=check_args)
+    with pytest.raises(Failed, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        run.run_suite(console, _suite(tmp_path, *posargs))
+    assert not console.of("run")  # results/ untouched: no archive, no phase
+
+
+def test_a_shard_left_with_only_a_journal_is_finished_from_it(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "conformance.json.journal.jsonl").write_text("")
+
+    class Crashing(FakeConsole):
+        def exit_code(self, cmd: Sequence[str], **kwargs: object) -> int:
+            return self.check_args if "harness.check_args" in cmd else 139
+
+    console = Crashing(gpus=0)
+    with pytest.raises(Failed, match="pytest exit code 139"):
+        run.run_suite(console, _suite(tmp_path))
+    junit = f"--junit={results / 'conformance.junit.xml'}"
+    finalize = ["/venv/bin/python", "-m", "harness.finalize", str(results / "conformance.json"), junit]
+    at = console.calls.index(("run", finalize))
+    assert console.calls[at + 1] == ("success_codes", [0, 1])  # 1: the run it records failed
+
+
+# ------------------------------------------------------------------------------------------------ the parts
+
+
+@pytest.mark.parametrize(
+    ("stop", "codes", "expected"),
+    [
+        (None, [0, 0], None),
+        (None, [5, 0], None),  # nothing selected in one phase is fine
+        (None, [], None),
+        (None, [0, 1, 2], report.Verdict("conformance run failed: pytest exit code 1")),
+        (None, [5, 5], report.Verdict(
+            "conformance run selected no case (pytest exit code 5): check -k / -m / the chapter path")),
+        (("the run was stopped by SIGINT", 130), [1],
+         report.Verdict("conformance run stopped: the run was stopped by SIGINT (exit 130)", 130)),
+    ],
+)  # fmt: skip
+def test_verdict(stop: tuple[str, int] | None, codes: list[int], expected: report.Verdict | None) -> None:
+    assert report.verdict(stop, codes) == expected
+
+
+def _sizing(
+    cores: int, gpus: int, memory: float | None = 1000.0, prelower: bool = True, **env: str
+) -> sizing.GpuSizing:
+    """A run's sizing on that machine; ``env``: the front door's variables."""
+    return sizing.size_gpu_run(gpus, cpus=cores, memory_gib=memory, env=env, prelower=prelower)
+
+
+@pytest.mark.parametrize(
+    ("cores", "gpus", "memory", "prelower", "per_gpu", "jobs"),
+    [
+        (16, 1, 125.0, True, 7, 8),  # one H100: was 12 workers + 15 compiles
+        (16, 1, 125.0, False, 15, 0),
+        (32, 2, 250.0, True, 7, 17),  # two H100s: was 48 workers + 31 compiles on 32 cores
+        (32, 2, 250.0, False, 15, 0),
+        (128, 8, 1000.0, True, 7, 71),
+        (128, 8, 1000.0, False, 15, 0),
+        (4, 1, 30.0, True, 1, 2),
+        (4, 1, 30.0, False, 3, 0),
+        (3, 1, 30.0, True, 2, 0),  # one compile process is not worth it: its core goes to the cases
+        (16, 1, 12.0, True, 2, 2),  # 12 GiB: 4 processes of 3 GiB
+        (16, 1, 12.0, False, 4, 0),
+        (16, 1, None, True, 7, 8),  # memory unknown: no cap
+    ],
+)  # fmt: skip
+def test_sizing_shares_one_budget_of_cores_and_memory(
+    cores: int,
+    gpus: int,
+    memory: float | None,
+    prelower: bool,
+    per_gpu: int,
+    jobs: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sizing, "available_memory_gib", lambda: None)  # None: unknown, no cap
+    size = _sizing(cores, gpus, memory, prelower)
+    assert (size.workers_per_gpu, size.prelower_jobs) == (per_gpu, jobs)
+    assert size.busy <= cores - 1  # one core for the controller
+    assert size.reasons[0].startswith(f"{cores} cores: a budget of {cores - 1} ")
+    capped = [r for r in size.reasons if r.startswith("memory ") and "the budget is" in r]
+    if memory is not None and memory // sizing.PROCESS_GIB < cores - 1:  # the cap binds: said so
+        assert capped == ["memory 12 GiB allows 4 processes (3 GiB each): the budget is 4"]
+    else:
+        assert not capped
+    assert ("host memory unknown: no memory cap" in size.reasons) is (memory is None)
+    assert size.sentence.startswith(f"{cores} cores, {gpus} CUDA device(s), ")
+    assert f"{size.workers} case worker(s)" in size.sentence
+
+
+def test_the_override_sets_the_workers_and_the_compiles_get_what_is_left() -> None:
+    size = _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="5")
+    assert (size.workers_per_gpu, size.prelower_jobs, size.busy) == (5, 10, 15)
+    assert "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers, 10 compile processes with what is left" in (
+        size.reasons
+    )
+    more = _sizing(16, 2, CONFORMANCE_WORKERS_PER_GPU="12")  # more than the budget: no compile process
+    assert (more.workers_per_gpu, more.prelower_jobs) == (12, 0)
+    assert more.reasons[-1].endswith("24 case workers, over the budget of 15, none left to compile")
+    assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="14").prelower_jobs == 0  # 1 left: not worth it
+    assert _sizing(16, 1, prelower=False, CONFORMANCE_WORKERS_PER_GPU="5").threads_per_worker == 3
+    for ignored in ("0", "-3", "two", ""):  # not a count
+        assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU=ignored).workers_per_gpu == 7
+
+
+def test_busy_processes_never_exceed_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over many machines: case workers and compile processes fit in the cores but one and the memory,
+    unless the GPUs alone need more (one worker each, nothing compiling); compiles are none or enough."""
+    monkeypatch.setattr(sizing, "available_memory_gib", lambda: None)  # None: unknown, no cap
+    for cores in (*range(1, 20), 24, 32, 48, 64, 96, 128, 192, 256):
+        for gpus in (1, 2, 3, 4, 8, 16):
+            for memory in (None, 0.5, 4.0, 12.0, 31.9, 64.0, 125.0, 2000.0):
+                for prelower in (True, False):
+                    size = _sizing(cores, gpus, memory, prelower)
+                    cap = cores - 1 if memory is None else min(cores - 1, int(memory // sizing.PROCESS_GIB))
+                    budget = max(1, cap)
+                    assert size.workers_per_gpu >= 1
+                    assert size.prelower_jobs == 0 or size.prelower_jobs >= sizing.MIN_PRELOWER_JOBS
+                    assert size.prelower_jobs == 0 or prelower
+                    if gpus <= budget:
+                        assert size.busy <= budget, size
+                    else:
+                        assert (size.workers_per_gpu, size.prelower_jobs) == (1, 0), size
+                        assert any("one case worker per GPU at least" in r for r in size.reasons)
+                    assert size.threads_per_worker >= 1
+                    assert size.workers * size.threads_per_worker + size.prelower_jobs <= max(
+                        cores, size.busy
+                    )
+
+
+def test_the_readmes_example_header_is_what_the_sizing_says() -> None:
+    size = _sizing(16, 1, 125.0)
+    readme = (ROOT / "README.md").read_text()
+    assert f"{size.sentence}; then 'traffic or timing' alone, one worker per GPU\n" in readme
+    assert f"sized so: {'; '.join(size.reasons)}\n" in readme
+    assert "Two GPUs and 32 cores get 14 case workers (7 per GPU) and 17 compile processes" in readme
+    assert (_sizing(32, 2).workers, _sizing(32, 2).prelower_jobs) == (14, 17)
+    assert _sizing(32, 2, prelower=False).workers == 30
+
+
+def test_an_earlier_run_that_lowered_everything_leaves_the_whole_budget_to_the_cases() -> None:
+    warm = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelowered="/s.done")
+    cold = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelower=False)
+    assert (warm.workers, warm.prelower_jobs, warm.threads_per_worker) == (15, 0, 1)
+    assert warm.workers == cold.workers  # as without the pre-lowering
+    assert warm.reasons[-1] == (
+        "pre-lowering: done by an earlier run (stamp /s.done), the cases get the whole budget: "
+        "15 case workers"
+    )
+    env = {"CONFORMANCE_WORKERS_PER_GPU": "5"}
+    pinned = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env=env, prelowered="/s.done")
+    assert (pinned.workers, pinned.prelower_jobs) == (5, 0)
+    assert pinned.reasons[-2:] == (
+        "pre-lowering: done by an earlier run (stamp /s.done)",
+        "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers",
+    )
+
+
+def test_the_other_counts_and_the_memory_read(tmp_path: Path) -> None:
+    assert sizing.cpu_workers() == 2
+    assert sizing.cpu_workers(cpus=1) == 1
+    assert sizing.self_test_workers(cpus=2) == 3
+    assert sizing.self_test_workers() == 4
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       131072000 kB\nMemAvailable:   12582912 kB\n")
+    assert READ_MEMORY(meminfo) == 12.0
+    meminfo.write_text("MemTotal:       131072000 kB\n")
+    assert READ_MEMORY(meminfo) is None
+    assert READ_MEMORY(tmp_path / "absent") is None
+
+
+def test_plan_helpers(tmp_path: Path) -> None:
+    assert plan.run_id("cell-x", {"CONFORMANCE_RUN_ID": " ci-1 "}) == "ci-1"
+    assert plan.run_id("cell-x", {}, now=0).startswith("19700101T000000Z-")
+    assert plan.visible_gpu_ids(2, {"CUDA_VISIBLE_DEVICES": "3, 7,9"}) == ["3", "7"]
+    assert plan.visible_gpu_ids(2, {}) == ["0", "1"]
+    assert plan.pinning(1, {}) == {}
+    assert plan.pinning(2, {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"}) == {
+        "CONFORMANCE_WORKER_GPUS": "GPU-a,GPU-b"
+    }
+    args = ("-k", "x", "--backend", "a:B", "--backend-path=/p", "--backend")
+    assert plan.backend_args(args) == ["--backend", "a:B", "--backend-path", "/p"]
+    suite = SuiteRun(tmp_path, "c", ("conformance",), str(tmp_path / ".nox" / "bin" / "python"))
+    assert suite.shown_python == ".nox/bin/python"
+    assert not suite.narrowed
+    assert all(SuiteRun(tmp_path, "c", (), "p", (arg,)).narrowed for arg in ("-kmm", "-m", "a.py", "a::b"))
+    phase = PytestPhase("t", "s", 3, "m", "d", paths=("a.py", "--dtype=x"))
+    assert phase.args(["conformance"], skip_preflight=True) == [
+        "a.py", "--dtype=x", "-n", "3", "--dist", "worksteal", "-m", "m", "--no-preflight"
+    ]  # fmt: skip
+
+
+def test_the_gpu_alone_phase_collects_only_the_modules_that_mark_such_cases() -> None:
+    found = plan.modules_marking(ROOT, ["conformance", "--dtype=float32"], plan.EXCLUSIVE_MARKS)
+    assert found is not None
+    assert "conformance/test_traffic_meter.py" in found
+    assert "conformance/test_program_format.py" not in found
+    assert found[-1] == "--dtype=float32"
+    assert plan.modules_marking(ROOT, ["conformance/test_mm_out.py"], plan.EXCLUSIVE_MARKS) is None
+
+
+def test_the_prelowering_summary_and_when_it_does_not_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = ["prelower: 2 programs for cuda+cpu", "  mlp  cuda  float32  1.0s", "  mlp  cpu  float32  0.5s"]
+    assert prelowering.summarize(table) == "prelower: stopped after the parallel phase, 2 programs done"
+    assert prelowering.summarize([*table, "prelower: 2 lowered in 1.5 s"]) == "prelower: 2 lowered in 1.5 s"
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError("started")
+
+    monkeypatch.setattr(prelowering.subprocess, "Popen", no_process)
+    console = FakeConsole(gpus=1)
+    log = tmp_path / "p.log"
+    assert prelowering.start_prelowering(console, "py", 0, log, []) is None  # type: ignore[arg-type]
+    suite = _suite(tmp_path)
+    assert plan.prelowers(suite, {})
+    assert not plan.prelowers(suite, {"CONFORMANCE_PRELOWER": "0"})
+    assert not plan.prelowers(_suite(tmp_path, "-k", "mm_out"), {})
+    assert not plan.prelowers(_suite(tmp_path, prelower=False), {})
+
+
+def test_asking_whether_an_earlier_run_lowered_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real query, a shell script standing in for the run's interpreter: it asks about what the
+    pre-lowering would compile (its command, ``--is-done`` for ``--jobs``), and only exit 0 means done."""
+    asked = tmp_path / "asked"
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\necho "$@" > {asked}\nprintf "%s\\n" "$ANSWER"\nsleep "$SLEEP"\nexit "$CODE"\n'
+    )
+    python.chmod(0o755)
+    backend = ["--backend", "my:BACKEND"]
+    console = FakeConsole(gpus=1)
+
+    def ask(code: int, answer: str, timeout: float | None = None, sleep: float = 0) -> str | None:
+        monkeypatch.setenv("CODE", str(code))
+        monkeypatch.setenv("ANSWER", answer)
+        monkeypatch.setenv("SLEEP", str(sleep))
+        return prelowering.earlier_prelowering(console, str(python), backend, timeout)  # type: ignore[arg-type]
+
+    done = "prelower: done, 74 programs for cuda+cpu (stamp /c/prelower/ab cd.done)"
+    assert ask(0, f"a warning\n{done}") == "/c/prelower/ab cd.done"
+    started = prelowering.prelower_command(str(python), 8, backend)
+    assert asked.read_text().split() == [a if a != "--jobs=8" else "--is-done" for a in started[1:]]
+    query = f"{python} -m conformance.prelower --device=cuda --device=cpu --is-done --backend my:BACKEND"
+    assert console.calls[-1] == ("log", f"{query}: exit 0, {done}")
+    assert ask(0, "prelower: done") == "unnamed"  # done, though it did not say where
+    assert ask(1, "prelower: not done, 74 programs for cuda+cpu (no stamp: /c/x.done)") is None
+    assert ask(2, "usage: prelower.py [-h] ...") is None  # e.g. an older prelower without --is-done
+    assert ask(1, "Traceback (most recent call last): ...") is None  # a crash
+    assert ask(0, done, timeout=0.2, sleep=5) is None  # no answer in time
+    assert console.calls[-1] == ("log", f"{query}: no answer (TimeoutExpired); pre-lowering as usual")
+    assert prelowering.earlier_prelowering(console, str(tmp_path / "none"), [], None) is None  # type: ignore[arg-type]
+    assert "no answer (FileNotFoundError)" in str(console.calls[-1][1])
+
+
+def test_stopping_the_prelowering_ends_its_process_group(tmp_path: Path) -> None:
+    log = tmp_path / "p.log"
+    log.write_text("  mlp  cuda  float32  1.0s\n")
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    console = FakeConsole(gpus=1)
+    job = Prelowering(process, log, time.perf_counter())
+    assert prelowering.stop_prelowering(console, job) == "stopped after the parallel phase, 1 programs done"  # type: ignore[arg-type]
+    assert process.returncode == -signal.SIGTERM
+    assert console.calls == [
+        ("log", f"prelower: stopped after the parallel phase, 1 programs done (table: {log})")
+    ]
+
+
+def test_the_record_gives_the_table_and_whether_the_toolchain_is_known() -> None:
+    record = RunRecord(origin=10.0)
+    record.phases.append(Phase("cases (shared GPU)", 12.345, "8 workers, 4 per GPU", 1.5))
+    assert [parse_phase(f.removeprefix("--phase=")) for f in record.phase_flags()] == [
+        Phase("cases (shared GPU)", 12.35, "8 workers, 4 per GPU", 1.5)
+    ]
+    assert not record.toolchain_known
+    record.exit_codes.append(EXIT_PREFLIGHT)
+    assert not record.toolchain_known  # the preflight's own exit: the next phase says why too
+    record.exit_codes.append(1)
+    assert record.toolchain_known
+    assert RunRecord(toolchain_ok=True).toolchain_known
+
+
+def test_the_rule_coverage_table_only_warns_when_it_fails(tmp_path: Path) -> None:
+    console = FakeConsole(gpus=0)
+    report.write_rule_coverage(console, ["false"], tmp_path / "results")  # type: ignore[arg-type]
+    assert not (tmp_path / "results" / "rule-coverage.json").exists()
+    assert console.of("warn") == [
+        "rule coverage table not written (exit 1); the dashboard will have no coverage page"
+    ]
+
+
+def test_the_run_imports_neither_nox_torch_pytest_nor_a_backend() -> None:
+    """nox imports this package with whatever interpreter runs nox (it may have no torch)."""
+    blocked = ["nox", "torch", "pytest", "conformance", "reference_impl", "upstream_executorch", "reports"]
+    code = (
+        f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
+        "import harness.run_phases.run, harness.run_phases.report, harness.run_phases.sizing\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,153 @@
+"""The source key: a lowering's cache key taken before export must change with everything export reads,
+stay the same across processes for the same source, and refuse (None) what it cannot fingerprint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+from conformance.models import get_model
+from reference_impl.artifact_cache import make_key
+from reference_impl.lowering import source_key
+from reference_impl.lowering.source_key import package_identity, source_fingerprint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _key(module: nn.Module, inputs: tuple, dynamic_shapes: object = None) -> str | None:
+    found = source_fingerprint(
+        module, inputs, dynamic_shapes=dynamic_shapes, extra_packages=("reference_impl",)
+    )
+    return None if found is None else make_key(found)
+
+
+@pytest.fixture
+def asr_decoder() -> tuple[nn.Module, tuple]:
+    return get_model("asr").build(torch.float32, "cpu")["decoder"]
+
+
+@pytest.mark.proof
+def test_the_same_source_gives_the_same_key_twice_and_across_processes(asr_decoder) -> None:
+    module, inputs = asr_decoder
+    again = get_model("asr").build(torch.float32, "cpu")["decoder"]
+    assert _key(module, inputs) is not None
+    assert _key(module, inputs) == _key(*again)
+    script = textwrap.dedent(
+        """
+        import torch
+        from conformance.models import get_model
+        from reference_impl.artifact_cache import make_key
+        from reference_impl.lowering.source_key import source_fingerprint
+        module, inputs = get_model("asr").build(torch.float32, "cpu")["decoder"]
+        print(make_key(source_fingerprint(module, inputs, extra_packages=("reference_impl",))))
+        """
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+    assert other == _key(module, inputs)
+
+
+def test_a_weight_one_ulp_away_changes_the_key(asr_decoder) -> None:
+    module, inputs = asr_decoder
+    before = _key(module, inputs)
+    param = next(module.parameters())
+    with torch.no_grad():
+        flat = param.view(-1)
+        flat[0] = torch.nextafter(flat[0], flat[0] + 1)
+    assert _key(module, inputs) != before
+
+
+def test_inputs_attributes_and_dims_change_the_key(asr_decoder) -> None:
+    module, inputs = asr_decoder
+    before = _key(module, inputs)
+    changed = tuple(t.clone() for t in inputs)
+    changed[0].view(-1)[0] += 1
+    assert _key(module, changed) != before
+    module.extra_scale = 2.0  # a plain attribute forward could read
+    assert _key(module, inputs) != before
+    assert _key(module, inputs, {"x": {1: Dim("s", min=2, max=32)}}) != _key(
+        module, inputs, {"x": {1: Dim("s", min=3, max=32)}}
+    )  # Dim's repr leaves out min: the key must not
+
+
+def test_inductor_variables_count_but_pool_size_and_cache_places_do_not(asr_decoder, monkeypatch) -> None:
+    module, inputs = asr_decoder
+    before = _key(module, inputs)
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the suite's phases differ in this
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    assert _key(module, inputs) == before
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    assert _key(module, inputs) != before
+
+
+def test_tied_weights_are_aliases_not_copies() -> None:
+    tied, untied = (
+        nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)),
+        nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)),
+    )
+    untied.load_state_dict(tied.state_dict())
+    tied[1].weight = tied[0].weight
+    with torch.no_grad():
+        untied[1].weight.copy_(tied[0].weight)
+    inputs = (torch.randn(2, 4),)
+    assert _key(tied, inputs) != _key(untied, inputs)
+
+
+class _Opaque:
+    pass
+
+
+def test_what_has_no_sound_fingerprint_gives_no_key() -> None:
+    hooked = nn.Linear(4, 4)
+    hooked.register_forward_hook(lambda *args: None)
+    assert _key(hooked, (torch.randn(2, 4),)) is None
+    opaque = nn.Linear(4, 4)
+    opaque.helper = _Opaque()
+    assert _key(opaque, (torch.randn(2, 4),)) is None
+    assert _key(nn.Linear(4, 4), (_Opaque(),)) is None
+
+
+def test_a_source_tree_package_is_identified_by_its_files(tmp_path, monkeypatch) -> None:
+    package = tmp_path / "keyprobe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("SCALE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    importlib.import_module("keyprobe_pkg")
+    first = package_identity("keyprobe_pkg")
+    assert first is not None
+    assert first.startswith("sha256:")
+    source_key._tree_digest.cache_clear()
+    (package / "__init__.py").write_text("SCALE = 2\n")
+    assert package_identity("keyprobe_pkg") != first
+    assert package_identity("torch") is None  # the toolchain fingerprint has torch's version
+    assert package_identity("json") is None  # the standard library: the Python version
+    installed = package_identity("pytest")
+    assert installed is not None
+    assert installed.startswith("pytest==")
+    monkeypatch.delitem(sys.modules, "keyprobe_pkg")
+
+
+@pytest.mark.proof
+def test_every_zoo_model_has_a_key() -> None:
+    """The memo only helps where keys exist: every zoo model's methods must have one (the Hugging Face ones
+    too when transformers is installed), and the fingerprint must be JSON."""
+    from conformance.models.zoo import HF_MODELS, HF_UNAVAILABLE, ZOO
+
+    for name, entry in ZOO.items():
+        if name in HF_MODELS and HF_UNAVAILABLE is not None:
+            continue
+        for method, (module, inputs) in entry.build(torch.float32, "cpu").items():
+            found = source_fingerprint(module, inputs, dynamic_shapes=entry.dynamic_shapes_for(method))
+            assert found is not None, f"{name}.{method}: no source key"
+            json.dumps(found)

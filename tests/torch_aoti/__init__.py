@@ -1,0 +1,1 @@
+"""Self-tests of the PyTorch AOTInductor adapter (``torch_aoti/``)."""

@@ -1,0 +1,1 @@
+"""Self-tests of the upstream ExecuTorch adapter (``upstream_executorch/``)."""
