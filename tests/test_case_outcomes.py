@@ -288,6 +288,15 @@ def test_globs_treat_brackets_literally() -> None:
         ([{"case": "x", "reason": " "}], "field 'reason' must be a non-empty string"),
         ([{"case": "x", "reason": "r", "link": 3}], "field 'link' must be a non-empty string, found 3"),
         ([{"case": "x", "reason": "r", "why": "?"}], "unknown field(s) ['why']"),
+        (
+            [{"case": "x", "reason": "r", "crash": "yes"}],
+            "entry 1: field 'crash' must be true or false, found 'yes'",
+        ),
+        ([{"case": "x", "reason": "r", "crash": 1}], "field 'crash' must be true or false, found 1"),
+        (
+            [{"case": "x", "reason": "r", "crash": True, "rule": "a/b"}],
+            "field 'rule' does not go with crash = true",
+        ),
         (["x"], "entry 1: must be a table/object, found str"),
         ("x", "must be a list of entries, found str"),
         ({"known_failures": [], "extra": 1}, "unknown top-level key(s) ['extra']"),
@@ -318,6 +327,28 @@ def test_json_and_bare_lists_are_accepted(tmp_path: Path) -> None:
     with pytest.raises(KnownFailuresError, match="not valid TOML"):
         load_file(tmp_path / "bad.toml")
     assert parse_entries({}, "empty") == []
+
+
+def test_crash_entries_match_only_a_crash() -> None:
+    entries = parse_entries(
+        [
+            {"case": "a::*", "reason": "dies", "crash": True},
+            {"case": "a::b", "reason": "wrong", "crash": False},
+            {"case": "a::c", "reason": "wrong"},
+        ],
+        "src",
+    )
+    dies, wrong, plain = entries
+    assert (dies.crash, wrong.crash, plain.crash) == (True, False, False)
+    assert known_failures.first_match(entries, "a::b", None, crash=True) is dies
+    assert known_failures.first_match(entries, "a::b", "x/y") is wrong
+    assert known_failures.first_match(entries, "a::d", None) is None  # the crash entry excuses no failure
+    assert known_failures.first_match(entries, "a::d", None, crash=True) is dies
+    assert known_failures.case_matches(entries, "a::c") == [dies, plain]  # either makes a pass stale
+    assert dies.to_dict()["crash"] is True
+    assert dies.describe() == "case 'a::*', crash = true (src #1)"
+    (from_json,) = parse_entries(json.loads('[{"case": "a", "reason": "r", "crash": true}]'), "j")
+    assert from_json.crash is True
 
 
 def test_rule_levels() -> None:
