@@ -345,36 +345,27 @@ def conformance_executorch(session: nox.Session) -> None:
     _run_suite(session, "conformance-executorch", selection, prelower=False, python=python)
 
 
-#: Cases that kill the process (a segmentation fault), which a known failure cannot declare: deselected
-#: (torch_aoti/repros/package_loading.py and empty_input.py show why). In both modes: a byte flipped inside a
-#: compiled model's .so is not detected by load_package (the case at this offset crashed on dlopen on CPU).
-TORCH_AOTI_CRASHES = ("conformance/test_program_format.py::test_flipped_byte[sixteenth-1-cpu-program]",)
-#: As deployed only: an empty input where [4, 32] was exported (the kernel reads through an empty tensor).
-TORCH_AOTI_DEFAULT_CRASHES = (
-    "conformance/test_bad_inputs.py::test_bad_inputs_are_rejected_and_change_nothing[wrong-size-empty-cpu-program]",
-)
-
-
 @nox.session
 def conformance_torch_aoti(session: nox.Session) -> None:
     """PyTorch's own AOTInductor runtime through the adapter ``torch_aoti``: its self-tests, then every
     chapter twice, each mode in a process of its own (a compiled model reads ``AOTI_RUNTIME_CHECK_INPUTS``
     once): ``torch_aoti:BACKEND`` (as deployed: no input checks) into conformance-torch-aoti.json and
     ``torch_aoti:CHECKED`` (``AOTI_RUNTIME_CHECK_INPUTS=1``) into conformance-torch-aoti-checked.json, each
-    with its mode's known failures (strict: a case PyTorch starts to reject fails as stale).
+    with its mode's known failures (strict: a case PyTorch starts to reject fails as stale). The cases that
+    can kill the process are declared there with ``crash = true`` and run like the rest: a worker that dies
+    is replaced and its case recorded xfailed (the front door always runs pytest-xdist workers).
     """
     python = _suite_python(session)
     session.run(
         python, "-m", "pytest", "tests/torch_aoti/test_torch_aoti.py", "-q", "-m", "not proof", external=True
     )
     failed: list[str] = []
-    for name, attr, known, deselect in (
-        ("conformance-torch-aoti", "BACKEND", "known_failures.toml", TORCH_AOTI_DEFAULT_CRASHES),
-        ("conformance-torch-aoti-checked", "CHECKED", "known_failures_checked.toml", ()),
+    for name, attr, known in (
+        ("conformance-torch-aoti", "BACKEND", "known_failures.toml"),
+        ("conformance-torch-aoti-checked", "CHECKED", "known_failures_checked.toml"),
     ):
         selection = ["conformance", f"--backend=torch_aoti:{attr}"]
         selection.append(f"--known-failures={ROOT / 'torch_aoti' / known}")
-        selection += [f"--deselect={case}" for case in (*TORCH_AOTI_CRASHES, *deselect)]
         try:  # the second mode runs even when the first failed: the two results are read side by side
             # No pre-lowering: the adapter has no artifact cache, so the zoo compiled up front would be lost.
             _run_suite(session, name, selection, prelower=False, python=python)

@@ -10,6 +10,12 @@ Entries come from the backend's optional ``known_failures`` attribute and from `
   ``view-pass/*``). Without it, any failure of the case (setup or call) is the known one.
 * ``reason`` (required) — why it fails, in a sentence.
 * ``link`` (optional) — the issue or pull request that tracks it.
+* ``crash`` (optional, ``false`` by default) — ``true``: the case kills its process (a segmentation fault,
+  an abort). Such an entry declares that and nothing else: it takes no ``rule``, and a failure that does
+  not kill the process stays an ordinary failure (unless another entry declares it). Only a run under
+  pytest-xdist (``-n``; the front door always uses it) survives a crash and records it ``xfailed``: the
+  controller sees the worker die (``CaseOutcomes.pytest_handlecrashitem``). In one process the crash ends
+  the run, and the case is ``crashed`` in the result file that ``harness.finalize`` rebuilds.
 
 A matching case that fails as declared is ``xfailed`` (with the reason and link) and does not fail the
 run. A matching case that passes fails with rule ``known-failures/stale``: the list cannot rot. A case
@@ -22,7 +28,13 @@ run is reported as a warning. TOML::
     reason = "bf16 split-K accumulates in bf16"
     link = "https://github.com/pytorch/executorch/issues/12345"
 
-JSON: ``{"known_failures": [{"case": ..., "rule": ..., "reason": ..., "link": ...}]}`` (or the bare list).
+    [[known_failures]]
+    case = "conformance/test_bad_inputs.py::test_bad_inputs_are_rejected_and_change_nothing[*-empty-*]"
+    crash = true
+    reason = "a segmentation fault: the kernel reads through an empty tensor"
+
+JSON: ``{"known_failures": [{"case": ..., "rule": ..., "reason": ..., "link": ..., "crash": true}]}`` (or
+the bare list).
 """
 
 from __future__ import annotations
@@ -39,7 +51,10 @@ from conformance.rules import rule_id
 
 STALE_RULE = rule_id("known-failures/stale")
 FILE_KEY = "known_failures"
+#: The string fields, each with whether it is required.
 _FIELDS = {"case": True, "rule": False, "reason": True, "link": False}
+#: The flags (optional booleans, false when absent).
+_FLAGS = ("crash",)
 
 
 class KnownFailuresError(ValueError):
@@ -53,6 +68,7 @@ class KnownFailure:
     reason: str
     link: str
     source: str  # "backend" or the file it came from, with the entry's position
+    crash: bool = False  # the case kills its process: declares that, and no other failure
 
     def matches_case(self, nodeid: str) -> bool:
         return glob_match(self.case, nodeid)
@@ -65,7 +81,8 @@ class KnownFailure:
 
     def describe(self) -> str:
         rule = f", rule {self.rule!r}" if self.rule else ""
-        return f"case {self.case!r}{rule} ({self.source})"
+        crash = ", crash = true" if self.crash else ""
+        return f"case {self.case!r}{rule}{crash} ({self.source})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +91,7 @@ class KnownFailure:
             "reason": self.reason,
             "link": self.link,
             "source": self.source,
+            "crash": self.crash,
         }
 
 
@@ -112,9 +130,10 @@ def parse_entries(raw: object, source: str) -> list[KnownFailure]:
         where = f"{source}: entry {index}"
         if not isinstance(item, Mapping):
             raise KnownFailuresError(f"{where}: must be a table/object, found {type(item).__name__}")
-        unknown = sorted(set(item) - set(_FIELDS))
+        unknown = sorted(set(item) - {*_FIELDS, *_FLAGS})
         if unknown:
-            raise KnownFailuresError(f"{where}: unknown field(s) {unknown}; fields are {sorted(_FIELDS)}")
+            fields = sorted({*_FIELDS, *_FLAGS})
+            raise KnownFailuresError(f"{where}: unknown field(s) {unknown}; fields are {fields}")
         for name, required in _FIELDS.items():
             value = item.get(name)
             if value is None and not required:
@@ -122,6 +141,15 @@ def parse_entries(raw: object, source: str) -> list[KnownFailure]:
             if not isinstance(value, str) or (required and not value.strip()):
                 found = "missing" if value is None else repr(value)
                 raise KnownFailuresError(f"{where}: field {name!r} must be a non-empty string, found {found}")
+        for name in _FLAGS:
+            value = item.get(name, False)
+            if not isinstance(value, bool):
+                raise KnownFailuresError(f"{where}: field {name!r} must be true or false, found {value!r}")
+        crash = bool(item.get("crash", False))
+        if crash and item.get("rule"):
+            raise KnownFailuresError(
+                f"{where}: field 'rule' does not go with crash = true: a process that dies names no rule"
+            )
         entries.append(
             KnownFailure(
                 case=item["case"],
@@ -129,6 +157,7 @@ def parse_entries(raw: object, source: str) -> list[KnownFailure]:
                 reason=item["reason"],
                 link=item.get("link") or "",
                 source=f"{source} #{index}",
+                crash=crash,
             )
         )
     return entries
@@ -184,9 +213,16 @@ def load_all(backend: object, files: Iterable[str | Path]) -> list[KnownFailure]
     return entries
 
 
-def first_match(entries: Iterable[KnownFailure], nodeid: str, rule: str | None) -> KnownFailure | None:
-    return next((e for e in entries if e.matches_case(nodeid) and e.matches_rule(rule)), None)
+def first_match(
+    entries: Iterable[KnownFailure], nodeid: str, rule: str | None, *, crash: bool = False
+) -> KnownFailure | None:
+    """The entry that declares this failure of ``nodeid``: one naming ``rule`` (``None``: the failure named
+    none); with ``crash``, the case's process dying instead. Crash entries declare only that."""
+    return next(
+        (e for e in entries if e.crash == crash and e.matches_case(nodeid) and e.matches_rule(rule)), None
+    )
 
 
 def case_matches(entries: Iterable[KnownFailure], nodeid: str) -> list[KnownFailure]:
+    """Every entry for ``nodeid``, crash entries included (any of them makes a pass stale)."""
     return [e for e in entries if e.matches_case(nodeid)]

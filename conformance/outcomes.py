@@ -9,6 +9,9 @@ where the case ran (each pytest-xdist worker, or the single process) and decides
 * ``checks.CoverageGap`` becomes ``coverage``: counted, never a failure;
 * a failure matching a declared known failure (``conformance/known_failures.py``) becomes ``xfailed``
   with the entry's reason and link; a matching case that passes fails with ``known-failures/stale``;
+* a case declared to kill its process (an entry with ``crash = true``) whose pytest-xdist worker died while
+  running it becomes ``xfailed`` the same way; only the controller sees that (``pytest_handlecrashitem``),
+  so only a run under pytest-xdist survives the crash to record it;
 * an ``AttributeError`` for a protocol attribute the backend lacks (a case reached a part it did not ask
   for) becomes a skip naming the part (``conformance/parts.py``): optional parts never fail a case.
 
@@ -18,7 +21,8 @@ message="should: [rule] ...">`` (``coverage: ...``, ``known failure: ...``). Eve
 carries JUnit properties ``conformance:outcome``, ``conformance:rule``, ``conformance:level`` (and
 ``known_failure:reason`` / ``known_failure:link``). The outcome itself rides on the report as
 ``case_result`` (``harness.pytest_plugin.CASE_RESULT_ATTR``), a plain dict that survives xdist's report
-serialisation, for the result file and for the controller's counts.
+serialisation, for the result file and for the controller's counts; on xdist's crash report too, where
+the result recorder records it in place of ``crashed``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from conformance.parts import missing_part_reason
 from conformance.rules import Level, level_of, rule_of
 from harness.outcomes import SUITE_DECIDED, Outcome
 from harness.pytest_plugin import CASE_RESULT_ATTR
+from harness.run_end import role
 
 PROPERTY_PREFIX = "conformance:"
 WORKER_OUTPUT_KEY = "conformance_known_failures_matched"
@@ -57,7 +62,8 @@ def add_options(group: pytest.OptionGroup) -> None:
         action="append",
         default=[],
         help="TOML (or .json) file of declared known failures: [[known_failures]] case = glob, rule = "
-        "glob (optional), reason, link; repeatable (see conformance/known_failures.py)",
+        "glob (optional), reason, link, crash = true (optional: the case kills its process; recorded "
+        "only under pytest-xdist); repeatable (see conformance/known_failures.py)",
     )
 
 
@@ -84,6 +90,8 @@ class CaseOutcomes:
         self.matched: set[int] = set()  # indices of the entries that match a collected case
         self.decided: dict[Outcome, list[pytest.TestReport]] = {outcome: [] for outcome in SUITE_DECIDED}
         self.stale: list[pytest.TestReport] = []
+        #: Crash entries for cases selected in a run without pytest-xdist, where a crash ends the run.
+        self.single_process_crashes: list[KnownFailure] = []
 
     # -- where the case runs ---------------------------------------------------------------------------
 
@@ -116,8 +124,8 @@ class CaseOutcomes:
         level = level_of(rule) if rule else Level.MUST
         known = first_match(self.entries, item.nodeid, rule)
         if known is not None:
-            why = f"known failure: {known.reason}" + (f" ({known.link})" if known.link else "")
-            self._convert(item, report, Outcome.XFAILED, f"{why} — {first}", message, rule, level, known)
+            shown = f"{_known_why(known)} — {first}"
+            self._convert(item, report, Outcome.XFAILED, shown, message, rule, level, known)
         elif level is Level.SHOULD:
             self._convert(item, report, Outcome.SHOULD_FAILED, f"should: {first}", message, rule, level, None)
         else:
@@ -130,8 +138,9 @@ class CaseOutcomes:
             return
         entry = matches[0]
         link = f" ({entry.link})" if entry.link else ""
+        what = "a known crash" if entry.crash else "a known failure"
         message = (
-            f"[{STALE_RULE}] {item.nodeid}: passed, but {entry.source} declares it a known failure: "
+            f"[{STALE_RULE}] {item.nodeid}: passed, but {entry.source} declares it {what}: "
             f"{entry.reason}{link}; remove or narrow the entry ({entry.case!r})"
         )
         report.outcome = "failed"
@@ -150,8 +159,7 @@ class CaseOutcomes:
         known: KnownFailure | None,
     ) -> None:
         """Make pytest see a non-failing, xfail-like report; the recorded outcome is ``outcome``."""
-        report.outcome = "skipped"
-        report.wasxfail = shown  # type: ignore[attr-defined]
+        _xfail_like(report, shown)
         self._annotate(item, report, outcome, message, rule, level, known)
 
     def _annotate(
@@ -164,20 +172,7 @@ class CaseOutcomes:
         level: Level | None,
         known: KnownFailure | None,
     ) -> None:
-        # Plain strings: the report crosses pytest-xdist's serialiser, which takes no str subclass.
-        result: dict[str, Any] = {
-            "outcome": outcome.value,
-            "message": message,
-            "rule": rule,
-            "level": level.value if level else None,
-            "known_failure": known.to_dict() if known else None,
-        }
-        setattr(report, CASE_RESULT_ATTR, result)
-        props = [(PROPERTY_PREFIX + "outcome", outcome.value)]
-        props += [(PROPERTY_PREFIX + "rule", rule)] if rule else []
-        props += [(PROPERTY_PREFIX + "level", level.value)] if level else []
-        if known is not None:
-            props += [("known_failure:reason", known.reason), ("known_failure:link", known.link)]
+        props = _set_case_result(report, outcome, message, rule, level, known)
         # Properties set here ride on the teardown report, which is where JUnit XML reads them.
         item.user_properties.extend(props)
 
@@ -195,6 +190,45 @@ class CaseOutcomes:
         return None
 
     # -- where reports gather (the controller, or the single process) ----------------------------------
+
+    @pytest.hookimpl(optionalhook=True, trylast=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
+        """A pytest-xdist worker died while running ``crashitem`` (the controller's hook; xdist then logs
+        ``report``). trylast: the run's end (``harness/run_end.py``, tryfirst) has judged the crash from
+        the worker's watchdog files first, and a crash it explained (a timeout, a device fault, or no crash
+        at all: its ``case_result`` is set) keeps that verdict. A plain crash that a ``crash = true`` entry
+        declares becomes that known failure: an xfail-like report carrying the case result, which the
+        result recorder (``harness/pytest_plugin.py``) records in place of ``crashed``."""
+        if case_result(report) is not None:
+            return
+        known = first_match(self.entries, crashitem, None, crash=True)
+        if known is None:
+            return
+        message = str(report.longrepr)  # pytest-xdist's "worker 'gw0' crashed while running '<case>'"
+        _xfail_like(report, f"{_known_why(known)} — {message}")
+        # The case's last report, with no phase of its own ("???"): as a teardown, JUnit reads its properties.
+        report.when = "teardown"  # type: ignore[assignment]
+        props = _set_case_result(report, Outcome.XFAILED, message, None, Level.MUST, known)
+        report.user_properties = [*report.user_properties, *props]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_report_collectionfinish(
+        self, config: pytest.Config, items: Sequence[pytest.Item]
+    ) -> list[str]:
+        """In one process, say up front that a declared crash will end the run (see ``crash_warnings``)."""
+        self.single_process_crashes = [
+            e for e in self.entries if e.crash and any(e.matches_case(item.nodeid) for item in items)
+        ]
+        return [f"warning: {line}" for line in self.crash_warnings()]
+
+    def crash_warnings(self) -> list[str]:
+        if role(self.config) != "single" or self.config.getoption("collectonly"):
+            return []
+        return [
+            f"known-failures: {entry.describe()} declares that the case kills its process: only a run under "
+            "pytest-xdist (-n) survives that and records it xfailed; in this single process it ends the run"
+            for entry in self.single_process_crashes
+        ]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -222,7 +256,8 @@ class CaseOutcomes:
         return [e for n, e in enumerate(self.entries) if n not in self.matched]
 
     def warnings(self) -> list[str]:
-        return [f"known-failures: {entry.describe()} matches no collected case" for entry in self.unmatched()]
+        unmatched = [f"known-failures: {e.describe()} matches no collected case" for e in self.unmatched()]
+        return unmatched + self.crash_warnings()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -283,6 +318,44 @@ class CaseOutcomes:
                 write(f"STALE {report.nodeid}")
         for line in self.warnings():
             terminalreporter.write_line(f"warning: {line}", yellow=True)
+
+
+def _known_why(known: KnownFailure) -> str:
+    """How an xfail-like report of a declared known failure begins (JUnit's message, the terminal)."""
+    return f"known failure: {known.reason}" + (f" ({known.link})" if known.link else "")
+
+
+def _xfail_like(report: pytest.TestReport, shown: str) -> None:
+    """pytest's xfail: not a failure to the exit status, ``-x`` and JUnit (``<skipped type="pytest.xfail"
+    message=shown>``)."""
+    report.outcome = "skipped"
+    report.wasxfail = shown  # type: ignore[attr-defined]
+
+
+def _set_case_result(
+    report: pytest.TestReport,
+    outcome: Outcome,
+    message: str | None,
+    rule: str | None,
+    level: Level | None,
+    known: KnownFailure | None,
+) -> list[tuple[str, object]]:
+    """The recorded outcome on ``report`` (``case_result``); returns the JUnit properties that say it."""
+    # Plain strings: the report crosses pytest-xdist's serialiser, which takes no str subclass.
+    result: dict[str, Any] = {
+        "outcome": outcome.value,
+        "message": message,
+        "rule": rule,
+        "level": level.value if level else None,
+        "known_failure": known.to_dict() if known else None,
+    }
+    setattr(report, CASE_RESULT_ATTR, result)
+    props: list[tuple[str, object]] = [(PROPERTY_PREFIX + "outcome", outcome.value)]
+    props += [(PROPERTY_PREFIX + "rule", rule)] if rule else []
+    props += [(PROPERTY_PREFIX + "level", level.value)] if level else []
+    if known is not None:
+        props += [("known_failure:reason", known.reason), ("known_failure:link", known.link)]
+    return props
 
 
 def _list_reports(write: Any, reports: Sequence[pytest.TestReport]) -> None:

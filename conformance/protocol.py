@@ -11,9 +11,10 @@ Identity (every backend)
 
 Known failures (optional, every backend)
     ``known_failures``: a sequence of mappings ``{"case": glob over the case id, "rule": glob over the
-    rule id (optional), "reason": str, "link": str (optional)}`` (or a callable returning one), added to
-    those of ``--known-failures FILE``. A matching case that fails as declared is ``xfailed`` with the
-    reason and link; one that passes fails with rule ``known-failures/stale``. Format and matching:
+    rule id (optional), "reason": str, "link": str (optional), "crash": bool (optional: the case kills its
+    process)}`` (or a callable returning one), added to those of ``--known-failures FILE``. A matching case
+    that fails as declared (or, under pytest-xdist, dies as declared) is ``xfailed`` with the reason and
+    link; one that passes fails with rule ``known-failures/stale``. Format and matching:
     ``conformance/known_failures.py``.
 
 Errors (every part)

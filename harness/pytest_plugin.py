@@ -13,6 +13,12 @@ pytest-xdist's report serialisation (which takes no ``str`` subclass: hence ``Ou
 conformance suite uses it for ``should-failed``, ``coverage`` and declared known failures; the watchdog
 and the run's end (``harness/watchdog.py``, ``harness/run_end.py``, registered here too) for ``timeout``,
 ``device-fault`` and ``not-run`` (``harness.outcomes.FINAL``), on any phase's report.
+
+A worker's death is explained the same way: a plugin that knows why sets ``case_result`` on pytest-xdist's
+crash report in ``pytest_handlecrashitem`` (the run's end from the watchdog's verdict; the conformance suite
+for a case declared to kill its process, as ``xfailed``), and the case is recorded with that outcome, its
+``known_failure`` and the report's ``user_properties`` added to those of the case's earlier reports; a crash
+report without one is ``crashed``.
 """
 
 from __future__ import annotations
@@ -224,11 +230,13 @@ class ResultRecorder:
         start = getattr(report, "start", None)
         if isinstance(start, float) and (pending.start is None or start < pending.start):
             pending.start = start
-        if report.user_properties:
-            pending.user_properties = list(report.user_properties)
         if _is_crash_report(report, self._crashed):
+            # What explained the crash (its outcome's properties) adds to what the case's reports carried.
+            pending.user_properties += [p for p in report.user_properties if p not in pending.user_properties]
             self._finish(report.nodeid, crash=report)
             return
+        if report.user_properties:
+            pending.user_properties = list(report.user_properties)
         pending.reports[report.when] = report
         if report.when == "teardown":
             self._finish(report.nodeid)
@@ -299,7 +307,7 @@ class ResultRecorder:
         note = getattr(crash, CASE_RESULT_ATTR, None) if crash is not None else None
         if crash is not None and crash_result is None and not (isinstance(note, dict) and "note" in note):
             outcome, message = Outcome.CRASHED, _failure_text(crash)
-        elif crash_result is not None:  # a worker ended by its watchdog: its verdict
+        elif crash_result is not None:  # a crash explained: the watchdog's verdict, or a declared crash
             outcome, message = crash_result["outcome"], _override_message(crash_result, crash)
             details = _case_details({"call": crash}, outcome)
         else:

@@ -9,6 +9,7 @@ the terminal.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,161 @@ def test_a_broken_known_failures_file_is_a_usage_error(toy: pytest.Pytester) -> 
     result.stderr.fnmatch_lines(["*--known-failures: bad.toml: entry 1: unknown field(s) [[]'why'[]]*"])
 
 
+# A chapter whose first case kills its worker (a segmentation fault, as PyTorch's AOTI runtime does on some
+# inputs): declared with crash = true it is xfailed, under pytest-xdist only.
+CRASH_CHAPTER = """
+import ctypes
+import pytest
+from conformance.checks import fail
+
+@pytest.mark.parametrize("where", ["null"])
+def test_dies(where):
+    ctypes.string_at(0)
+
+def test_passes():
+    pass
+
+def test_fails():
+    fail("toy/values", "toy()", "a wrong value, and no crash")
+
+def test_fails_as_declared():
+    fail("toy/values", "toy()", "declared by another entry too")
+"""
+
+CRASH_TOML = """
+[[known_failures]]
+case = "conformance/test_crash.py::test_dies[*]"
+crash = true
+reason = "a segmentation fault reading address 0; repro: repros/dies.py"
+link = "https://example.com/crash"
+"""
+
+# Crash entries on cases that do not crash, and on none; test_dies has none here.
+WRONG_CRASH_TOML = """
+[[known_failures]]
+case = "conformance/test_crash.py::test_passes"
+crash = true
+reason = "crashed once"
+
+[[known_failures]]
+case = "conformance/test_crash.py::test_fails*"
+crash = true
+reason = "said to crash"
+
+[[known_failures]]
+case = "conformance/test_crash.py::test_fails_as_declared"
+rule = "toy/values"
+reason = "a plain known failure"
+
+[[known_failures]]
+case = "conformance/test_gone.py::*"
+crash = true
+reason = "a chapter that no longer exists"
+"""
+
+
+BACKEND_ENTRY_UNMATCHED = (
+    "known-failures: case 'conformance/test_toy.py::test_known_by_backend' (backend 'toy' known_failures #1) "
+    "matches no collected case"
+)
+
+
+@pytest.fixture
+def crashing(toy: pytest.Pytester) -> pytest.Pytester:
+    (toy.path / "conformance" / "test_toy.py").unlink()
+    (toy.path / "conformance" / "test_crash.py").write_text(CRASH_CHAPTER, encoding="utf-8")
+    (toy.path / "crash.toml").write_text(CRASH_TOML, encoding="utf-8")
+    (toy.path / "wrong.toml").write_text(WRONG_CRASH_TOML, encoding="utf-8")
+    return toy
+
+
+@pytest.mark.proof
+def test_a_declared_crash_is_xfailed_under_xdist(crashing: pytest.Pytester) -> None:
+    result, data, xml = run_toy(crashing, "--known-failures", "crash.toml", "-n", "2", "-k", "dies or passes")
+    assert result.ret == 0, result.stdout.str()
+    cases = by_name(data)
+    assert {name: c["outcome"] for name, c in cases.items()} == {
+        "test_dies[null]": "xfailed",
+        "test_passes": "passed",
+    }
+    dies = cases["test_dies[null]"]
+    assert dies["known_failure"]["reason"] == "a segmentation fault reading address 0; repro: repros/dies.py"
+    assert (dies["known_failure"]["link"], dies["known_failure"]["crash"]) == (
+        "https://example.com/crash",
+        True,
+    )
+    assert (dies["rule"], dies["level"]) == (None, "must")
+    assert re.fullmatch(
+        r"worker 'gw\d' crashed while running 'conformance/test_crash.py::test_dies\[null\]'", dies["message"]
+    )
+    assert dies["params"] == {"where": "null"}  # from its setup report, before the crash
+    assert "--known-failures crash.toml" in dies["repro"]
+    assert data["metadata"]["warnings"] == [BACKEND_ENTRY_UNMATCHED]  # the crash entry matched its case
+
+    testcase = junit_cases(xml)["test_dies[null]"]
+    skipped = testcase.find("skipped")
+    assert skipped is not None
+    assert skipped.get("message", "").startswith(
+        "known failure: a segmentation fault reading address 0; repro: repros/dies.py (https://example.com/crash)"
+        " — worker 'gw"
+    )
+    assert properties(testcase)["conformance:outcome"] == "xfailed"
+    assert properties(testcase)["known_failure:link"] == "https://example.com/crash"
+    assert ET.fromstring(xml).find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
+    result.stdout.fnmatch_lines(
+        [
+            "results: * (1 passed, 0 failed, 0 skipped, 0 crashed, 1 xfailed)",
+            "crash: 1 passed, 0 failed, 0 error, 0 skipped, 1 xfailed",
+            "2 declared (backend attribute known_failures, crash.toml): 1 failed as declared (xfailed), 0 *",
+            "XFAIL conformance/test_crash.py::test_dies[[]null] — a segmentation fault * https://example.com/crash",
+            "*= 1 passed, 1 xfailed in *",
+        ]
+    )
+
+
+@pytest.mark.proof
+def test_crash_entries_excuse_only_a_crash(crashing: pytest.Pytester) -> None:
+    result, data, _ = run_toy(crashing, "--known-failures", "wrong.toml", "-n", "2")
+    assert result.ret == 1, result.stdout.str()
+    cases = by_name(data)
+    assert {name: c["outcome"] for name, c in cases.items()} == {
+        "test_dies[null]": "crashed",  # no entry declares it
+        "test_passes": "failed",  # stale
+        "test_fails": "failed",  # a wrong value: a crash entry does not excuse it
+        "test_fails_as_declared": "xfailed",  # the plain entry does
+    }
+    assert cases["test_dies[null]"]["known_failure"] is None
+    stale = cases["test_passes"]
+    assert stale["rule"] == known_failures.STALE_RULE
+    assert "passed, but wrong.toml #1 declares it a known crash: crashed once" in stale["message"]
+    assert (cases["test_fails"]["rule"], cases["test_fails"]["known_failure"]) == ("toy/values", None)
+    assert cases["test_fails_as_declared"]["known_failure"]["reason"] == "a plain known failure"
+    assert data["metadata"]["warnings"] == [
+        BACKEND_ENTRY_UNMATCHED,
+        "known-failures: case 'conformance/test_gone.py::*', crash = true (wrong.toml #4) matches no "
+        "collected case",
+    ]
+
+
+@pytest.mark.proof
+def test_without_xdist_a_declared_crash_ends_the_run_and_says_so(crashing: pytest.Pytester) -> None:
+    out = crashing.path / "out"
+    result = crashing.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "harness.pytest_plugin", "-p", "conformance.conftest",
+        "--backend", "toy_backend:BACKEND", "--no-preflight", f"--results-json={out / 'r.json'}",
+        "--known-failures", "crash.toml", "conformance", "-k", "dies",
+    )  # fmt: skip
+    assert result.ret not in (0, 1), result.stdout.str()  # killed by the signal, not an ending pytest chose
+    result.stdout.fnmatch_lines(
+        [
+            "warning: known-failures: case 'conformance/test_crash.py::test_dies[[]*]', crash = true "
+            "(crash.toml #1) declares that the case kills its process: only a run under pytest-xdist (-n) "
+            "survives that and records it xfailed; in this single process it ends the run"
+        ]
+    )
+    assert not (out / "r.json").exists()  # harness.finalize would rebuild it from the journal: crashed
+
+
 # ---------------------------------------------------------------------------------------------- units
 
 
@@ -288,6 +444,15 @@ def test_globs_treat_brackets_literally() -> None:
         ([{"case": "x", "reason": " "}], "field 'reason' must be a non-empty string"),
         ([{"case": "x", "reason": "r", "link": 3}], "field 'link' must be a non-empty string, found 3"),
         ([{"case": "x", "reason": "r", "why": "?"}], "unknown field(s) ['why']"),
+        (
+            [{"case": "x", "reason": "r", "crash": "yes"}],
+            "entry 1: field 'crash' must be true or false, found 'yes'",
+        ),
+        ([{"case": "x", "reason": "r", "crash": 1}], "field 'crash' must be true or false, found 1"),
+        (
+            [{"case": "x", "reason": "r", "crash": True, "rule": "a/b"}],
+            "field 'rule' does not go with crash = true",
+        ),
         (["x"], "entry 1: must be a table/object, found str"),
         ("x", "must be a list of entries, found str"),
         ({"known_failures": [], "extra": 1}, "unknown top-level key(s) ['extra']"),
@@ -318,6 +483,28 @@ def test_json_and_bare_lists_are_accepted(tmp_path: Path) -> None:
     with pytest.raises(KnownFailuresError, match="not valid TOML"):
         load_file(tmp_path / "bad.toml")
     assert parse_entries({}, "empty") == []
+
+
+def test_crash_entries_match_only_a_crash() -> None:
+    entries = parse_entries(
+        [
+            {"case": "a::*", "reason": "dies", "crash": True},
+            {"case": "a::b", "reason": "wrong", "crash": False},
+            {"case": "a::c", "reason": "wrong"},
+        ],
+        "src",
+    )
+    dies, wrong, plain = entries
+    assert (dies.crash, wrong.crash, plain.crash) == (True, False, False)
+    assert known_failures.first_match(entries, "a::b", None, crash=True) is dies
+    assert known_failures.first_match(entries, "a::b", "x/y") is wrong
+    assert known_failures.first_match(entries, "a::d", None) is None  # the crash entry excuses no failure
+    assert known_failures.first_match(entries, "a::d", None, crash=True) is dies
+    assert known_failures.case_matches(entries, "a::c") == [dies, plain]  # either makes a pass stale
+    assert dies.to_dict()["crash"] is True
+    assert dies.describe() == "case 'a::*', crash = true (src #1)"
+    (from_json,) = parse_entries(json.loads('[{"case": "a", "reason": "r", "crash": true}]'), "j")
+    assert from_json.crash is True
 
 
 def test_rule_levels() -> None:
