@@ -42,9 +42,12 @@ Not implemented, on purpose:
 from __future__ import annotations
 
 import copy
+import io
+import json
 import os
 import tempfile
 import threading
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -146,6 +149,28 @@ def package_methods(compiled: Mapping[str, list[Any]]) -> bytes:
             return f.read()
 
 
+#: Compiles of one program before a package with unreadable metadata is an error.
+PACKAGE_ATTEMPTS = 3
+
+
+def unreadable_metadata(package: bytes) -> list[str]:
+    """The ``.json`` members of a ``.pt2`` that do not parse. ``aot_compile`` returns paths inside the shared
+    inductor cache and ``package_aoti`` copies them: a process compiling the same kernel at that moment
+    rewrites them, and the package gets an empty ``*_metadata.json`` that every later ``load_package`` fails
+    on (seen under two xdist workers). Not a defect of the runtime under test: the adapter compiles again."""
+    with zipfile.ZipFile(io.BytesIO(package)) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".json")]
+        return [n for n in names if not _parses(archive.read(n))]
+
+
+def _parses(text: bytes) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 # ================================================================================================= runtime
 
 
@@ -242,7 +267,16 @@ class TorchAotiBackend:
                 f"lower: option(s) {sorted(map(str, options))} not supported: AOTInductor has no view-copy "
                 "pass switch and no export-time placement (a model's inputs and outputs live on its device)"
             )
-        return package_methods({name: compile_method(name, entry, device) for name, entry in checked.items()})
+        for _attempt in range(PACKAGE_ATTEMPTS):
+            compiled = {name: compile_method(name, entry, device) for name, entry in checked.items()}
+            data = package_methods(compiled)
+            if not unreadable_metadata(data):
+                return data
+        raise RuntimeError(
+            f"lower: AOTInductor packaged unreadable metadata {PACKAGE_ATTEMPTS} times "
+            f"({', '.join(unreadable_metadata(data))}): another process compiling the same kernels into the "
+            "shared inductor cache ($TORCHINDUCTOR_CACHE_DIR) is the likely cause"
+        )
 
     def init(self, program: bytes, method: str) -> AotiHandle:
         runner = load_method(program, method)

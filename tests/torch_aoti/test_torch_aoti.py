@@ -6,10 +6,12 @@ in subprocesses, because each compiled model reads ``AOTI_RUNTIME_CHECK_INPUTS``
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,3 +226,33 @@ def test_repro_runs_and_reproduces(script: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert "reproduced" in done.stdout
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def test_a_package_with_unreadable_metadata_is_compiled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes compiling one kernel into a shared inductor cache can package an empty metadata file:
+    lower() compiles again, and says why after PACKAGE_ATTEMPTS damaged packages."""
+    good = _zip({"program/data/aotinductor/double/x_metadata.json": b"{}", "program/x.cpp": b""})
+    bad = _zip({"program/data/aotinductor/double/x_metadata.json": b"", "program/x.cpp": b""})
+    assert adapter.unreadable_metadata(good) == []
+    assert adapter.unreadable_metadata(bad) == ["program/data/aotinductor/double/x_metadata.json"]
+    made = iter([bad, good])
+    monkeypatch.setattr(adapter, "compile_method", lambda name, entry, device: [])
+    monkeypatch.setattr(adapter, "package_methods", lambda compiled: next(made))
+    backend = adapter.TorchAotiBackend(checked=False)
+    methods = {"double": (Double(), (torch.ones(SHAPE),))}
+    assert backend.lower(methods, device="cpu") == good
+    monkeypatch.setattr(adapter, "package_methods", lambda compiled: bad)
+    with pytest.raises(RuntimeError, match=r"unreadable metadata 3 times .*x_metadata\.json.*inductor cache"):
+        backend.lower(methods, device="cpu")
+
+
+def test_a_real_package_has_readable_metadata(program: Path) -> None:
+    assert adapter.unreadable_metadata(program.read_bytes()) == []
