@@ -233,7 +233,15 @@ class CaseOutcomes:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         # tryfirst: before -k, -m and --dtype deselect anything, so an entry for another cell still counts.
-        ids = [item.nodeid for item in items]
+        self._match([item.nodeid for item in items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # The controller hears each worker's selection at the start: a run stopped before its workers end
+        # (a deadline, a signal) never gets their matches below, and must not call every entry unmatched.
+        self._match(ids)
+
+    def _match(self, ids: Sequence[str]) -> None:
         self.matched.update(n for n, e in enumerate(self.entries) if any(e.matches_case(i) for i in ids))
 
     @pytest.hookimpl(optionalhook=True)

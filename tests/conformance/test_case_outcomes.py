@@ -546,3 +546,23 @@ def test_version_1_result_files_stay_readable() -> None:
     run["cases"] = [{**case, "level": "maybe"}]
     with pytest.raises(ResultFileError, match="level 'maybe' is not one of must, should"):
         parse_results(json.dumps(run))
+
+
+@pytest.mark.proof
+def test_a_run_stopped_before_its_workers_end_calls_no_matching_entry_unmatched(toy: pytest.Pytester) -> None:
+    """Under xdist the workers' own matches arrive only when they end; a deadline ends them first. The
+    controller matches the selection each worker collected, so only the entry for a gone file is unmatched
+    (seen: a torch_aoti run stopped by its deadline warned about all 15 of its entries)."""
+    (toy.path / "conformance" / "test_zz_slow.py").write_text(
+        "import pytest, signal, time\n\n"
+        "@pytest.mark.parametrize('worker', [1, 2])\n"  # both workers deaf to the stop: killed by xdist,
+        "def test_deaf(worker):\n"  # their matches are never sent
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+        "    time.sleep(60)\n",
+        encoding="utf-8",
+    )
+    result, data, _ = run_toy(toy, "--known-failures", "known.toml", "-n", "2", "--run-deadline", "15")
+    assert result.ret == 124, result.stdout.str()
+    assert data["metadata"]["incomplete_reason"].startswith("the run deadline")
+    unmatched = data["metadata"]["known_failures"]["unmatched"]
+    assert [entry["case"] for entry in unmatched] == ["conformance/test_gone.py::*"]
