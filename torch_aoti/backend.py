@@ -149,25 +149,28 @@ def package_methods(compiled: Mapping[str, list[Any]]) -> bytes:
             return f.read()
 
 
-#: Compiles of one program before a package with unreadable metadata is an error.
+#: Compiles of one program before a package with damaged files is an error.
 PACKAGE_ATTEMPTS = 3
 
 
-def unreadable_metadata(package: bytes) -> list[str]:
-    """The ``.json`` members of a ``.pt2`` that do not parse. ``aot_compile`` returns paths inside the shared
-    inductor cache and ``package_aoti`` copies them: a process compiling the same kernel at that moment
-    rewrites them, and the package gets an empty ``*_metadata.json`` that every later ``load_package`` fails
-    on (seen under two xdist workers). Not a defect of the runtime under test: the adapter compiles again."""
+def damaged_members(package: bytes) -> list[str]:
+    """The members of a ``.pt2`` that cannot be what they claim: a ``.json`` that does not parse, a ``.so``
+    that is no ELF file. ``aot_compile`` returns paths inside the shared inductor cache and ``package_aoti``
+    copies them: a process compiling the same kernel at that moment rewrites them, and the package gets an
+    empty ``*_metadata.json`` or ``.so`` that every later ``load_package`` fails on ("file too short"; both
+    seen under two xdist workers). Not a defect of the runtime under test: the adapter compiles again."""
     with zipfile.ZipFile(io.BytesIO(package)) as archive:
-        names = [n for n in archive.namelist() if n.endswith(".json")]
-        return [n for n in names if not _parses(archive.read(n))]
+        return [name for name in archive.namelist() if not _whole(name, archive.read(name))]
 
 
-def _parses(text: bytes) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
+def _whole(name: str, data: bytes) -> bool:
+    if name.endswith(".so"):
+        return data.startswith(b"\x7fELF")
+    if name.endswith(".json"):
+        try:
+            json.loads(data)
+        except ValueError:
+            return False
     return True
 
 
@@ -270,11 +273,11 @@ class TorchAotiBackend:
         for _attempt in range(PACKAGE_ATTEMPTS):
             compiled = {name: compile_method(name, entry, device) for name, entry in checked.items()}
             data = package_methods(compiled)
-            if not unreadable_metadata(data):
+            if not damaged_members(data):
                 return data
         raise RuntimeError(
-            f"lower: AOTInductor packaged unreadable metadata {PACKAGE_ATTEMPTS} times "
-            f"({', '.join(unreadable_metadata(data))}): another process compiling the same kernels into the "
+            f"lower: AOTInductor packaged damaged files {PACKAGE_ATTEMPTS} times "
+            f"({', '.join(damaged_members(data))}): another process compiling the same kernels into the "
             "shared inductor cache ($TORCHINDUCTOR_CACHE_DIR) is the likely cause"
         )
 

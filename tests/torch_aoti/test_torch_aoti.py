@@ -236,13 +236,15 @@ def _zip(members: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def test_a_package_with_unreadable_metadata_is_compiled_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two processes compiling one kernel into a shared inductor cache can package an empty metadata file:
-    lower() compiles again, and says why after PACKAGE_ATTEMPTS damaged packages."""
-    good = _zip({"program/data/aotinductor/double/x_metadata.json": b"{}", "program/x.cpp": b""})
-    bad = _zip({"program/data/aotinductor/double/x_metadata.json": b"", "program/x.cpp": b""})
-    assert adapter.unreadable_metadata(good) == []
-    assert adapter.unreadable_metadata(bad) == ["program/data/aotinductor/double/x_metadata.json"]
+def test_a_package_with_damaged_files_is_compiled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes compiling one kernel into a shared inductor cache can package an empty metadata file or
+    library: lower() compiles again, and says why after PACKAGE_ATTEMPTS damaged packages."""
+    meta, lib = "program/data/aotinductor/double/x_metadata.json", "program/data/aotinductor/double/x.so"
+    good = _zip({meta: b"{}", lib: b"\x7fELF\x02\x01", "program/x.cpp": b""})
+    assert adapter.damaged_members(good) == []
+    assert adapter.damaged_members(_zip({meta: b"", lib: b"\x7fELF"})) == [meta]
+    assert adapter.damaged_members(_zip({meta: b"{}", lib: b""})) == [lib]
+    bad = _zip({meta: b"", lib: b"\x7fELF"})
     made = iter([bad, good])
     monkeypatch.setattr(adapter, "compile_method", lambda name, entry, device: [])
     monkeypatch.setattr(adapter, "package_methods", lambda compiled: next(made))
@@ -250,9 +252,9 @@ def test_a_package_with_unreadable_metadata_is_compiled_again(monkeypatch: pytes
     methods = {"double": (Double(), (torch.ones(SHAPE),))}
     assert backend.lower(methods, device="cpu") == good
     monkeypatch.setattr(adapter, "package_methods", lambda compiled: bad)
-    with pytest.raises(RuntimeError, match=r"unreadable metadata 3 times .*x_metadata\.json.*inductor cache"):
+    with pytest.raises(RuntimeError, match=r"damaged files 3 times .*x_metadata\.json.*inductor cache"):
         backend.lower(methods, device="cpu")
 
 
-def test_a_real_package_has_readable_metadata(program: Path) -> None:
-    assert adapter.unreadable_metadata(program.read_bytes()) == []
+def test_a_real_package_has_no_damaged_member(program: Path) -> None:
+    assert adapter.damaged_members(program.read_bytes()) == []
