@@ -105,14 +105,16 @@ class ProgressReporter:
                 self.cases_start = time.monotonic()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
+        # pytest-xdist reports a case whose worker died once, with phase "???": it ends the case too.
+        crashed = report.when not in ("setup", "call", "teardown")
+        if report.when == "teardown" or crashed:
             with self.lock:
                 self.running.pop(report.nodeid, None)
                 self.counts["done"] += 1
-        if report.when == "call" or (report.when == "setup" and not report.passed):
+        if report.when == "call" or (report.when == "setup" and not report.passed) or crashed:
             outcome = Outcome.ERROR if report.when == "setup" and report.failed else report.outcome
             with self.lock:
-                self.counts[outcome] += 1
+                self.counts[Outcome.CRASHED if crashed else outcome] += 1
 
     def pytest_sessionfinish(self) -> None:
         self.ticker.stop()

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from harness.formatting import show_duration
 from harness.progress import ProgressReporter, heartbeat
 from tests.chapter_runner import ChapterRun
@@ -37,6 +39,19 @@ def test_the_progress_line_counts_estimates_and_names_the_longest_running_case()
         "progress: 25/100 cases (25%) in 1 min 50 s — 20 passed, 2 failed, 3 skipped; "
         "ETA ≈ 5 min 00 s at this pace; longest running: test_slow[a] (1 min 10 s)"
     )
+
+
+def test_a_case_whose_worker_died_is_done_and_no_longer_running() -> None:
+    """pytest-xdist reports a crashed case once, in phase "???": it must leave "longest running" (a torch_aoti
+    run named a crashed case there for 13 minutes) and count as done and crashed."""
+    reporter = ProgressReporter(SimpleNamespace(pluginmanager=None), 30.0)  # type: ignore[arg-type]
+    reporter.start, reporter.total = 0.0, 2
+    case = "conformance/test_x.py::test_crashes"
+    reporter.pytest_runtest_logstart(case)
+    crash = pytest.TestReport(case, ("conformance/test_x.py", None, case), {}, "failed", "worker died", "???")
+    reporter.pytest_runtest_logreport(crash)
+    assert reporter.running == {}
+    assert (reporter.counts["done"], reporter.counts["crashed"]) == (1, 1)
 
 
 def test_heartbeat_speaks_while_a_step_is_silent() -> None:
