@@ -111,8 +111,8 @@ ENTRIES: tuple[Entry, ...] = (
     # ===================================================================== protocol.py: Known failures
     enforced(
         KNOWN_FAILURES,
-        "A matching case that fails as declared is ``xfailed`` with the reason and link; one that passes "
-        "fails with rule ``known-failures/stale``.",
+        "A matching case that fails as declared (or, under pytest-xdist, dies as declared) is ``xfailed`` "
+        "with the reason and link; one that passes fails with rule ``known-failures/stale``.",
         "known-failures/stale",
     ),
     # ============================================================================= protocol.py: Errors
