@@ -88,6 +88,7 @@ class CaseOutcomes:
         self.sources = list(sources)
         self.strict_should = bool(config.getoption("--strict-should"))
         self.matched: set[int] = set()  # indices of the entries that match a collected case
+        self.collected = False  # whether any collection was seen: a run stopped before it knows nothing
         self.decided: dict[Outcome, list[pytest.TestReport]] = {outcome: [] for outcome in SUITE_DECIDED}
         self.stale: list[pytest.TestReport] = []
         #: Crash entries for cases selected in a run without pytest-xdist, where a crash ends the run.
@@ -242,6 +243,7 @@ class CaseOutcomes:
         self._match(ids)
 
     def _match(self, ids: Sequence[str]) -> None:
+        self.collected = True
         self.matched.update(n for n, e in enumerate(self.entries) if any(e.matches_case(i) for i in ids))
 
     @pytest.hookimpl(optionalhook=True)
@@ -260,8 +262,9 @@ class CaseOutcomes:
             self.stale.append(report)
 
     def unmatched(self) -> list[KnownFailure]:
-        """Entries that match no collected case (counted before any deselection)."""
-        return [e for n, e in enumerate(self.entries) if n not in self.matched]
+        """Entries that match no collected case (counted before any deselection); none when the run was
+        stopped before anything was collected (nothing is known then)."""
+        return [e for n, e in enumerate(self.entries) if n not in self.matched] if self.collected else []
 
     def warnings(self) -> list[str]:
         unmatched = [f"known-failures: {e.describe()} matches no collected case" for e in self.unmatched()]

@@ -561,8 +561,10 @@ def test_a_run_stopped_before_its_workers_end_calls_no_matching_entry_unmatched(
         "    time.sleep(60)\n",
         encoding="utf-8",
     )
-    result, data, _ = run_toy(toy, "--known-failures", "known.toml", "-n", "2", "--run-deadline", "15")
+    result, data, _ = run_toy(toy, "--known-failures", "known.toml", "-n", "2", "--run-deadline", "40")
     assert result.ret == 124, result.stdout.str()
     assert data["metadata"]["incomplete_reason"].startswith("the run deadline")
-    unmatched = data["metadata"]["known_failures"]["unmatched"]
-    assert [entry["case"] for entry in unmatched] == ["conformance/test_gone.py::*"]
+    unmatched = [entry["case"] for entry in data["metadata"]["known_failures"]["unmatched"]]
+    # The deadline (from the process's start) leaves a loaded machine time to collect; where it did not
+    # (15 s did not under `nox -s proofs` on 2 cores), nothing is known and no entry is called unmatched.
+    assert unmatched == (["conformance/test_gone.py::*"] if data["cases"] else []), result.stdout.str()
