@@ -160,15 +160,17 @@ def damaged_members(package: bytes) -> list[str]:
     empty ``*_metadata.json`` or ``.so`` that every later ``load_package`` fails on ("file too short"; both
     seen under two xdist workers). Not a defect of the runtime under test: the adapter compiles again."""
     with zipfile.ZipFile(io.BytesIO(package)) as archive:
-        return [name for name in archive.namelist() if not _whole(name, archive.read(name))]
+        return [name for name in archive.namelist() if not _whole(archive, name)]
 
 
-def _whole(name: str, data: bytes) -> bool:
+def _whole(archive: zipfile.ZipFile, name: str) -> bool:
+    """Only what tells: a library's first four bytes, a JSON member whole; other members are not read."""
     if name.endswith(".so"):
-        return data.startswith(b"\x7fELF")
+        with archive.open(name) as member:
+            return member.read(4) == b"\x7fELF"
     if name.endswith(".json"):
         try:
-            json.loads(data)
+            json.loads(archive.read(name))
         except ValueError:
             return False
     return True
@@ -270,14 +272,16 @@ class TorchAotiBackend:
                 f"lower: option(s) {sorted(map(str, options))} not supported: AOTInductor has no view-copy "
                 "pass switch and no export-time placement (a model's inputs and outputs live on its device)"
             )
+        damaged: list[str] = []
         for _attempt in range(PACKAGE_ATTEMPTS):
             compiled = {name: compile_method(name, entry, device) for name, entry in checked.items()}
             data = package_methods(compiled)
-            if not damaged_members(data):
+            damaged = damaged_members(data)
+            if not damaged:
                 return data
         raise RuntimeError(
             f"lower: AOTInductor packaged damaged files {PACKAGE_ATTEMPTS} times "
-            f"({', '.join(damaged_members(data))}): another process compiling the same kernels into the "
+            f"({', '.join(damaged)}): another process compiling the same kernels into the "
             "shared inductor cache ($TORCHINDUCTOR_CACHE_DIR) is the likely cause"
         )
 
