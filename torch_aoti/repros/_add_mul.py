@@ -24,8 +24,10 @@ class AddMul(torch.nn.Module):
         return x * y + z
 
 
-def run(cases: Cases, path: str, case: str) -> None:
-    """In the child: one call with the case's inputs; prints ACCEPTED or REJECTED (a crash prints nothing)."""
+def run(cases: Cases, path: str, case: str, *, of_inputs: bool = False) -> None:
+    """In the child: one call with the case's inputs; prints ACCEPTED or REJECTED (a crash prints nothing).
+    An accepted call is compared with x * y + z of the good inputs, or with ``of_inputs`` of its own (inputs
+    of another valid size)."""
     model = torch._inductor.aoti_load_package(path)
     gen = torch.Generator().manual_seed(0)
     x, y, z = (torch.randint(-8, 9, (4, 32), generator=gen).float() for _ in range(3))
@@ -35,16 +37,22 @@ def run(cases: Cases, path: str, case: str) -> None:
     except RuntimeError as exc:
         print(f"REJECTED {str(exc).splitlines()[0]}")
         return
-    equal = torch.equal(out.double(), x.double() * y.double() + z.double())  # what the good inputs give
-    print(f"ACCEPTED: returned {out.dtype}{list(out.shape)}, equal to x * y + z of the good inputs: {equal}")
+    a, b, c = (t.double() for t in (inputs if of_inputs else (x, y, z)))
+    which = "its inputs" if of_inputs else "the good inputs"
+    print(
+        f"ACCEPTED: returned {out.dtype}{list(out.shape)}, equal to x * y + z of {which}: "
+        f"{torch.equal(out.double(), a * b + c)}"
+    )
 
 
-def compare_modes(cases: Cases, script: str) -> int:
+def compare_modes(cases: Cases, script: str, dynamic_shapes: object = None) -> int:
+    """The parent: the model exported (with ``dynamic_shapes``) and packaged once, each case called in a
+    fresh process per mode; 0 when every outcome is the one the cases expect."""
     with tempfile.TemporaryDirectory() as tmp:
         example = tuple(torch.ones(4, 32) for _ in range(3))
-        path = torch._inductor.aoti_compile_and_package(
-            torch.export.export(AddMul(), example), package_path=os.path.join(tmp, "add_mul.pt2")
-        )
+        exported = torch.export.export(AddMul(), example, dynamic_shapes=dynamic_shapes)
+        package = os.path.join(tmp, "add_mul.pt2")
+        path = torch._inductor.aoti_compile_and_package(exported, package_path=package)
         ok = True
         for column, mode in enumerate(("default", "checked"), start=1):
             env = {k: v for k, v in os.environ.items() if k != "AOTI_RUNTIME_CHECK_INPUTS"}
@@ -60,9 +68,9 @@ def compare_modes(cases: Cases, script: str) -> int:
     return 0 if ok else 1
 
 
-def reproduce(cases: Cases, script: str) -> int:
+def reproduce(cases: Cases, script: str, dynamic_shapes: object = None, *, of_inputs: bool = False) -> int:
     """The script's entry point: the parent compares the modes; ``--run PATH CASE`` is one child call."""
     if sys.argv[1:2] == ["--run"]:
-        run(cases, sys.argv[2], sys.argv[3])
+        run(cases, sys.argv[2], sys.argv[3], of_inputs=of_inputs)
         return 0
-    return compare_modes(cases, script)
+    return compare_modes(cases, script, dynamic_shapes)
