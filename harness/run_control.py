@@ -324,6 +324,17 @@ class FrontDoor:
         if not self._finishing:
             raise KeyboardInterrupt(reason)  # nox then stops the running pytest (see INTERRUPT_WAIT_S)
 
+    def request_stop(self, reason: str, code: int) -> None:
+        """From another thread (the preflight's beside the cases): stop the run as a signal would, with
+        ``reason`` and ``code`` unless a stop came first; the running phase is stopped, no later one
+        starts."""
+        self.stop = self.stop or (reason, code)
+        if self._finishing:
+            return
+        # A real signal to the main thread: it also wakes it where it waits for the running phase.
+        with contextlib.suppress(ValueError, OSError):
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
     def finishing(self) -> None:
         """The files and the page are being written: a signal from now on only records itself."""
         self._finishing = True

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.busy_sampler import BusySampler
 from harness.phases import Phase
 from harness.run_control import EXIT_PREFLIGHT
 from harness.run_phases.prelowering import Prelowering
@@ -28,10 +29,20 @@ class RunRecord:
     prelowering: Prelowering | None = None
     #: The toolchain preflight's verdict, once it ran (None: not run by the front door).
     toolchain_ok: bool | None = None
+    #: Its exit code, once it ran.
+    toolchain_code: int | None = None
+    #: The front door's preflight runs now, beside the cases (it stops the run if it fails).
+    toolchain_checking: bool = False
+    #: Runnable tasks sampled through the run (a GPU run's): each step's row says how busy the cores were.
+    busy: BusySampler | None = None
 
     def add(self, name: str, start: float, detail: str) -> None:
-        """A step that began at ``start`` (``time.perf_counter()``) and ends now."""
+        """A step that began at ``start`` (``time.perf_counter()``) and ends now; with ``busy``, its
+        detail says how many tasks were runnable meanwhile."""
         end = time.perf_counter()
+        busy = self.busy.summary(start, end) if self.busy is not None else None
+        if busy is not None:
+            detail = f"{detail}; {busy.detail}" if detail else busy.detail
         self.phases.append(Phase(name, end - start, detail, start - self.origin))
 
     def timed(self, name: str, step: Callable[[], str]) -> None:
@@ -41,11 +52,13 @@ class RunRecord:
 
     @property
     def toolchain_known(self) -> bool:
-        """Whether the toolchain is known to work, so a phase skips its own preflight: the front door's
-        check passed, or a phase ended otherwise than with the preflight's exit code (then every phase
-        says why itself)."""
-        return self.toolchain_ok is True or any(code != EXIT_PREFLIGHT for code in self.exit_codes)
+        """Whether a phase skips its own preflight: the front door's check passed or runs beside it (and
+        stops the run if it fails), or a phase ended otherwise than with the preflight's exit code (then
+        every phase says why itself)."""
+        if self.toolchain_ok is True or self.toolchain_checking:
+            return True
+        return any(code != EXIT_PREFLIGHT for code in self.exit_codes)
 
     def phase_flags(self) -> list[str]:
-        """The table for ``python -m harness.phases``."""
+        """The table for ``python -m harness.phases``, in the order the steps ended."""
         return [f"--phase={phase.to_flag()}" for phase in self.phases]

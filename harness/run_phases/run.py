@@ -2,7 +2,9 @@
 ``nox -s conformance_executorch`` do, then render the summary page even if cases failed or crashed.
 
 On a GPU machine: (1) the zoo pre-lowered for both targets in the background at a lower priority, started
-first; (0) beside it the backend's toolchain preflight, before any case; (1) then overlaps (2) every case
+first; (0) beside it the backend's toolchain preflight, also beside the first cases (not before them: on
+a cold machine it is a compile of 40-185 s that every case waited for); a failed preflight stops the run
+(exit 3, harness/run_control.py's ``FrontDoor.request_stop``); (1) overlaps (2) every case
 that may share its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with
 ``CUDA_VISIBLE_DEVICES`` before CUDA starts, its workers and (1)'s compile processes sharing one CPU
 budget (``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why);
@@ -25,11 +27,21 @@ session exits with the run's code (``harness/run_control.py``'s ``FrontDoor``, R
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.busy_sampler import BusySampler
 from harness.results import RUN_ID_ENV
-from harness.run_control import EXIT_INTERRUPTED, INTERRUPT_WAIT_S, TERMINATE_WAIT_S, FrontDoor
+from harness.run_control import (
+    EXIT_DEADLINE,
+    EXIT_INTERRUPTED,
+    EXIT_PREFLIGHT,
+    INTERRUPT_WAIT_S,
+    TERMINATE_WAIT_S,
+    FrontDoor,
+)
 from harness.run_phases import plan, sizing
 from harness.run_phases.console import Console
 from harness.run_phases.plan import EXCLUSIVE, PytestPhase, SuiteRun
@@ -76,7 +88,11 @@ def run_suite(console: Console, run: SuiteRun) -> None:
     door.finishing()
     if record.prelowering is not None:
         stop_prelowering(console, record.prelowering)
-    report_run(console, run, record, door)
+    try:
+        report_run(console, run, record, door)
+    finally:
+        if record.busy is not None:
+            record.busy.stop()
 
 
 def check_arguments(console: Console, python: str, args: Sequence[str]) -> None:
@@ -118,6 +134,8 @@ def run_phases(console: Console, run: SuiteRun, door: FrontDoor, record: RunReco
 def _gpu_phases(context: _Context, gpus: int) -> None:
     """(0)-(4) of the module's docstring, sized once (``sizing.size_gpu_run``) and the sizing logged."""
     run, record, console = context.run, context.record, context.console
+    # Each step's row says how many tasks were runnable: no phase may have more than cores (issue 31).
+    record.busy = BusySampler().start()
     pinned = plan.pinning(gpus)
     prelower = plan.prelowers(run)
     # A warm cache: nothing to compile, so the compile processes' half of the budget goes to the cases.
@@ -127,9 +145,12 @@ def _gpu_phases(context: _Context, gpus: int) -> None:
     size = sizing.size_gpu_run(gpus, prelower=prelower, prelowered=done)
     console.log(f"{size.sentence}; then {EXCLUSIVE!r} alone, one worker per GPU")
     console.log(f"sized so: {'; '.join(size.reasons)}")
+    preflight = None
     if run.prelower and not run.narrowed:
-        _prelower_and_preflight(context, size.prelower_jobs)
+        preflight = _prelower_and_preflight(context, size.prelower_jobs)
     _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))
+    if preflight is not None:  # the phases after the shared one need its verdict
+        preflight.join()
     if record.prelowering is not None:  # its GPU work must end before the NVML measurements
         _end_prelowering(context)
     alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
@@ -142,25 +163,44 @@ def _gpu_phases(context: _Context, gpus: int) -> None:
         _timed(context, multi)
 
 
-def _prelower_and_preflight(context: _Context, jobs: int) -> None:
+def _prelower_and_preflight(context: _Context, jobs: int) -> threading.Thread:
     """The pre-lowering first (``jobs`` compile processes; none where the sizing left none), then the
-    preflight beside it: on a cold machine the preflight's one compile took 75-98 s alone while 16 cores
-    idled, and the pre-lowering (300 s of compiles) is what the cases wait for. The cases still start only
-    once the toolchain is known to work: a failed preflight stops the pre-lowering (nothing is worth
-    compiling with that toolchain) and the first phase reports why."""
+    preflight in a thread beside it and beside the shared phase's cases (``--no-preflight``: the front door
+    checks): on a cold machine the preflight's one compile took 43-185 s, and the cases that need no
+    compile, and those waiting for the pre-lowering anyway, need not wait for it. A failed preflight stops
+    the run (``FrontDoor.request_stop``, exit 3, its diagnosis above the table): the running phase is
+    stopped as by a signal, keeping what its cases recorded, the later phases are not started, and the
+    pre-lowering is stopped (nothing is worth compiling with that toolchain)."""
     run, record = context.run, context.record
     record.prelowering = start_prelowering(
         context.console, run.python, jobs, run.prelower_log, run.backend_args
     )
-    record.timed("preflight", lambda: _check_toolchain(context))
-    if record.toolchain_ok is False and record.prelowering is not None:
-        _end_prelowering(context)
+    record.toolchain_checking = True
+    started = time.perf_counter()
+    thread = threading.Thread(
+        target=_preflight_beside, args=(context, started), name="preflight", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _preflight_beside(context: _Context, started: float) -> None:
+    """The preflight's thread: its row in the table, then the run stopped if it failed."""
+    record = context.record
+    try:
+        record.add("preflight (overlapped)", started, _check_toolchain(context))
+    finally:
+        record.toolchain_checking = False
+    if record.toolchain_ok is False and record.toolchain_code != EXIT_DEADLINE:  # a deadline stops itself
+        reason = "the backend's toolchain preflight failed (its diagnosis is above); the cases were stopped"
+        context.door.request_stop(reason, EXIT_PREFLIGHT)
 
 
 def _check_toolchain(context: _Context) -> str:
-    """The backend's preflight, once, before any case (later phases then skip their own)."""
+    """The backend's preflight, once (later phases then skip their own)."""
     run = context.run
     code = check_toolchain(run.python, run.backend_args, context.env, context.door.time_left())
+    context.record.toolchain_code = code
     context.record.toolchain_ok = code == 0
     return toolchain_detail(code)
 

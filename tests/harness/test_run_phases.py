@@ -9,12 +9,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
+from harness.busy_sampler import BusySampler
 from harness.phases import Phase, parse_phase
 from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
 from harness.run_phases import plan, prelowering, report, run, sizing
@@ -43,14 +45,17 @@ class Failed(Exception):
 
 
 class FakeConsole:
-    """Records what the run asks for; ``codes``: a pytest shard's exit code, or ``"SIGTERM"`` to stop the
-    front door while that shard runs (as a CI system cancelling the job)."""
+    """Records what the run asks for; ``codes``: a pytest shard's exit code, ``"SIGTERM"`` to stop the
+    front door while that shard runs (as a CI system cancelling the job), or ``"WAIT"`` to run until the
+    front door is stopped (10 s at most), as the real console does: the ``KeyboardInterrupt`` propagates."""
 
     def __init__(self, gpus: int, codes: Mapping[str, int | str] | None = None, check_args: int = 0) -> None:
         self.gpus = gpus
         self.codes = dict(codes or {})
         self.check_args = check_args
         self.calls: list[tuple[str, object]] = []
+        #: Set once a pytest phase runs.
+        self.running = threading.Event()
 
     def log(self, message: str) -> None:
         self.calls.append(("log", message))
@@ -85,6 +90,10 @@ class FakeConsole:
         results = next(a for a in cmd if a.startswith("--results-json=")).partition("=")[2]
         code = self.codes.get(Path(results).stem, 0)
         Path(results).write_text("{}")  # pytest writes its files, a stopped one too
+        self.running.set()
+        if code == "WAIT":
+            time.sleep(10)
+            raise AssertionError("the phase was not stopped")
         if code == "SIGTERM":
             signal.raise_signal(signal.SIGTERM)  # the front door's handler raises KeyboardInterrupt
         return int(code)
@@ -104,6 +113,8 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sizing, "cores", lambda: 16)
     monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
+    # No /proc to sample: the tables' details are the phases' own (one test below samples).
+    monkeypatch.setattr(run, "BusySampler", lambda: BusySampler(count=lambda: None))
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
     yield
     signal.setitimer(signal.ITIMER_REAL, 0)
@@ -120,10 +131,18 @@ class FakeBackground:
     ``conformance.prelower --is-done`` answers (0: an earlier run lowered everything, 1: not; as the real
     ``earlier_prelowering`` reads it, tested on its own below)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, preflight: int = 0, is_done: int = 1) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        preflight: int = 0,
+        is_done: int = 1,
+        after: threading.Event | None = None,
+    ) -> None:
         self.events: list[str] = []
         self.preflight = preflight
         self.is_done = is_done
+        #: The preflight ends once this is set (a phase runs): it runs beside the cases.
+        self.after = after
         monkeypatch.setattr(run, "earlier_prelowering", self.ask)
         monkeypatch.setattr(run, "start_prelowering", self.start)
         monkeypatch.setattr(run, "stop_prelowering", self.stop)
@@ -150,6 +169,9 @@ class FakeBackground:
     ) -> int:
         assert set(env) == {"CONFORMANCE_RUN_ID"}  # the preflight records under the run's id
         self.events.append("preflight")
+        if self.after is not None:
+            assert self.after.wait(5)
+            time.sleep(0.05)  # a measurable while after the cases began
         return self.preflight
 
 
@@ -213,8 +235,8 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
         shared_env["CONFORMANCE_RUN_ID"]
     }
     names = [p.name for p in _table(console)]
-    assert names == ["preflight", "cases (shared GPU)", "prelower (overlapped)", "cases (GPU alone)",
-                     "cases (multi-GPU)", "report"]  # fmt: skip
+    assert names == ["preflight (overlapped)", "cases (shared GPU)", "prelower (overlapped)",
+                     "cases (GPU alone)", "cases (multi-GPU)", "report"]  # fmt: skip
     assert _table(console)[1].detail == "6 workers, 3 per GPU; 9 compiling beside"
     header = "16 cores, 2 CUDA device(s), 125 GiB available: 6 case worker(s) (3 per GPU, 1 thread(s) each)"
     header += " and 9 compile processes; then 'traffic or timing' alone, one worker per GPU"
@@ -225,18 +247,60 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
     assert pages[3:6] == [str(tmp_path / "results" / f"{shard}.json") for shard in _suite(tmp_path).shards]
 
 
-def test_a_failed_preflight_stops_the_prelowering_and_each_phase_checks_again(
+def test_the_preflight_runs_beside_the_first_cases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    console = FakeConsole(gpus=1)
+    background = FakeBackground(monkeypatch, after=console.running)  # it ends only once the cases run
+    run.run_suite(console, _suite(tmp_path))
+    assert background.events == ["is-done", "start", "preflight", "stop"]
+    assert all("--no-preflight" in cmd for cmd in console.pytest_args())  # the front door checks
+    table = {p.name: p for p in _table(console)}
+    preflight, shared = table["preflight (overlapped)"], table["cases (shared GPU)"]
+    assert shared.start_s < preflight.start_s + preflight.wall_s  # the cases did not wait for it
+    assert preflight.detail == "toolchain OK"
+
+
+def test_each_step_of_a_gpu_run_says_how_many_tasks_were_runnable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    background = FakeBackground(monkeypatch, preflight=EXIT_PREFLIGHT)
+    monkeypatch.setattr(run, "BusySampler", lambda: BusySampler(0.005, count=lambda: 12, cores=16))
+    console = FakeConsole(gpus=1)
+    FakeBackground(monkeypatch, after=console.running)  # the preflight lasts a few samples
+    run.run_suite(console, _suite(tmp_path))
+    details = {p.name: p.detail for p in _table(console)}
+    busy = "runnable p50 12, p95 12, max 12 of 16 cores"
+    assert details["preflight (overlapped)"].startswith(f"toolchain OK; {busy} (")
+
+
+def test_a_failed_preflight_stops_the_running_cases_the_prelowering_and_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    console = FakeConsole(gpus=1, codes={"conformance": "WAIT"})
+    background = FakeBackground(monkeypatch, preflight=EXIT_PREFLIGHT, after=console.running)
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        run.run_suite(console, _suite(tmp_path))
+    assert time.monotonic() - started < 5  # the running phase was stopped, not waited for
+    assert stopped.value.code == EXIT_PREFLIGHT
+    assert background.events == ["is-done", "start", "preflight", "stop"]
+    assert len(console.pytest_args()) == 1  # no later phase started
+    details = {p.name: p.detail for p in _table(console)}
+    assert details["preflight (overlapped)"] == "toolchain check failed (exit 3)"
+    assert details["cases (GPU alone)"].startswith("not started: the backend's toolchain preflight failed")
+    assert details["prelower (overlapped)"] == "54 lowered"
+    reason = "the backend's toolchain preflight failed (its diagnosis is above); the cases were stopped"
+    assert console.calls[-1] == ("log", f"conformance run stopped: {reason} (exit 3)")
+
+
+def test_without_the_front_doors_preflight_each_phase_checks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeBackground(monkeypatch)
     console = FakeConsole(
         gpus=1, codes={"conformance": EXIT_PREFLIGHT, "conformance-exclusive": EXIT_PREFLIGHT}
     )
     with pytest.raises(Failed, match="pytest exit code 3"):
-        run.run_suite(console, _suite(tmp_path))
-    assert background.events == ["is-done", "start", "preflight", "stop"]  # stopped before any case
+        run.run_suite(console, _suite(tmp_path, "-k", "mm_out"))  # narrowed: no front-door preflight
     assert [("--no-preflight" in cmd) for cmd in console.pytest_args()] == [False, False]
-    assert [p.detail for p in _table(console)][:2] == ["toolchain check failed (exit 3)", "54 lowered"]
 
 
 def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
@@ -271,7 +335,7 @@ def test_a_warm_cache_starts_no_prelowering_and_gives_the_cases_the_whole_budget
     run.run_suite(console, _suite(tmp_path))
     assert background.events == ["is-done", "preflight"]  # the preflight as ever, no pre-lowering
     assert console.pytest_args()[0][4:6] == ["-n", "15"]
-    assert [p.name for p in _table(console)][:2] == ["preflight", "cases (shared GPU)"]
+    assert [p.name for p in _table(console)][:2] == ["preflight (overlapped)", "cases (shared GPU)"]
     assert _table(console)[1].detail == "15 workers, 15 per GPU"
     header = "16 cores, 1 CUDA device(s), 125 GiB available: 15 case worker(s) (15 per GPU, 1 thread(s) each)"
     header += " and no compile process; then 'traffic or timing' alone, one worker per GPU"

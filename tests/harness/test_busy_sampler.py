@@ -1,0 +1,77 @@
+"""harness/busy_sampler.py: counting runnable tasks from /proc (a fake tree, and this machine's own), and
+a window's percentiles."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.busy_sampler import BusySampler, BusySummary, runnable_tasks
+
+
+def _task(proc: Path, pid: int, tid: int, comm: str, state: str) -> None:
+    task = proc / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True)
+    (task / "stat").write_text(f"{tid} ({comm}) {state} 1 2 3 4\n")
+
+
+def test_runnable_tasks_counts_every_thread_in_state_r_less_the_caller(tmp_path: Path) -> None:
+    _task(tmp_path, 10, 10, "python3", "R")
+    _task(tmp_path, 10, 11, "pt_main) R (x", "S")  # a name with ") R (" in it: the state follows the last ")"
+    _task(tmp_path, 10, 12, "worker", "R")
+    _task(tmp_path, 20, 20, "cc1plus", "R")
+    _task(tmp_path, 30, 30, "sleep", "D")
+    (tmp_path / "self").mkdir()  # not a pid
+    (tmp_path / "40").mkdir()  # a process that ended: no task folder
+    assert runnable_tasks(tmp_path) == 2  # 3 in R, less the sampling thread itself
+
+
+def test_runnable_tasks_without_proc_is_none(tmp_path: Path) -> None:
+    assert runnable_tasks(tmp_path / "missing") is None
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux's /proc")
+def test_busy_loops_show_up_on_this_machine() -> None:
+    context = multiprocessing.get_context("spawn")
+    spinners = [context.Process(target=_spin, args=(3.0,)) for _ in range(2)]
+    for process in spinners:
+        process.start()
+    time.sleep(1.0)  # they are started and spinning
+    seen = max(runnable_tasks() or 0 for _ in range(20))
+    for process in spinners:
+        process.join()
+    assert seen >= 2 or (os.cpu_count() or 1) < 2
+
+
+def test_a_window_gives_its_samples_percentiles() -> None:
+    sampler = BusySampler(count=lambda: None, cores=16)
+    sampler.samples = [(float(t), v) for t, v in enumerate([3, 9, 14, 15, 15, 15, 15, 15, 15, 15, 20, 2])]
+    # t = 1..10: 9, 14, seven 15s, 20; the 95th percentile of ten samples is the highest
+    assert sampler.summary(1.0, 10.0) == BusySummary(samples=10, median=15, p95=20, maximum=20, cores=16)
+    assert sampler.summary(1.0, 9.0) == BusySummary(samples=9, median=15, p95=15, maximum=15, cores=16)
+    assert sampler.summary(100.0, 200.0) is None  # no sample in the window
+    assert sampler.summary(0.0, 0.0).detail == "runnable p50 3, p95 3, max 3 of 16 cores (1 samples)"  # type: ignore[union-attr]
+
+
+def test_the_sampler_samples_until_stopped_and_stops_without_proc() -> None:
+    values = iter(range(1000))
+    sampler = BusySampler(0.001, count=lambda: next(values)).start()
+    time.sleep(0.05)
+    sampler.stop()
+    taken = len(sampler.samples)
+    assert taken >= 3
+    time.sleep(0.02)
+    assert len(sampler.samples) == taken
+    idle = BusySampler(0.001, count=lambda: None).start()
+    idle.stop()
+    assert idle.samples == []
