@@ -28,11 +28,16 @@ Not implemented, on purpose:
 * part ``runtime_options``: PyTorch's runner has no backend-wide options.
 * part ``device_placement`` (``lower_options`` ``skip_h2d_for_method_inputs`` and
   ``skip_d2h_for_method_outputs``): placement is fixed by nature. A model compiled for a device takes its
-  inputs on that device and returns its outputs there; the runner copies nothing either way, so
-  ``execute_stats`` is always zero copies. On a CPU target that is the protocol's contract trivially. On a
-  CUDA target it is *not* the protocol's default ("outputs are CPU tensors unless the method keeps them on
-  the device"): every method behaves as if lowered with both skip flags set, which the protocol has no way
-  to declare (left for the GPU session).
+  inputs on that device and returns its outputs there, and PyTorch's runner copies nothing either way: it
+  reads a host tensor given to a CUDA model as device memory (an illegal address, or garbage; see
+  ``repros/host_input_cuda_model.py``). The protocol's default on a CUDA target is host tensors in and
+  out, the runtime copying them ("outputs are CPU tensors unless the method keeps them on the device"), and
+  there is no export-time switch to declare. So the adapter does what every deployment around
+  ``aoti_load_package`` does by hand: for a CUDA model it copies host input tensors to the model's device
+  before the call and the outputs back to the host after it (``stage_inputs``, ``unstage_outputs``), and
+  ``execute_stats`` counts those bytes. A tensor already on a CUDA device, and anything that is not a
+  tensor, goes to the runner as given: what PyTorch does with it is what the suite sees. On a CPU target
+  nothing is copied.
 * caller-provided ``outputs`` in PyTorch's runner: it always allocates its outputs. The protocol's
   ``outputs`` are therefore the adapter's own feature: after the run, the results are copied into them, and
   only when every one is a tensor of the result's dtype, shape and device (else a ``ValueError`` naming
@@ -82,7 +87,14 @@ class AotiHandle:
     def __init__(self, runner: Any, method: str, device: str) -> None:
         self.runner: Any = runner
         self.method = method
+        #: The device AOTInductor compiled the model for, as its metadata says (``cpu``, ``cuda``).
         self.device = device
+        #: What the adapter copied in the last execute (``execute_stats``).
+        self.copied = {"h2d_bytes": 0, "d2h_bytes": 0}
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device.startswith("cuda")
 
 
 # ================================================================================================ lowering
@@ -225,6 +237,31 @@ def check_outputs(outputs: object, results: Sequence[torch.Tensor]) -> list[torc
     return list(outputs)
 
 
+def stage_inputs(handle: AotiHandle, inputs: object) -> tuple[object, int]:
+    """For a CUDA model, the caller's host tensors copied to its device (the protocol's default placement,
+    which PyTorch's runner does not do), with the bytes copied; anything else as given."""
+    if not handle.on_cuda or not isinstance(inputs, (list, tuple)):
+        return inputs, 0
+    device = torch.device("cuda", torch.cuda.current_device())
+    staged: list[object] = []
+    copied = 0
+    for value in inputs:
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            copied += value.numel() * value.element_size()
+            value = value.to(device)
+        staged.append(value)
+    return type(inputs)(staged), copied
+
+
+def unstage_outputs(handle: AotiHandle, results: list[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
+    """For a CUDA model, its outputs copied to the host (the protocol's default), with the bytes copied."""
+    if not handle.on_cuda:
+        return results, 0
+    on_device = [r for r in results if isinstance(r, torch.Tensor) and r.device.type == "cuda"]
+    copied = sum(r.numel() * r.element_size() for r in on_device)
+    return [r.cpu() if isinstance(r, torch.Tensor) else r for r in results], copied
+
+
 def run_method(handle: AotiHandle, inputs: object) -> list[torch.Tensor]:
     """The runner called as a deployment calls it (``model(*inputs)``), its outputs as a flat list."""
     global _first_run_mode
@@ -296,7 +333,10 @@ class TorchAotiBackend:
         inputs: Sequence[torch.Tensor],
         outputs: Sequence[torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
-        results = run_method(_live(handle, "execute"), inputs)
+        live = _live(handle, "execute")
+        staged, h2d = stage_inputs(live, inputs)
+        results, d2h = unstage_outputs(live, run_method(live, staged))
+        live.copied = {"h2d_bytes": h2d, "d2h_bytes": d2h}
         if outputs is None:
             return results
         provided = check_outputs(outputs, results)  # nothing is written unless every one fits
@@ -308,9 +348,9 @@ class TorchAotiBackend:
         _live(handle, "destroy").runner = None  # the loader's last reference: its model is freed
 
     def execute_stats(self, handle: AotiHandle) -> dict[str, int]:
-        """Always zero: the runner copies nothing between host and device (inputs are where compiled)."""
-        _live(handle, "execute_stats")
-        return {"h2d_bytes": 0, "d2h_bytes": 0}
+        """What the adapter copied between host and device in the handle's last execute (the runner itself
+        copies nothing): zero on a CPU target."""
+        return dict(_live(handle, "execute_stats").copied)
 
     def __repr__(self) -> str:
         return f"<torch AOTInductor {self.version} adapter: lowering, runtime>"
