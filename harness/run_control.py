@@ -44,7 +44,10 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "every case passed (or ended in an outcome that does not fail a run)",
     EXIT_FAILED: "a case failed, errored, crashed, timed out or faulted the device; the run went on",
     EXIT_INTERRUPTED: "interrupted otherwise (pytest's own: e.g. a KeyboardInterrupt raised by a case)",
-    EXIT_PREFLIGHT: "the backend's toolchain preflight failed; no case ran",
+    EXIT_PREFLIGHT: (
+        "the backend's toolchain preflight failed: no case ran, or (checked beside the first cases of a "
+        "GPU run) the cases were stopped"
+    ),
     EXIT_USAGE: "usage error (a bad option or backend)",
     EXIT_NO_TESTS: "no case selected",
     EXIT_STOPPED_BY_FAULT: "a hang or device fault in a run without pytest-xdist stopped it (no fresh "

@@ -1,7 +1,7 @@
 """The phases of a conformance run, as ``nox -s conformance`` (its matrix cells, conformance_executorch) runs
 them; ``noxfile.py`` only picks the session and passes its arguments.
 
-* ``sizing``: how many processes a run starts: case workers and pre-lowering jobs from one CPU budget;
+* ``sizing``: how many processes a run starts: case workers and pre-lowering jobs, from cores and memory;
 * ``plan``: what a session asks for (``SuiteRun``) and the pytest phases it becomes (``PytestPhase``);
 * ``prelowering``: the background compile processes, and the toolchain preflight started beside them;
 * ``record``: what the phases did, as they go (the phase table, exit codes, shards started);

@@ -2,10 +2,10 @@
 
 Compiling is CPU work the cases would otherwise do one program at a time. On a GPU runner the zoo is
 compiled for both targets in the background, overlapping the parallel phase, by the compile processes the
-run's sizing leaves beside the case workers (``sizing.size_gpu_run``: one CPU budget for both): a case
+run's sizing gives it beside the case workers (``sizing.size_gpu_run``): a case
 that needs a program still being compiled waits on the backend's per-program cache lock (the reference's
-artifact cache), and cases that need none run meanwhile. It runs at a lower CPU priority, so on a warm
-cache (where it only re-exports models to find their cache keys) it takes idle cycles, not the workers'.
+artifact cache), and cases that need none run meanwhile. It runs at a lower CPU priority: it takes the
+cycles the workers leave (a worker waiting for a program sleeps), not the workers'.
 It is stopped once the parallel phase is over: every program a case needed is built by then, and its GPU
 work must end before any phase that measures the GPU alone.
 

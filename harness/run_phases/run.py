@@ -6,8 +6,9 @@ first; (0) beside it the backend's toolchain preflight, also beside the first ca
 a cold machine it is a compile of 40-185 s that every case waited for); a failed preflight stops the run
 (exit 3, harness/run_control.py's ``FrontDoor.request_stop``); (1) overlaps (2) every case
 that may share its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with
-``CUDA_VISIBLE_DEVICES`` before CUDA starts, its workers and (1)'s compile processes sharing one CPU
-budget (``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why);
+``CUDA_VISIBLE_DEVICES`` before CUDA starts, beside (1)'s compile processes at a lower priority
+(``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why, and each
+row of the phase table how many tasks were runnable meanwhile);
 (3) once (2) is done and (1) stopped, the cases that need their GPU alone (``plan.EXCLUSIVE``), one worker
 per GPU; (4) with two or more GPUs, the cases that need several at once, in one unpinned worker. (0) and
 (1) are skipped for a narrowed selection (``-k``, ``-m``, a file or a case id), (1) also where
@@ -138,7 +139,7 @@ def _gpu_phases(context: _Context, gpus: int) -> None:
     record.busy = BusySampler().start()
     pinned = plan.pinning(gpus)
     prelower = plan.prelowers(run)
-    # A warm cache: nothing to compile, so the compile processes' half of the budget goes to the cases.
+    # A warm cache: nothing to compile, so no compile process starts.
     done = None
     if prelower:
         done = earlier_prelowering(console, run.python, run.backend_args, context.door.time_left())

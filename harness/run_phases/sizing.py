@@ -1,10 +1,10 @@
 """How many processes a run starts, from the machine's shape: the one place to change these counts.
 
 A GPU run is sized once, by ``size_gpu_run``, from the cores, the GPUs and the host memory together: the
-case workers and the background pre-lowering's compile processes share one CPU budget, so that no phase
-has more busy processes than cores, and the run's header says how it sized itself and why
-(``GpuSizing.sentence`` and ``GpuSizing.reasons``). Standard library only: nox imports this module with
-whatever interpreter runs nox.
+case workers, and the background pre-lowering's compile processes beside them at a lower priority; the
+run's header says how it sized itself and why (``GpuSizing.sentence`` and ``GpuSizing.reasons``), and the
+phase table how many tasks were runnable in each phase (``harness/busy_sampler.py``). Standard library
+only: nox imports this module with whatever interpreter runs nox.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ RESERVED_CORES = 1
 #: generated code and the C++ compiler building it). An estimate with headroom, not a measurement: it only
 #: binds on small hosts, where swapping would cost more than the processes it forbids would gain.
 PROCESS_GIB = 3.0
+#: The case workers' share of the cores (a worker waiting for a compile sleeps; many more processes on
+#: one GPU also contend for its time slices): 12 on a 16-core, one-GPU runner.
+WORKER_SHARE = 0.75
 #: Fewer compile processes than this: not worth a background pre-lowering (a core or two compile as fast
 #: one program at a time, as the cases ask for them).
 MIN_PRELOWER_JOBS = 2
@@ -84,7 +87,8 @@ class GpuSizing:
 
     @property
     def busy(self) -> int:
-        """Busy processes of the shared phase: case workers and compile processes."""
+        """Processes of the shared phase: case workers and compile processes (the compiles at a lower
+        priority: they take the cycles the workers leave)."""
         return self.workers + self.prelower_jobs
 
     @property
@@ -119,21 +123,24 @@ def size_gpu_run(
     already lowered everything (``prelowering.earlier_prelowering``): nothing to compile, so no pre-lowering
     whatever ``prelower`` says, and the reasons say why.
 
-    One budget of busy processes: the cores but ``RESERVED_CORES``, and at most one process per
-    ``PROCESS_GIB`` of memory. With the pre-lowering, the case workers take half of it (at least one per
-    GPU, spread evenly) and the compile processes the rest; the cases are mostly host work (exporting
-    models, float64 eager references, small kernels) and wait on the compiles they need, so neither half
-    may starve the other. Without it the case workers take it all. ``$CONFORMANCE_WORKERS_PER_GPU`` sets
-    the workers per GPU; the compile processes then get what is left, possibly none. Compile processes
-    fewer than ``MIN_PRELOWER_JOBS`` are none, and their cores go to the case workers."""
+    The case workers: ``WORKER_SHARE`` of the cores, spread evenly over the GPUs (at least one each), within
+    the budget (the cores but ``RESERVED_CORES``, at most one process per ``PROCESS_GIB`` of memory);
+    ``$CONFORMANCE_WORKERS_PER_GPU`` sets them instead. The compile processes beside them: the whole budget
+    (less what the memory cap leaves), at a lower CPU priority (``prelowering.NICENESS``). A case worker is
+    busy only part of a cold run (it sleeps while the program it needs compiles), and the compiles are the
+    cold run's critical path, so they take every cycle the workers leave. Measured on one H100 (16 cores,
+    cold): 12 workers + 15 compiles 240 s; a fixed half each (7 + 8) left a median 6 cores idle, 298 s; 12
+    workers + 15 compiles that started a program only while fewer than 16 tasks were runnable, 283 s and
+    not done (H200). The run's table shows the runnable tasks of each phase (``harness/busy_sampler.py``).
+    """
     gpus = max(1, gpus)
     cpus = cpus or cores()
     prelower = prelower and prelowered is None
-    done = f"pre-lowering: done by an earlier run (stamp {prelowered})" if prelowered is not None else ""
     if memory_gib is None:
         memory_gib = available_memory_gib()
     budget = max(1, cpus - RESERVED_CORES)
     reasons = [f"{cpus} cores: a budget of {budget} busy processes (one core for the controller)"]
+    cap = None
     if memory_gib is None:
         reasons.append("host memory unknown: no memory cap")
     else:
@@ -141,43 +148,28 @@ def size_gpu_run(
         allows = f"memory {memory_gib:.0f} GiB allows {cap} processes ({PROCESS_GIB:g} GiB each)"
         reasons.append(f"{allows}: the budget is {cap}" if cap < budget else allows)
         budget = min(budget, cap)
+    if prelowered is not None:
+        reasons.append(f"pre-lowering: done by an earlier run (stamp {prelowered})")
     override = workers_override(env)
     if override is not None:
         per_gpu = override
-        left = max(0, budget - per_gpu * gpus)
-        jobs = left if prelower and left >= MIN_PRELOWER_JOBS else 0
         said = f"${WORKERS_PER_GPU_ENV}={override}: {per_gpu * gpus} case workers"
-        if per_gpu * gpus > budget:
-            said += f", over the budget of {budget}"
-        if prelower:
-            said += f", {jobs} compile processes with what is left" if jobs else ", none left to compile"
-        reasons.extend([done, said] if done else [said])
     else:
-        per_gpu, jobs = _split(budget, gpus, prelower)
-        if prelower and jobs:
-            reasons.append(
-                f"pre-lowering beside the cases: {per_gpu * gpus} case workers, {jobs} compile processes"
-            )
-        elif prelower:
-            reasons.append(f"too small a budget to compile beside the cases: {per_gpu * gpus} case workers")
-        elif done:
-            reasons.append(f"{done}, the cases get the whole budget: {per_gpu * gpus} case workers")
-        else:
-            reasons.append(f"no pre-lowering: {per_gpu * gpus} case workers take the budget")
-        if per_gpu * gpus > budget:
-            reasons.append(f"one case worker per GPU at least: {per_gpu * gpus}, over the budget of {budget}")
-    threads = max(1, (cpus - jobs) // (per_gpu * gpus))
-    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons))
-
-
-def _split(budget: int, gpus: int, prelower: bool) -> tuple[int, int]:
-    """(case workers per GPU, compile processes) out of ``budget``."""
+        per_gpu = max(1, min(budget, int(cpus * WORKER_SHARE)) // gpus)
+        said = f"case workers: {WORKER_SHARE:.0%} of the cores, {per_gpu * gpus} ({per_gpu} per GPU)"
+    if per_gpu * gpus > budget:
+        said += f", over the budget of {budget}"
+    reasons.append(said)
+    jobs = 0
     if prelower:
-        per_gpu = max(gpus, budget // 2) // gpus
-        jobs = budget - per_gpu * gpus
-        if jobs >= MIN_PRELOWER_JOBS:
-            return per_gpu, jobs
-    return max(1, budget // gpus), 0
+        room = budget if cap is None else min(budget, cap - per_gpu * gpus)
+        jobs = room if room >= MIN_PRELOWER_JOBS else 0
+        if jobs:
+            reasons.append(f"pre-lowering beside them at a lower priority: {jobs} compile processes")
+        else:
+            reasons.append("no memory left to compile beside the cases: the cases compile what they need")
+    threads = max(1, cpus // (per_gpu * gpus))
+    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons))
 
 
 def cpu_workers(cpus: int | None = None) -> int:

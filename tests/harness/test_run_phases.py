@@ -220,15 +220,15 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
         "preflight",
     ]
     (shared, shared_env), (alone, alone_env), (multi, multi_env) = console.of("pytest")  # type: ignore[misc]
-    # 16 cores, 2 GPUs: a budget of 15, 3 case workers per GPU and 9 compile processes
-    assert shared[3:10] == ["conformance", "-n", "6", "--dist", "worksteal", "-m",
+    # 16 cores, 2 GPUs: 12 case workers (6 per GPU) and 15 compile processes at a lower priority
+    assert shared[3:10] == ["conformance", "-n", "12", "--dist", "worksteal", "-m",
                             "not multi_gpu and not (traffic or timing)"]  # fmt: skip
     assert alone[3:10] == ["conformance", "-n", "2", "--dist", "worksteal", "-m",
                            "not multi_gpu and (traffic or timing)"]  # fmt: skip
     assert multi[3:10] == ["conformance", "-n", "1", "--dist", "worksteal", "-m", "multi_gpu"]
     assert all("--no-preflight" in cmd for cmd in (shared, alone, multi))  # the front door checked it
     assert shared_env["CONFORMANCE_WORKER_GPUS"] == alone_env["CONFORMANCE_WORKER_GPUS"] == "0,1"
-    assert shared_env["OMP_NUM_THREADS"] == "1"  # the 7 cores the compiles leave, over 6 workers
+    assert shared_env["OMP_NUM_THREADS"] == "1"  # 16 cores over 12 workers
     assert shared_env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
     assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
@@ -237,9 +237,9 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
     names = [p.name for p in _table(console)]
     assert names == ["preflight (overlapped)", "cases (shared GPU)", "prelower (overlapped)",
                      "cases (GPU alone)", "cases (multi-GPU)", "report"]  # fmt: skip
-    assert _table(console)[1].detail == "6 workers, 3 per GPU; 9 compiling beside"
-    header = "16 cores, 2 CUDA device(s), 125 GiB available: 6 case worker(s) (3 per GPU, 1 thread(s) each)"
-    header += " and 9 compile processes; then 'traffic or timing' alone, one worker per GPU"
+    assert _table(console)[1].detail == "12 workers, 6 per GPU; 15 compiling beside"
+    header = "16 cores, 2 CUDA device(s), 125 GiB available: 12 case worker(s) (6 per GPU, 1 thread(s) each)"
+    header += " and 15 compile processes; then 'traffic or timing' alone, one worker per GPU"
     assert ("log", header) in console.calls
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert "16 cores: a budget of 15" in str(why)
@@ -311,53 +311,47 @@ def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
     run.run_suite(narrowed, _suite(tmp_path, "-k", "mm_out"))
     run.run_suite(FakeConsole(gpus=1), _suite(tmp_path, prelower=False))
     assert background.events == []  # nor asked whether it is done
-    # without the pre-lowering the case workers take the whole budget
-    assert narrowed.pytest_args()[0][4:6] == ["-n", "15"]
-    assert _table(narrowed)[0].detail == "15 workers, 15 per GPU"
+    # without the pre-lowering: the same case workers, nothing compiling beside
+    assert narrowed.pytest_args()[0][4:6] == ["-n", "12"]
+    assert _table(narrowed)[0].detail == "12 workers, 12 per GPU"
 
 
-def test_prelower_off_still_runs_the_preflight_and_gives_the_cases_every_core(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_prelower_off_still_runs_the_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     background = FakeBackground(monkeypatch)
     monkeypatch.setenv("CONFORMANCE_PRELOWER", "0")
     console = FakeConsole(gpus=1)
     run.run_suite(console, _suite(tmp_path))
     assert background.events == ["preflight"]
-    assert console.pytest_args()[0][4:6] == ["-n", "15"]
+    assert console.pytest_args()[0][4:6] == ["-n", "12"]
 
 
-def test_a_warm_cache_starts_no_prelowering_and_gives_the_cases_the_whole_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_warm_cache_starts_no_prelowering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     background = FakeBackground(monkeypatch, is_done=0)
     console = FakeConsole(gpus=1)
     run.run_suite(console, _suite(tmp_path))
     assert background.events == ["is-done", "preflight"]  # the preflight as ever, no pre-lowering
-    assert console.pytest_args()[0][4:6] == ["-n", "15"]
+    assert console.pytest_args()[0][4:6] == ["-n", "12"]
     assert [p.name for p in _table(console)][:2] == ["preflight (overlapped)", "cases (shared GPU)"]
-    assert _table(console)[1].detail == "15 workers, 15 per GPU"
-    header = "16 cores, 1 CUDA device(s), 125 GiB available: 15 case worker(s) (15 per GPU, 1 thread(s) each)"
+    assert _table(console)[1].detail == "12 workers, 12 per GPU"
+    header = "16 cores, 1 CUDA device(s), 125 GiB available: 12 case worker(s) (12 per GPU, 1 thread(s) each)"
     header += " and no compile process; then 'traffic or timing' alone, one worker per GPU"
     assert ("log", header) in console.calls
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert str(why).endswith(
-        f"; pre-lowering: done by an earlier run (stamp {STAMP}), the cases get the whole budget: "
-        "15 case workers"
+        f"; pre-lowering: done by an earlier run (stamp {STAMP}); "
+        "case workers: 75% of the cores, 12 (12 per GPU)"
     )
 
 
-def test_a_cold_cache_prelowers_beside_half_the_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_cold_cache_prelowers_beside_the_cases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     background = FakeBackground(monkeypatch, is_done=1)
     console = FakeConsole(gpus=1)
     run.run_suite(console, _suite(tmp_path))
     assert background.events == ["is-done", "start", "preflight", "stop"]
-    assert console.pytest_args()[0][4:6] == ["-n", "7"]
-    assert _table(console)[1].detail == "7 workers, 7 per GPU; 8 compiling beside"
+    assert console.pytest_args()[0][4:6] == ["-n", "12"]
+    assert _table(console)[1].detail == "12 workers, 12 per GPU; 15 compiling beside"
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
-    assert str(why).endswith("pre-lowering beside the cases: 7 case workers, 8 compile processes")
+    assert str(why).endswith("pre-lowering beside them at a lower priority: 15 compile processes")
 
 
 def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_code(
@@ -440,135 +434,6 @@ def test_a_shard_left_with_only_a_journal_is_finished_from_it(tmp_path: Path) ->
 )  # fmt: skip
 def test_verdict(stop: tuple[str, int] | None, codes: list[int], expected: report.Verdict | None) -> None:
     assert report.verdict(stop, codes) == expected
-
-
-def _sizing(
-    cores: int, gpus: int, memory: float | None = 1000.0, prelower: bool = True, **env: str
-) -> sizing.GpuSizing:
-    """A run's sizing on that machine; ``env``: the front door's variables."""
-    return sizing.size_gpu_run(gpus, cpus=cores, memory_gib=memory, env=env, prelower=prelower)
-
-
-@pytest.mark.parametrize(
-    ("cores", "gpus", "memory", "prelower", "per_gpu", "jobs"),
-    [
-        (16, 1, 125.0, True, 7, 8),  # one H100: was 12 workers + 15 compiles
-        (16, 1, 125.0, False, 15, 0),
-        (32, 2, 250.0, True, 7, 17),  # two H100s: was 48 workers + 31 compiles on 32 cores
-        (32, 2, 250.0, False, 15, 0),
-        (128, 8, 1000.0, True, 7, 71),
-        (128, 8, 1000.0, False, 15, 0),
-        (4, 1, 30.0, True, 1, 2),
-        (4, 1, 30.0, False, 3, 0),
-        (3, 1, 30.0, True, 2, 0),  # one compile process is not worth it: its core goes to the cases
-        (16, 1, 12.0, True, 2, 2),  # 12 GiB: 4 processes of 3 GiB
-        (16, 1, 12.0, False, 4, 0),
-        (16, 1, None, True, 7, 8),  # memory unknown: no cap
-    ],
-)  # fmt: skip
-def test_sizing_shares_one_budget_of_cores_and_memory(
-    cores: int,
-    gpus: int,
-    memory: float | None,
-    prelower: bool,
-    per_gpu: int,
-    jobs: int,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(sizing, "available_memory_gib", lambda: None)  # None: unknown, no cap
-    size = _sizing(cores, gpus, memory, prelower)
-    assert (size.workers_per_gpu, size.prelower_jobs) == (per_gpu, jobs)
-    assert size.busy <= cores - 1  # one core for the controller
-    assert size.reasons[0].startswith(f"{cores} cores: a budget of {cores - 1} ")
-    capped = [r for r in size.reasons if r.startswith("memory ") and "the budget is" in r]
-    if memory is not None and memory // sizing.PROCESS_GIB < cores - 1:  # the cap binds: said so
-        assert capped == ["memory 12 GiB allows 4 processes (3 GiB each): the budget is 4"]
-    else:
-        assert not capped
-    assert ("host memory unknown: no memory cap" in size.reasons) is (memory is None)
-    assert size.sentence.startswith(f"{cores} cores, {gpus} CUDA device(s), ")
-    assert f"{size.workers} case worker(s)" in size.sentence
-
-
-def test_the_override_sets_the_workers_and_the_compiles_get_what_is_left() -> None:
-    size = _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="5")
-    assert (size.workers_per_gpu, size.prelower_jobs, size.busy) == (5, 10, 15)
-    assert "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers, 10 compile processes with what is left" in (
-        size.reasons
-    )
-    more = _sizing(16, 2, CONFORMANCE_WORKERS_PER_GPU="12")  # more than the budget: no compile process
-    assert (more.workers_per_gpu, more.prelower_jobs) == (12, 0)
-    assert more.reasons[-1].endswith("24 case workers, over the budget of 15, none left to compile")
-    assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="14").prelower_jobs == 0  # 1 left: not worth it
-    assert _sizing(16, 1, prelower=False, CONFORMANCE_WORKERS_PER_GPU="5").threads_per_worker == 3
-    for ignored in ("0", "-3", "two", ""):  # not a count
-        assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU=ignored).workers_per_gpu == 7
-
-
-def test_busy_processes_never_exceed_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over many machines: case workers and compile processes fit in the cores but one and the memory,
-    unless the GPUs alone need more (one worker each, nothing compiling); compiles are none or enough."""
-    monkeypatch.setattr(sizing, "available_memory_gib", lambda: None)  # None: unknown, no cap
-    for cores in (*range(1, 20), 24, 32, 48, 64, 96, 128, 192, 256):
-        for gpus in (1, 2, 3, 4, 8, 16):
-            for memory in (None, 0.5, 4.0, 12.0, 31.9, 64.0, 125.0, 2000.0):
-                for prelower in (True, False):
-                    size = _sizing(cores, gpus, memory, prelower)
-                    cap = cores - 1 if memory is None else min(cores - 1, int(memory // sizing.PROCESS_GIB))
-                    budget = max(1, cap)
-                    assert size.workers_per_gpu >= 1
-                    assert size.prelower_jobs == 0 or size.prelower_jobs >= sizing.MIN_PRELOWER_JOBS
-                    assert size.prelower_jobs == 0 or prelower
-                    if gpus <= budget:
-                        assert size.busy <= budget, size
-                    else:
-                        assert (size.workers_per_gpu, size.prelower_jobs) == (1, 0), size
-                        assert any("one case worker per GPU at least" in r for r in size.reasons)
-                    assert size.threads_per_worker >= 1
-                    assert size.workers * size.threads_per_worker + size.prelower_jobs <= max(
-                        cores, size.busy
-                    )
-
-
-def test_the_readmes_example_header_is_what_the_sizing_says() -> None:
-    size = _sizing(16, 1, 125.0)
-    readme = (ROOT / "README.md").read_text()
-    assert f"{size.sentence}; then 'traffic or timing' alone, one worker per GPU\n" in readme
-    assert f"sized so: {'; '.join(size.reasons)}\n" in readme
-    assert "Two GPUs and 32 cores get 14 case workers (7 per GPU) and 17 compile processes" in readme
-    assert (_sizing(32, 2).workers, _sizing(32, 2).prelower_jobs) == (14, 17)
-    assert _sizing(32, 2, prelower=False).workers == 30
-
-
-def test_an_earlier_run_that_lowered_everything_leaves_the_whole_budget_to_the_cases() -> None:
-    warm = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelowered="/s.done")
-    cold = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelower=False)
-    assert (warm.workers, warm.prelower_jobs, warm.threads_per_worker) == (15, 0, 1)
-    assert warm.workers == cold.workers  # as without the pre-lowering
-    assert warm.reasons[-1] == (
-        "pre-lowering: done by an earlier run (stamp /s.done), the cases get the whole budget: "
-        "15 case workers"
-    )
-    env = {"CONFORMANCE_WORKERS_PER_GPU": "5"}
-    pinned = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env=env, prelowered="/s.done")
-    assert (pinned.workers, pinned.prelower_jobs) == (5, 0)
-    assert pinned.reasons[-2:] == (
-        "pre-lowering: done by an earlier run (stamp /s.done)",
-        "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers",
-    )
-
-
-def test_the_other_counts_and_the_memory_read(tmp_path: Path) -> None:
-    assert sizing.cpu_workers() == 2
-    assert sizing.cpu_workers(cpus=1) == 1
-    assert sizing.self_test_workers(cpus=2) == 3
-    assert sizing.self_test_workers() == 4
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       131072000 kB\nMemAvailable:   12582912 kB\n")
-    assert READ_MEMORY(meminfo) == 12.0
-    meminfo.write_text("MemTotal:       131072000 kB\n")
-    assert READ_MEMORY(meminfo) is None
-    assert READ_MEMORY(tmp_path / "absent") is None
 
 
 def test_plan_helpers(tmp_path: Path) -> None:
