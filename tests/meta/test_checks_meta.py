@@ -138,6 +138,22 @@ def test_assert_raises_fails_past_each_rule(exc: BaseException | None, pattern: 
         checks.assert_raises_invalid_argument(RULE, CALL, fn, argument="out", keywords=("shape",))
 
 
+@covers(checks.names_rule)
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("unmatched dim value at 0", True),
+        ("SHAPE (6, 3) != (6, 8)", True),  # any case; a space before the parenthesis: prose
+        ("the program is truncated", True),  # a keyword may start a word
+        ("run_func_( container_handle_, input_handles.size(), output_handles.size()) API call failed", False),
+        ("input.dim() returned 3", False),  # a call in quoted code names no rule
+        ("bad layout", False),
+    ],
+)
+def test_names_rule_wants_a_keyword_in_words_not_a_call(text: str, named: bool) -> None:
+    assert checks.names_rule(text, ("size", "dim", "shape", "truncat")) is named
+
+
 @covers(checks.names_argument)
 @pytest.mark.parametrize(
     ("text", "named"),
