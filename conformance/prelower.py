@@ -163,7 +163,7 @@ def _preflight(spec: str, device: str, *, force: bool) -> int:
     return 0 if ok else 3
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -196,7 +196,35 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the backend's toolchain preflight for the first --device and stop (exit 3 if it fails)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _lower_all(spec: str, tasks: list[tuple[str, str, str]], jobs: int, targets: str, done: Path) -> None:
+    """Lower ``tasks`` in ``jobs`` processes, a line each; write the stamp ``done`` only if none failed."""
+    start = time.perf_counter()
+    rows = []
+    # spawn: a forked child would inherit the parent's CUDA state, which CUDA does not allow.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_lower_one, spec, m, d, dev): dev for m, d, dev in tasks}
+        for future in as_completed(futures):
+            row = future.result()
+            rows.append(row)
+            model, dtype, seconds, size, error = row
+            where = f"{model:16} {futures[future]:4} {dtype:9}"
+            print(f"  {where} {seconds:7.1f} s  {size / 2**20:7.2f} MiB  {error}", flush=True)
+    failed = [r for r in rows if r[4]]
+    total = time.perf_counter() - start
+    if not failed:
+        done.parent.mkdir(parents=True, exist_ok=True)
+        done.write_text(f"{len(rows)} programs for {targets} with {spec} in {total:.0f} s\n")
+    print(
+        f"prelower: {len(rows) - len(failed)} lowered, {len(failed)} failed, {total:.0f} s wall", flush=True
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     spec = backend_spec(args.backend)
     use_backend_path(backend_path(args.backend_path))  # exported: the pool's processes find it too
     if args.preflight_only:
@@ -224,26 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     print(f"prelower: {len(tasks)} programs for {targets} with {spec}, {args.jobs} processes", flush=True)
-    start = time.perf_counter()
-    rows = []
-    # spawn: a forked child would inherit the parent's CUDA state, which CUDA does not allow.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
-        futures = {pool.submit(_lower_one, spec, m, d, dev): dev for m, d, dev in tasks}
-        for future in as_completed(futures):
-            row = future.result()
-            rows.append(row)
-            model, dtype, seconds, size, error = row
-            where = f"{model:16} {futures[future]:4} {dtype:9}"
-            print(f"  {where} {seconds:7.1f} s  {size / 2**20:7.2f} MiB  {error}", flush=True)
-    failed = [r for r in rows if r[4]]
-    total = time.perf_counter() - start
-    if not failed:
-        done.parent.mkdir(parents=True, exist_ok=True)
-        done.write_text(f"{len(rows)} programs for {targets} with {spec} in {total:.0f} s\n")
-    print(
-        f"prelower: {len(rows) - len(failed)} lowered, {len(failed)} failed, {total:.0f} s wall", flush=True
-    )
+    _lower_all(spec, tasks, args.jobs, targets, done)
     return 0  # failures are the chapters' to report, with their rule and repro line
 
 

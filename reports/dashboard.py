@@ -100,6 +100,38 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _new_site_runs(
+    runs: Sequence[LoadedRun], baseline: RunResult | None, threshold_pct: float, *, narrowed: bool
+) -> list[SiteRun]:
+    """This build's runs, each compared with the baseline when there is one."""
+    return [
+        SiteRun(
+            loaded,
+            None
+            if baseline is None
+            else compare_runs(loaded.run, baseline, threshold_pct, narrowed=narrowed),
+            is_new=True,
+        )
+        for loaded in runs
+    ]
+
+
+def _print_written(
+    out: Path,
+    site_runs: int,
+    new_runs: int,
+    coverage: CoveragePage | None,
+    compared: Sequence[Sequence[LoadedRun]],
+) -> None:
+    """One line per page written: the index, the coverage page, each side-by-side page."""
+    print(f"wrote {out / 'index.html'}: {site_runs} run(s), {new_runs} from this build")
+    if coverage is not None:
+        print(f"wrote {out / 'coverage.html'}: {coverage.total} rule(s) from {coverage.source}")
+    for runs in compared:
+        sides = " vs ".join(f"{column_letter(n)} {run_backend(r.run)}" for n, r in enumerate(runs))
+        print(f"wrote {out / side_by_side_path(*runs)}: {sides}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.threshold_pct < 0:
@@ -131,16 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ResultFileError as exc:
         return _fail(f"side by side: {exc}")
 
-    new_runs = [
-        SiteRun(
-            loaded,
-            None
-            if baseline is None
-            else compare_runs(loaded.run, baseline, args.threshold_pct, narrowed=args.narrowed),
-            is_new=True,
-        )
-        for loaded in inputs.runs
-    ]
+    new_runs = _new_site_runs(inputs.runs, baseline, args.threshold_pct, narrowed=args.narrowed)
     warnings: list[str] = []
     site_runs = new_runs
     if args.history:
@@ -169,12 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         return _fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}")
 
-    print(f"wrote {out / 'index.html'}: {len(site_runs)} run(s), {len(new_runs)} from this build")
-    if coverage is not None:
-        print(f"wrote {out / 'coverage.html'}: {coverage.total} rule(s) from {coverage.source}")
-    for runs in compared:
-        sides = " vs ".join(f"{column_letter(n)} {run_backend(r.run)}" for n, r in enumerate(runs))
-        print(f"wrote {out / side_by_side_path(*runs)}: {sides}")
+    _print_written(out, len(site_runs), len(new_runs), coverage, compared)
     regressions = report_regressions(new_runs)
     if inputs.errors:
         return EXIT_BAD_INPUT

@@ -32,7 +32,8 @@ nm -D --defined-only "$(grep -oE "path='[^']+'" "$OUT/native-build.log" | head -
 fi
 # 2. CPU self-tests of the shim, then the mm_out chapter on the native path (it fails if native is missing).
 if step tests; then
-$PY -m pytest tests/reference_impl/test_native_shim.py tests/reference_impl/test_mm_out_validation.py \
+$PY -m pytest tests/reference_impl/test_native_shim.py tests/reference_impl/test_native_entry.py \
+  tests/reference_impl/test_native_routing.py tests/reference_impl/test_mm_out_validation.py \
   tests/reference_impl/test_mm_out_fast_path.py tests/reference_impl/test_gemm_plan.py -q -p no:cacheprovider \
   > "$OUT/selftests.log" 2>&1
 echo "selftests rc=$? :: $(tail -1 "$OUT/selftests.log")"

@@ -69,7 +69,7 @@ _BAD_METHODS = ("unknown-method", "unknown-method-empty-name", "method-not-a-str
 
 _METER = (
     "the traffic-meter chapter checks the NVML meter against known pinned transfers; no backend is called "
-    "(its own self-tests: tests/harness/test_nvml_traffic.py)"
+    "(its own self-tests: tests/harness/test_nvml_traffic.py and test_nvml_device.py)"
 )
 
 RULE_TABLE: tuple[Rule, ...] = (

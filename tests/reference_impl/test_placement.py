@@ -27,7 +27,7 @@ from reference_impl.format.program import build_program, program_to_bytes
 from reference_impl.runtime import InputError, RuntimeArgumentError, destroy, execute, execute_stats, init
 from reference_impl.runtime import options as opts
 from reference_impl.runtime.options import SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD as SKIP
-from tests.reference_impl.test_runtime import _two_out_export_args, compiled_artifact
+from tests.reference_impl.runtime_support import _two_out_export_args, compiled_artifact
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
