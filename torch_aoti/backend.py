@@ -34,10 +34,10 @@ Not implemented, on purpose:
   out, the runtime copying them ("outputs are CPU tensors unless the method keeps them on the device"), and
   there is no export-time switch to declare. So the adapter does what every deployment around
   ``aoti_load_package`` does by hand: for a CUDA model it copies host input tensors to the model's device
-  before the call and the outputs back to the host after it (``stage_inputs``, ``unstage_outputs``), and
-  ``execute_stats`` counts those bytes. A tensor already on a CUDA device, and anything that is not a
-  tensor, goes to the runner as given: what PyTorch does with it is what the suite sees. On a CPU target
-  nothing is copied.
+  before the call, with their sizes and strides (``same_layout_on``), and the outputs back to the host
+  after it (``stage_inputs``, ``unstage_outputs``), and ``execute_stats`` counts those bytes. A tensor
+  already on a CUDA device, and anything that is not a tensor, goes to the runner as given: what PyTorch
+  does with it is what the suite sees. On a CPU target nothing is copied.
 * caller-provided ``outputs`` in PyTorch's runner: it always allocates its outputs. The protocol's
   ``outputs`` are therefore the adapter's own feature: after the run, the results are copied into them, and
   only when every one is a tensor of the result's dtype, shape and device (else a ``ValueError`` naming
@@ -248,9 +248,20 @@ def stage_inputs(handle: AotiHandle, inputs: object) -> tuple[object, int]:
     for value in inputs:
         if isinstance(value, torch.Tensor) and value.device.type == "cpu":
             copied += value.numel() * value.element_size()
-            value = value.to(device)
+            value = same_layout_on(value, device)
         staged.append(value)
     return type(inputs)(staged), copied
+
+
+def same_layout_on(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``tensor`` copied to ``device`` with its sizes and strides (``Tensor.to`` would make a view with
+    gaps, a step slice, contiguous, and the runner would never see the layout the caller gave). A tensor
+    whose elements share memory (an expanded one) cannot be written with its strides: ``Tensor.to``."""
+    try:
+        placed = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=device)
+        return placed.copy_(tensor)
+    except RuntimeError:  # "some elements of the written-to tensor refer to a single memory location"
+        return tensor.to(device)
 
 
 def unstage_outputs(handle: AotiHandle, results: list[torch.Tensor]) -> tuple[list[torch.Tensor], int]:

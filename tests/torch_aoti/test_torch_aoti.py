@@ -230,6 +230,18 @@ def test_repro_runs_and_reproduces(script: Path, tmp_path: Path) -> None:
     assert "reproduced" in done.stdout
 
 
+def test_staging_keeps_sizes_and_strides() -> None:
+    """What the runner of a CUDA model is given is the caller's layout (shown on the CPU, any device does)."""
+    base = torch.arange(64.0).reshape(8, 8)
+    for view in (base, base.t(), base[::2, 1::3], base[2:, :4]):
+        placed = adapter.same_layout_on(view, "cpu")
+        assert (placed.size(), placed.stride()) == (view.size(), view.stride())
+        assert torch.equal(placed, view)
+        assert placed.data_ptr() != view.data_ptr()  # a copy
+    expanded = torch.arange(4.0).expand(3, 4)  # elements share memory: copied densely
+    assert torch.equal(adapter.same_layout_on(expanded, "cpu"), expanded)
+
+
 @pytest.mark.proof
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: the CUDA target's staging")
 def test_a_cuda_model_takes_host_inputs_and_returns_host_outputs_and_counts_the_copies() -> None:
