@@ -135,7 +135,7 @@ def run_phases(console: Console, run: SuiteRun, door: FrontDoor, record: RunReco
 def _gpu_phases(context: _Context, gpus: int) -> None:
     """(0)-(4) of the module's docstring, sized once (``sizing.size_gpu_run``) and the sizing logged."""
     run, record, console = context.run, context.record, context.console
-    # Each step's row says how many tasks were runnable: no phase may have more than cores (issue 31).
+    # Each step's row says how many tasks were runnable: whether a phase had more than cores (issue 31).
     record.busy = BusySampler().start()
     pinned = plan.pinning(gpus)
     prelower = plan.prelowers(run)
