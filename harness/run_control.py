@@ -100,6 +100,14 @@ def parse_seconds(text: str, what: str = DEADLINE_OPTION) -> float:
     return value
 
 
+def interrupt_main_thread() -> None:
+    """SIGINT to this process's main thread, from any thread: its handler then stops the run. A real
+    signal, not ``_thread.interrupt_main``: it also wakes a main thread blocked in a system call (waiting
+    for a phase's process, say)."""
+    with contextlib.suppress(ValueError, OSError):
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
 class RunControl:
     """Signals and the deadline for one process; ``install`` in the main thread, ``uninstall`` at the end."""
 
@@ -178,9 +186,7 @@ class RunControl:
                 self.stop = (reason, code)
         if self._finishing:
             return
-        # A real signal, not _thread.interrupt_main: it also wakes a main thread blocked in a system call.
-        with contextlib.suppress(ValueError, OSError):
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        interrupt_main_thread()
 
     @property
     def finishing(self) -> bool:
@@ -334,9 +340,7 @@ class FrontDoor:
         self.stop = self.stop or (reason, code)
         if self._finishing:
             return
-        # A real signal to the main thread: it also wakes it where it waits for the running phase.
-        with contextlib.suppress(ValueError, OSError):
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        interrupt_main_thread()
 
     def finishing(self) -> None:
         """The files and the page are being written: a signal from now on only records itself."""
