@@ -27,9 +27,7 @@ class RunRecord:
     shards: list[str] = field(default_factory=list)
     #: The background pre-lowering while it runs.
     prelowering: Prelowering | None = None
-    #: The toolchain preflight's verdict, once it ran (None: not run by the front door).
-    toolchain_ok: bool | None = None
-    #: Its exit code, once it ran.
+    #: The toolchain preflight's exit code, once it ran (None: not run by the front door).
     toolchain_code: int | None = None
     #: The front door's preflight runs now, beside the cases (it stops the run if it fails).
     toolchain_checking: bool = False
@@ -49,6 +47,11 @@ class RunRecord:
         """Run ``step`` (it returns the table's detail) and note it."""
         start = time.perf_counter()
         self.add(name, start, step())
+
+    @property
+    def toolchain_ok(self) -> bool | None:
+        """The preflight's verdict, once it ran (None: not run by the front door)."""
+        return None if self.toolchain_code is None else self.toolchain_code == 0
 
     @property
     def toolchain_known(self) -> bool:

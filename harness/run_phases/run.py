@@ -202,7 +202,6 @@ def _check_toolchain(context: _Context) -> str:
     run = context.run
     code = check_toolchain(run.python, run.backend_args, context.env, context.door.time_left())
     context.record.toolchain_code = code
-    context.record.toolchain_ok = code == 0
     return toolchain_detail(code)
 
 

@@ -36,10 +36,6 @@ FRONT_DOOR_ENV = (
 )
 
 
-#: sizing's own reader of /proc/meminfo (the tests' machine has 125 GiB: ``_clean``).
-READ_MEMORY = sizing.available_memory_gib
-
-
 class Failed(Exception):
     """The fake console's ``error``: the session failed."""
 
@@ -547,7 +543,7 @@ def test_the_record_gives_the_table_and_whether_the_toolchain_is_known() -> None
     assert not record.toolchain_known  # the preflight's own exit: the next phase says why too
     record.exit_codes.append(1)
     assert record.toolchain_known
-    assert RunRecord(toolchain_ok=True).toolchain_known
+    assert RunRecord(toolchain_code=0).toolchain_known
 
 
 def test_the_rule_coverage_table_only_warns_when_it_fails(tmp_path: Path) -> None:
