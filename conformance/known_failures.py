@@ -16,6 +16,11 @@ Entries come from the backend's optional ``known_failures`` attribute and from `
   pytest-xdist (``-n``; the front door always uses it) survives a crash and records it ``xfailed``: the
   controller sees the worker die (``CaseOutcomes.pytest_handlecrashitem``). In one process the crash ends
   the run, and the case is ``crashed`` in the result file that ``harness.finalize`` rebuilds.
+* ``device_fault`` (optional, ``false`` by default) — ``true``: the case leaves the CUDA context broken (an
+  illegal address, a sticky CUDA error), which the watchdog (``harness/watchdog.py``) records as
+  ``device-fault`` and ends the process so that a fresh one runs the next case. Like ``crash``, it takes
+  no ``rule`` and declares nothing else; under pytest-xdist the case is then recorded ``xfailed``, the
+  watchdog's CUDA error kept as its message and evidence. In one process a device fault stops the run.
 
 A matching case that fails as declared is ``xfailed`` (with the reason and link) and does not fail the
 run. A matching case that passes fails with rule ``known-failures/stale``: the list cannot rot. A case
@@ -54,7 +59,7 @@ FILE_KEY = "known_failures"
 #: The string fields, each with whether it is required.
 _FIELDS = {"case": True, "rule": False, "reason": True, "link": False}
 #: The flags (optional booleans, false when absent).
-_FLAGS = ("crash",)
+_FLAGS = ("crash", "device_fault")
 
 
 class KnownFailuresError(ValueError):
@@ -69,6 +74,12 @@ class KnownFailure:
     link: str
     source: str  # "backend" or the file it came from, with the entry's position
     crash: bool = False  # the case kills its process: declares that, and no other failure
+    device_fault: bool = False  # the case breaks the CUDA context (a watchdog device-fault verdict)
+
+    @property
+    def ends_process(self) -> bool:
+        """The entry declares the case's process ending (a crash or a device fault), not a failure."""
+        return self.crash or self.device_fault
 
     def matches_case(self, nodeid: str) -> bool:
         return glob_match(self.case, nodeid)
@@ -82,7 +93,8 @@ class KnownFailure:
     def describe(self) -> str:
         rule = f", rule {self.rule!r}" if self.rule else ""
         crash = ", crash = true" if self.crash else ""
-        return f"case {self.case!r}{rule}{crash} ({self.source})"
+        fault = ", device_fault = true" if self.device_fault else ""
+        return f"case {self.case!r}{rule}{crash}{fault} ({self.source})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +104,7 @@ class KnownFailure:
             "link": self.link,
             "source": self.source,
             "crash": self.crash,
+            "device_fault": self.device_fault,
         }
 
 
@@ -146,9 +159,15 @@ def parse_entries(raw: object, source: str) -> list[KnownFailure]:
             if not isinstance(value, bool):
                 raise KnownFailuresError(f"{where}: field {name!r} must be true or false, found {value!r}")
         crash = bool(item.get("crash", False))
-        if crash and item.get("rule"):
+        device_fault = bool(item.get("device_fault", False))
+        if crash and device_fault:
             raise KnownFailuresError(
-                f"{where}: field 'rule' does not go with crash = true: a process that dies names no rule"
+                f"{where}: crash = true and device_fault = true: a case ends one way; declare two entries"
+            )
+        flag = "crash" if crash else "device_fault" if device_fault else None
+        if flag and item.get("rule"):
+            raise KnownFailuresError(
+                f"{where}: field 'rule' does not go with {flag} = true: a process that ends names no rule"
             )
         entries.append(
             KnownFailure(
@@ -158,6 +177,7 @@ def parse_entries(raw: object, source: str) -> list[KnownFailure]:
                 link=item.get("link") or "",
                 source=f"{source} #{index}",
                 crash=crash,
+                device_fault=device_fault,
             )
         )
     return entries
@@ -214,15 +234,28 @@ def load_all(backend: object, files: Iterable[str | Path]) -> list[KnownFailure]
 
 
 def first_match(
-    entries: Iterable[KnownFailure], nodeid: str, rule: str | None, *, crash: bool = False
+    entries: Iterable[KnownFailure],
+    nodeid: str,
+    rule: str | None,
+    *,
+    crash: bool = False,
+    device_fault: bool = False,
 ) -> KnownFailure | None:
     """The entry that declares this failure of ``nodeid``: one naming ``rule`` (``None``: the failure named
-    none); with ``crash``, the case's process dying instead. Crash entries declare only that."""
+    none); with ``crash``, the case's process dying instead; with ``device_fault``, the watchdog's
+    device-fault verdict. Crash and device-fault entries declare only that."""
     return next(
-        (e for e in entries if e.crash == crash and e.matches_case(nodeid) and e.matches_rule(rule)), None
+        (
+            e
+            for e in entries
+            if (e.crash, e.device_fault) == (crash, device_fault)
+            and e.matches_case(nodeid)
+            and e.matches_rule(rule)
+        ),
+        None,
     )
 
 
 def case_matches(entries: Iterable[KnownFailure], nodeid: str) -> list[KnownFailure]:
-    """Every entry for ``nodeid``, crash entries included (any of them makes a pass stale)."""
+    """Every entry for ``nodeid``, crash and device-fault entries included (any makes a pass stale)."""
     return [e for e in entries if e.matches_case(nodeid)]

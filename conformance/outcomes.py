@@ -62,8 +62,9 @@ def add_options(group: pytest.OptionGroup) -> None:
         action="append",
         default=[],
         help="TOML (or .json) file of declared known failures: [[known_failures]] case = glob, rule = "
-        "glob (optional), reason, link, crash = true (optional: the case kills its process; recorded "
-        "only under pytest-xdist); repeatable (see conformance/known_failures.py)",
+        "glob (optional), reason, link, crash = true or device_fault = true (optional: the case kills its "
+        "process, or breaks its CUDA context; recorded only under pytest-xdist); repeatable (see "
+        "conformance/known_failures.py)",
     )
 
 
@@ -93,6 +94,9 @@ class CaseOutcomes:
         self.stale: list[pytest.TestReport] = []
         #: Crash entries for cases selected in a run without pytest-xdist, where a crash ends the run.
         self.single_process_crashes: list[KnownFailure] = []
+        #: Cases whose call passed and that only device-fault entries declare: stale unless the teardown
+        #: brings the watchdog's device fault.
+        self.awaiting_fault: set[str] = set()
 
     # -- where the case runs ---------------------------------------------------------------------------
 
@@ -104,6 +108,10 @@ class CaseOutcomes:
                 self._decide_failure(item, call.excinfo, report)
             elif report.passed and report.when == "call":
                 self._check_stale(item, report)
+        elif report.when == "teardown" and item.nodeid in self.awaiting_fault:
+            self.awaiting_fault.discard(item.nodeid)
+            if not report.failed and case_result(report) is None:  # no device fault came after the call
+                self._check_stale(item, report, after_teardown=True)
         return report
 
     def _decide_failure(
@@ -133,13 +141,26 @@ class CaseOutcomes:
             outcome = Outcome.FAILED if report.when == "call" else Outcome.ERROR
             self._annotate(item, report, outcome, None, rule, level, None)
 
-    def _check_stale(self, item: pytest.Item, report: pytest.TestReport) -> None:
+    def _check_stale(
+        self, item: pytest.Item, report: pytest.TestReport, after_teardown: bool = False
+    ) -> None:
         matches = case_matches(self.entries, item.nodeid)
         if not matches:
             return
+        if not after_teardown and all(e.device_fault for e in matches):
+            # The watchdog finds a device fault after the call passed (its probe, then the teardown):
+            # only a teardown without one makes the entry stale.
+            self.awaiting_fault.add(item.nodeid)
+            return
         entry = matches[0]
         link = f" ({entry.link})" if entry.link else ""
-        what = "a known crash" if entry.crash else "a known failure"
+        what = (
+            "a known crash"
+            if entry.crash
+            else "a known device fault"
+            if entry.device_fault
+            else "a known failure"
+        )
         message = (
             f"[{STALE_RULE}] {item.nodeid}: passed, but {entry.source} declares it {what}: "
             f"{entry.reason}{link}; remove or narrow the entry ({entry.case!r})"
@@ -196,20 +217,29 @@ class CaseOutcomes:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
         """A pytest-xdist worker died while running ``crashitem`` (the controller's hook; xdist then logs
         ``report``). trylast: the run's end (``harness/run_end.py``, tryfirst) has judged the crash from
-        the worker's watchdog files first, and a crash it explained (a timeout, a device fault, or no crash
-        at all: its ``case_result`` is set) keeps that verdict. A plain crash that a ``crash = true`` entry
-        declares becomes that known failure: an xfail-like report carrying the case result, which the
-        result recorder (``harness/pytest_plugin.py``) records in place of ``crashed``."""
-        if case_result(report) is not None:
+        the worker's watchdog files first, and a crash it explained (a timeout, or no crash at all: its
+        ``case_result`` is set) keeps that verdict. A plain crash that a ``crash = true`` entry declares, or
+        a device fault that a ``device_fault = true`` entry declares, becomes that known failure: an
+        xfail-like report carrying the case result, which the result recorder (``harness/pytest_plugin.py``)
+        records in place of ``crashed`` / ``device-fault``."""
+        explained = case_result(report)
+        if explained is None:
+            known = first_match(self.entries, crashitem, None, crash=True)
+            message = str(report.longrepr)  # pytest-xdist's "worker 'gw0' crashed while running '<case>'"
+            evidence = None
+        elif explained.get("outcome") == Outcome.DEVICE_FAULT.value:  # the watchdog's verdict, declared?
+            known = first_match(self.entries, crashitem, None, device_fault=True)
+            message, evidence = str(explained.get("message")), explained.get("evidence")
+        else:
             return
-        known = first_match(self.entries, crashitem, None, crash=True)
         if known is None:
             return
-        message = str(report.longrepr)  # pytest-xdist's "worker 'gw0' crashed while running '<case>'"
         _xfail_like(report, f"{_known_why(known)} — {message}")
         # The case's last report, with no phase of its own ("???"): as a teardown, JUnit reads its properties.
         report.when = "teardown"  # type: ignore[assignment]
         props = _set_case_result(report, Outcome.XFAILED, message, None, Level.MUST, known)
+        if evidence:  # the CUDA error in full, as the device-fault verdict had it
+            case_result(report)["evidence"] = evidence  # type: ignore[index]
         report.user_properties = [*report.user_properties, *props]
 
     @pytest.hookimpl(trylast=True)
@@ -218,7 +248,7 @@ class CaseOutcomes:
     ) -> list[str]:
         """In one process, say up front that a declared crash will end the run (see ``crash_warnings``)."""
         self.single_process_crashes = [
-            e for e in self.entries if e.crash and any(e.matches_case(item.nodeid) for item in items)
+            e for e in self.entries if e.ends_process and any(e.matches_case(item.nodeid) for item in items)
         ]
         return [f"warning: {line}" for line in self.crash_warnings()]
 
@@ -226,7 +256,7 @@ class CaseOutcomes:
         if role(self.config) != "single" or self.config.getoption("collectonly"):
             return []
         return [
-            f"known-failures: {entry.describe()} declares that the case kills its process: only a run under "
+            f"known-failures: {entry.describe()} declares that the case ends its process: only a run under "
             "pytest-xdist (-n) survives that and records it xfailed; in this single process it ends the run"
             for entry in self.single_process_crashes
         ]

@@ -441,6 +441,9 @@ def _outcome(reports: dict[str, pytest.TestReport]) -> tuple[str, str]:
     else:
         outcome, message = Outcome.PASSED, ""
     if teardown is not None and teardown.failed:
+        teardown_override = _override(teardown)
+        if teardown_override is not None and outcome == Outcome.PASSED:  # a verdict only a teardown can give
+            return teardown_override["outcome"], _override_message(teardown_override, teardown)
         teardown_text = _failure_text(teardown)
         if outcome == Outcome.FAILED:
             return outcome, _truncate(f"{message}\n(teardown also failed: {teardown_text})")

@@ -416,7 +416,7 @@ def test_without_xdist_a_declared_crash_ends_the_run_and_says_so(crashing: pytes
     result.stdout.fnmatch_lines(
         [
             "warning: known-failures: case 'conformance/test_crash.py::test_dies[[]*]', crash = true "
-            "(crash.toml #1) declares that the case kills its process: only a run under pytest-xdist (-n) "
+            "(crash.toml #1) declares that the case ends its process: only a run under pytest-xdist (-n) "
             "survives that and records it xfailed; in this single process it ends the run"
         ]
     )
