@@ -58,6 +58,8 @@ from typing import Any
 
 import torch
 
+from torch_aoti.package_cache import PackageCache, package_key
+
 #: The environment variable the generated code reads (``cpp_wrapper_cpu.py``: a ``static`` getenv in each
 #: compiled model, read at that model's first run). Anything but unset or starting with ``0`` turns on the
 #: dtype / size / stride / device checks of every input.
@@ -124,17 +126,21 @@ def _on(value: Any, device: str) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
-def compile_method(name: str, entry: Sequence[Any], device: str) -> list[Any]:
-    """The AOTInductor files of one method (``aot_compile`` with packaging on), or a ``ValueError``."""
+def export_method(name: str, entry: Sequence[Any], device: str) -> torch.export.ExportedProgram:
+    """``torch.export`` of one method on the target device, or a ``ValueError`` naming it."""
     module, inputs = entry[0], entry[1]
     dynamic_shapes = entry[2] if len(entry) > 2 else None
     # A copy on the target device: the caller's module is left as it was; the model is compiled where it runs.
     placed = copy.deepcopy(module).to(device)
     args = tuple(_on(t, device) for t in inputs)
     try:
-        exported = torch.export.export(placed, args, dynamic_shapes=dynamic_shapes)
+        return torch.export.export(placed, args, dynamic_shapes=dynamic_shapes)
     except Exception as exc:
         raise ValueError(f"lower: method {name!r}: torch.export failed: {type(exc).__name__}: {exc}") from exc
+
+
+def compile_method(name: str, exported: torch.export.ExportedProgram) -> list[Any]:
+    """The AOTInductor files of one exported method (``aot_compile``, packaging on), or a ``ValueError``."""
     try:
         # What aoti_compile_and_package runs (its minifier wrapper): the module without export's guards.
         example_args, example_kwargs = exported.example_inputs
@@ -163,6 +169,22 @@ def package_methods(compiled: Mapping[str, list[Any]]) -> bytes:
 
 #: Compiles of one program before a package with damaged files is an error.
 PACKAGE_ATTEMPTS = 3
+
+
+def compile_package(exported: Mapping[str, torch.export.ExportedProgram]) -> bytes:
+    """Every method compiled and packaged; compiled again (up to ``PACKAGE_ATTEMPTS``) while the package
+    holds damaged files."""
+    damaged: list[str] = []
+    for _attempt in range(PACKAGE_ATTEMPTS):
+        data = package_methods({name: compile_method(name, ep) for name, ep in exported.items()})
+        damaged = damaged_members(data)
+        if not damaged:
+            return data
+    raise RuntimeError(
+        f"lower: AOTInductor packaged damaged files {PACKAGE_ATTEMPTS} times "
+        f"({', '.join(damaged)}): another process compiling the same kernels into the "
+        "shared inductor cache ($TORCHINDUCTOR_CACHE_DIR) is the likely cause"
+    )
 
 
 def damaged_members(package: bytes) -> list[str]:
@@ -320,18 +342,10 @@ class TorchAotiBackend:
                 f"lower: option(s) {sorted(map(str, options))} not supported: AOTInductor has no view-copy "
                 "pass switch and no export-time placement (a model's inputs and outputs live on its device)"
             )
-        damaged: list[str] = []
-        for _attempt in range(PACKAGE_ATTEMPTS):
-            compiled = {name: compile_method(name, entry, device) for name, entry in checked.items()}
-            data = package_methods(compiled)
-            damaged = damaged_members(data)
-            if not damaged:
-                return data
-        raise RuntimeError(
-            f"lower: AOTInductor packaged damaged files {PACKAGE_ATTEMPTS} times "
-            f"({', '.join(damaged)}): another process compiling the same kernels into the "
-            "shared inductor cache ($TORCHINDUCTOR_CACHE_DIR) is the likely cause"
-        )
+        exported = {name: export_method(name, entry, device) for name, entry in checked.items()}
+        key = package_key(exported, device, INDUCTOR_OPTIONS)
+        data, _cached = PackageCache().get_or_build(key, lambda: compile_package(exported))
+        return data
 
     def init(self, program: bytes, method: str) -> AotiHandle:
         runner = load_method(program, method)

@@ -269,7 +269,9 @@ def _zip(members: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def test_a_package_with_damaged_files_is_compiled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_package_with_damaged_files_is_compiled_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Two processes compiling one kernel into a shared inductor cache can package an empty metadata file or
     library: lower() compiles again, and says why after PACKAGE_ATTEMPTS damaged packages."""
     meta, lib = "program/data/aotinductor/double/x_metadata.json", "program/data/aotinductor/double/x.so"
@@ -279,14 +281,17 @@ def test_a_package_with_damaged_files_is_compiled_again(monkeypatch: pytest.Monk
     assert adapter.damaged_members(_zip({meta: b"{}", lib: b""})) == [lib]
     bad = _zip({meta: b"", lib: b"\x7fELF"})
     made = iter([bad, good])
-    monkeypatch.setattr(adapter, "compile_method", lambda name, entry, device: [])
+    monkeypatch.setenv("CONFORMANCE_CACHE_DIR", str(tmp_path))  # a package cache of its own, empty
+    monkeypatch.setattr(adapter, "compile_method", lambda name, exported: [])
     monkeypatch.setattr(adapter, "package_methods", lambda compiled: next(made))
     backend = adapter.TorchAotiBackend(checked=False)
     methods = {"double": (Double(), (torch.ones(SHAPE),))}
     assert backend.lower(methods, device="cpu") == good
     monkeypatch.setattr(adapter, "package_methods", lambda compiled: bad)
+    monkeypatch.setenv("CONFORMANCE_CACHE_DIR", str(tmp_path / "another"))  # else the good one is cached
     with pytest.raises(RuntimeError, match=r"damaged files 3 times .*x_metadata\.json.*inductor cache"):
         backend.lower(methods, device="cpu")
+    assert not list((tmp_path / "another" / "torch_aoti").glob("*.pt2"))  # nothing damaged is kept
 
 
 def test_a_real_package_has_no_damaged_member(program: Path) -> None:
