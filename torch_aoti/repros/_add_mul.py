@@ -163,11 +163,13 @@ def compare_modes(cases: Cases, script: str, device: str, dynamic_shapes: object
     return 0 if ok else 1
 
 
-def arguments(doc: str | None = None) -> argparse.Namespace:
-    """``--device cpu|cuda`` (the model's device, cpu by default) and the child's ``--run PATH CASE``."""
+def arguments(doc: str | None = None, *, child: bool = True) -> argparse.Namespace:
+    """``--device cpu|cuda`` (the model's device, cpu by default) and, with ``child``, the child's
+    ``--run PATH CASE``."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the model's device")
-    parser.add_argument("--run", nargs=2, metavar=("PATH", "CASE"), help="(the child: one call)")
+    if child:
+        parser.add_argument("--run", nargs=2, metavar=("PATH", "CASE"), help="(the child: one call)")
     return parser.parse_args()
 
 
