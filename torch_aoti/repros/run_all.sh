@@ -7,9 +7,9 @@
 #
 # Each script runs in a process of its own, under `timeout`, with an inductor cache of its own in a
 # temporary folder removed at the end (two compiles of one model at once into a shared cache can package a
-# half-written file), JOBS at a time. Its stdout and
-# stderr go to $OUT/repros/<name>-<device>.txt; a table (script, device, exit code, seconds) is printed at
-# the end and kept in $OUT/repros/summary.txt. Exits 0 when every script exited 0.
+# half-written file), JOBS at a time. Its stdout and stderr go to $OUT/repros/<name>-<device>.txt; a table
+# (script, device, exit code, seconds) is printed at the end and kept in $OUT/repros/summary.txt. Exits 0
+# when every script exited 0.
 #
 # Environment: OUT (./repros-out), PYTHON (python, else python3), TIMEOUT seconds per script (600),
 # JOBS (a third of the cores, at least 1), DEVICES (cpu, and cuda when torch sees a CUDA device).
