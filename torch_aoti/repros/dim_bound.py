@@ -1,6 +1,6 @@
 """PyTorch's AOTI runner checks a dynamic dimension's bounds only with input checks on, lower bound 2 too.
 
-    python torch_aoti/repros/dim_bound.py
+    python torch_aoti/repros/dim_bound.py [--device cuda]
 
 Exports ``x * y + z`` on three float32 [rows, 32] inputs with ``Dim("rows", max=8)`` (no lower bound given),
 packages it with ``aoti_compile_and_package``, loads it with ``aoti_load_package`` and calls it with 12 rows
@@ -8,6 +8,7 @@ and with 1 row, each in a fresh process. As deployed (``AOTI_RUNTIME_CHECK_INPUT
 past the declared maximum). With ``AOTI_RUNTIME_CHECK_INPUTS=1`` both are rejected: 12 is too large, and 1,
 a valid size, is "too small" (export's 0/1 specialisation makes the bound 2; ``aot_inductor.check_lowerbound``
 gates it, pytorch#196131). Exits 0 when reproduced; 1 otherwise.
+``--device cuda``: the same on a CUDA model (see ``_add_mul.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """PyTorch's AOTI runner takes host tensors given to a CUDA model as device memory, in either mode: why the
-adapter copies the protocol's host inputs to the device itself (``stage_inputs``).
+adapter copies the protocol's host inputs to the device itself (``stage_inputs``). And the mirror: a CUDA
+tensor given to a CPU model (the suite's ``test_cuda_tensor_to_cpu_program``), observed.
 
     python torch_aoti/repros/host_input_cuda_model.py        (needs a CUDA device)
 
@@ -12,6 +13,12 @@ on an H100 with torch 2.11.0+cu130: as deployed, "CUDA error: an illegal memory 
 neither mode refuses the call with an error that says which device the inputs should be on (it returns,
 fails with a CUDA error, or the process dies); 1 otherwise (PyTorch changed: update the adapter's
 docstring); 0 with "skipped" on a machine without CUDA.
+
+The mirror, printed and not checked (it does not change the exit code): the same model exported for the
+CPU, called with ``y`` on the CUDA device (x and z on the host), in both modes, with whether the child's
+stderr has the generated check's words ("unmatched device type"). Expected from the triage of 2026-11-26:
+as deployed the CPU kernel reads a device pointer (a crash or garbage); checked, refused, the words in the
+exception on torch 2.13 and on stderr only on 2.11 (``checked_message.py`` checks that part).
 """
 
 from __future__ import annotations
@@ -22,47 +29,71 @@ import sys
 import tempfile
 
 import torch
-from _add_mul import AddMul  # this directory: the script's own
+from _add_mul import CHILD_TIMEOUT_S, AddMul, device_fault, mode_env  # this directory: the script's own
 
 #: An error that says which device the inputs should be on names the device and what was expected.
 DEVICE_WORDS = ("device", "expected")
+#: What the generated check of a CPU model prints for a CUDA input (torch 2.11, on stderr).
+CHECK_WORDS = "unmatched device type"
 
 
-def child(path: str) -> None:
-    """One call with host inputs; prints ACCEPTED (and whether the values are right) or REJECTED."""
+def child(path: str, mirror: bool) -> None:
+    """One call: host inputs to the CUDA model, or (``mirror``) y on the device to the CPU model; prints
+    ACCEPTED (and whether the values are right), REJECTED or DEVICE-FAULT."""
     model = torch._inductor.aoti_load_package(path)
     gen = torch.Generator().manual_seed(0)
     x, y, z = (torch.randint(-8, 9, (4, 32), generator=gen).float() for _ in range(3))
     try:
-        out = model(x, y, z)
+        out = model(x, y.cuda(), z) if mirror else model(x, y, z)
         torch.cuda.synchronize()
         right = torch.equal(out.cpu().double(), x.double() * y.double() + z.double())
     except RuntimeError as exc:  # CUDA errors surface as RuntimeError (torch.AcceleratorError) too
-        print(f"REJECTED {' '.join(str(exc).split())[:300]}")
+        verdict = "DEVICE-FAULT" if device_fault(exc) else "REJECTED"
+        print(f"{verdict} {' '.join(str(exc).split())[:300]}", flush=True)
         return
-    print(f"ACCEPTED: returned {out.dtype}{list(out.shape)} on {out.device}, right values: {right}")
+    print(
+        f"ACCEPTED: returned {out.dtype}{list(out.shape)} on {out.device}, right values: {right}", flush=True
+    )
+
+
+def called(path: str, mode: str, mirror: bool) -> tuple[str, str]:
+    """The child's line (or CRASHED / TIMEOUT) and its stderr."""
+    command = [sys.executable, __file__, "--run", path, *(["mirror"] if mirror else [])]
+    try:
+        done = subprocess.run(
+            command, env=mode_env(mode), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        return f"TIMEOUT after {CHILD_TIMEOUT_S} s", ""
+    line = next((s for s in done.stdout.splitlines() if s.startswith(("ACC", "REJ", "DEVICE-FAULT"))), "")
+    return line or f"CRASHED: exit code {done.returncode}", done.stderr
+
+
+def package(tmp: str, device: str) -> str:
+    example = tuple(torch.ones(4, 32, device=device) for _ in range(3))
+    exported = torch.export.export(AddMul(), example)
+    return torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, f"{device}.pt2"))
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--run"]:
-        child(sys.argv[2])
+        child(sys.argv[2], sys.argv[3:4] == ["mirror"])
         return 0
     if not torch.cuda.is_available():
         print("skipped: needs a CUDA device (nothing was checked)")
         return 0
+    print(f"torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
-        example = tuple(torch.ones(4, 32, device="cuda") for _ in range(3))
-        exported = torch.export.export(AddMul(), example)
-        path = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "m.pt2"))
+        path = package(tmp, "cuda")
         said = {}
         for mode in ("default", "checked"):
-            env = {k: v for k, v in os.environ.items() if k != "AOTI_RUNTIME_CHECK_INPUTS"}
-            env.update({"AOTI_RUNTIME_CHECK_INPUTS": "1"} if mode == "checked" else {})
-            call = [sys.executable, __file__, "--run", path]
-            done = subprocess.run(call, env=env, capture_output=True, text=True)
-            line = next((s for s in done.stdout.splitlines() if s.startswith(("ACC", "REJ"))), "")
-            said[mode] = line or f"CRASHED: exit code {done.returncode}"
+            said[mode] = called(path, mode, mirror=False)[0]
             print(f"{mode:8} host inputs to a CUDA model -> {said[mode]}")
+        path = package(tmp, "cpu")
+        for mode in ("default", "checked"):
+            line, stderr = called(path, mode, mirror=True)
+            print(f"{mode:8} y on cuda to a CPU model   -> {line}  [observed, not checked]")
+            print(f"{'':8} {'':28}    its stderr has {CHECK_WORDS!r}: {CHECK_WORDS in stderr}")
 
     def about_device(line: str) -> bool:
         return line.startswith("REJECTED") and all(w in line.lower() for w in DEVICE_WORDS)

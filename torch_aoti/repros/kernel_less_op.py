@@ -1,11 +1,12 @@
 """AOTInductor packages a model calling an op that has no kernel at all; the failure comes at run time.
 
-    python torch_aoti/repros/kernel_less_op.py
+    python torch_aoti/repros/kernel_less_op.py [--device cuda]
 
 Defines a custom op with only a fake (shape) implementation, exports a model calling it and packages it with
 ``aoti_compile_and_package``: no error (the op becomes a proxy-executor fallback call). Loading works too;
 only running the model fails, inside the op. Exits 0 when the package is built and only the run fails; 1
-otherwise (PyTorch changed: update the known failure).
+otherwise (PyTorch changed: update the known failure). ``--device cuda``: the same for a model exported
+with a CUDA example input, called with a CUDA input (synchronised inside the ``try``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import tempfile
 
 import torch
+from _add_mul import arguments, cuda_missing, device_fault  # this directory: the script's own
 
 
 @torch.library.custom_op("torch_aoti_repro::no_kernel", mutates_args=())
@@ -32,9 +34,13 @@ class CallsIt(torch.nn.Module):
 
 
 def main() -> int:
+    device = arguments(__doc__, child=False).device
+    if cuda_missing(device):
+        return 0
+    print(f"device {device}, torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            ep = torch.export.export(CallsIt(), (torch.ones(4, 8),))
+            ep = torch.export.export(CallsIt(), (torch.ones(4, 8, device=device),))
             path = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(tmp, "op.pt2"))
         except Exception as exc:
             print(f"lowering refused it: {type(exc).__name__}: {exc}")
@@ -44,9 +50,14 @@ def main() -> int:
         model = torch._inductor.aoti_load_package(path)
         print("loaded")
         try:
-            model(torch.ones(4, 8))
+            model(torch.ones(4, 8, device=device))
+            if device == "cuda":
+                torch.cuda.synchronize()
         except Exception as exc:
             print(f"the run fails: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            if device_fault(exc):  # a CUDA error is not the op's missing kernel
+                print("NOT reproduced: the run failed with a CUDA error")
+                return 1
             print("reproduced")
             return 0
     print("NOT reproduced: the model ran")

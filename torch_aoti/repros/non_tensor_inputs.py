@@ -1,6 +1,6 @@
 """PyTorch's AOTI package runner drops non-tensor inputs before the compiled model sees them.
 
-    python torch_aoti/repros/non_tensor_inputs.py
+    python torch_aoti/repros/non_tensor_inputs.py [--device cuda]
 
 Exports ``x * y + z`` on three float32 [4, 32] inputs, packages it with ``aoti_compile_and_package``, loads
 it with ``aoti_load_package`` and calls it with ``None`` or a float in place of ``z``, and with a float after
@@ -8,6 +8,7 @@ the three tensors. ``AOTICompiledModel.__call__`` (torch/export/pt2_archive/_pac
 ``torch.Tensor`` leaves of the arguments, so the first two fail with "expected inputs vector size to be 3,
 but got 2" (a count, not the non-tensor) and the third runs as if the float were not there, in both modes
 (``AOTI_RUNTIME_CHECK_INPUTS`` unset and ``=1``). Exits 0 when reproduced; 1 otherwise.
+``--device cuda``: the same on a CUDA model (see ``_add_mul.py``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """PyTorch's AOTI runner accepts an input of the wrong dtype and returns garbage (no input checks by default).
 
-    python torch_aoti/repros/wrong_dtype.py
+    python torch_aoti/repros/wrong_dtype.py [--device cuda]
 
 Exports ``x * y + z`` on three float32 [4, 32] inputs, packages it with ``aoti_compile_and_package``, loads
 it with ``aoti_load_package`` and calls it with one input in float64, float16 or int64: each in a fresh
 process, once as deployed (``AOTI_RUNTIME_CHECK_INPUTS`` unset) and once with ``AOTI_RUNTIME_CHECK_INPUTS=1``
 (read once per compiled model, at its first run). Exits 0 when the default runner accepts every one
 silently and the checked one rejects every one; 1 otherwise (PyTorch changed: update the known failure).
+``--device cuda``: the same on a CUDA model (the inputs copied to the device as a deployment does,
+see ``_add_mul.py``).
 """
 
 from __future__ import annotations
