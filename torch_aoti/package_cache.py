@@ -46,7 +46,8 @@ def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def _tensor(value: torch.Tensor) -> dict[str, Any]:
-    data = value.detach().cpu().contiguous()
+    # Flat first: a 0-dim tensor (a scalar buffer) cannot be viewed as bytes of another element size.
+    data = value.detach().cpu().contiguous().reshape(-1)
     raw = data.view(torch.uint8).numpy().tobytes() if data.numel() else b""
     return {
         "dtype": str(value.dtype),

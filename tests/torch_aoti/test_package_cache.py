@@ -18,13 +18,19 @@ class Scale(torch.nn.Module):
     def __init__(self, factor: float) -> None:
         super().__init__()
         self.factor = torch.nn.Parameter(torch.full((4,), factor))
+        # A 0-dim buffer, as Whisper's has: its bytes are keyed too (a view as bytes needs a dimension).
+        self.register_buffer("offset", torch.tensor(0.0, dtype=torch.bfloat16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.factor
+        return x * self.factor + self.offset.float()
 
 
-def _exported(factor: float = 2.0, shape: tuple[int, ...] = (3, 4)) -> torch.export.ExportedProgram:
-    return torch.export.export(Scale(factor), (torch.ones(shape),))
+def _exported(
+    factor: float = 2.0, shape: tuple[int, ...] = (3, 4), offset: float = 0.0
+) -> torch.export.ExportedProgram:
+    module = Scale(factor)
+    module.offset.fill_(offset)
+    return torch.export.export(module, (torch.ones(shape),))
 
 
 def test_the_key_follows_what_decides_the_compiled_bytes() -> None:
@@ -32,6 +38,7 @@ def test_the_key_follows_what_decides_the_compiled_bytes() -> None:
     assert package_key({"forward": _exported()}, "cpu", adapter.INDUCTOR_OPTIONS) == base  # deterministic
     different = [
         package_key({"forward": _exported(3.0)}, "cpu", adapter.INDUCTOR_OPTIONS),  # another weight
+        package_key({"forward": _exported(offset=1.0)}, "cpu", adapter.INDUCTOR_OPTIONS),  # a 0-dim buffer
         package_key({"forward": _exported(shape=(5, 4))}, "cpu", adapter.INDUCTOR_OPTIONS),  # example shape
         package_key({"other": _exported()}, "cpu", adapter.INDUCTOR_OPTIONS),  # the method's name
         package_key({"forward": _exported()}, "cuda", adapter.INDUCTOR_OPTIONS),  # the device
