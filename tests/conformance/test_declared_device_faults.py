@@ -12,28 +12,9 @@ import pytest
 from conformance import known_failures
 from conformance.known_failures import KnownFailuresError, parse_entries
 from tests.conformance.test_case_outcomes import by_name, junit_cases, properties, run_toy, toy  # noqa: F401
+from tests.harness.test_run_end import POISON, PROBE  # a toy probe stands in for CUDA's
 
 pytest_plugins = ["pytester"]
-
-POISON_CHAPTER = """
-import toy_probe
-
-def test_first():
-    assert not toy_probe.POISONED
-
-def test_poisons():
-    toy_probe.POISONED.append("CUDA error: an illegal memory access was encountered (toy)")
-
-def test_neighbour():
-    assert not toy_probe.POISONED, "ran in a poisoned process"
-"""
-
-PROBE = """
-POISONED = []
-
-def probe():
-    return f"AcceleratorError: {POISONED[0]}" if POISONED else None
-"""
 
 DECLARED = """
 [[known_failures]]
@@ -65,7 +46,7 @@ reason = "faulted once"
 @pytest.fixture
 def faulting(toy: pytest.Pytester) -> pytest.Pytester:  # noqa: F811
     (toy.path / "conformance" / "test_toy.py").unlink()
-    (toy.path / "conformance" / "test_fault.py").write_text(POISON_CHAPTER, encoding="utf-8")
+    (toy.path / "conformance" / "test_fault.py").write_text(POISON, encoding="utf-8")
     (toy.path / "toy_probe.py").write_text(PROBE, encoding="utf-8")
     (toy.path / "declared.toml").write_text(DECLARED, encoding="utf-8")
     (toy.path / "wrong.toml").write_text(WRONG, encoding="utf-8")
@@ -82,6 +63,7 @@ def test_a_declared_device_fault_is_xfailed_under_xdist(faulting: pytest.Pyteste
         "test_first": "passed",
         "test_poisons": "xfailed",
         "test_neighbour": "passed",  # a fresh worker: no neighbour inherits the broken context
+        "test_last": "passed",
     }
     fault = cases["test_poisons"]
     assert fault["message"].startswith("device fault after this case: AcceleratorError: CUDA error: an ill")
@@ -105,6 +87,7 @@ def test_only_a_device_fault_entry_excuses_a_device_fault(faulting: pytest.Pytes
         "test_first": "failed",  # stale: declared a device fault, but it passed
         "test_poisons": "device-fault",
         "test_neighbour": "passed",
+        "test_last": "passed",
     }
     assert "declares it a known device fault: faulted once" in cases["test_first"]["message"]
 
