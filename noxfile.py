@@ -382,7 +382,8 @@ def conformance_torch_aoti(session: nox.Session) -> None:
             if known.is_file():
                 selection.append(f"--known-failures={known}")
         try:  # the second mode runs even when the first failed: the two results are read side by side
-            # No pre-lowering: the adapter has no artifact cache, so the zoo compiled up front would be lost.
+            # No pre-lowering: the cases compile what they need into the adapter's package cache
+            # (torch_aoti/package_cache.py), which the second mode then finds warm.
             _run_suite(session, name, selection, prelower=False, python=python)
         except Exception:
             failed.append(name)
