@@ -124,14 +124,25 @@ def run(cases: Cases, path: str, case: str, device: str, *, of_inputs: bool = Fa
     )
 
 
-def child_line(command: list[str], env: dict[str, str], prefixes: tuple[str, ...]) -> str:
-    """The child's first line starting with one of ``prefixes``, or CRASHED / TIMEOUT."""
+def child_run(command: list[str], env: dict[str, str] | None = None) -> tuple[list[str], str, str]:
+    """One child process: its stdout lines, its stderr, and how it ended when it printed no verdict
+    (``CRASHED: exit code N``, or ``TIMEOUT after ...`` when it outlived ``CHILD_TIMEOUT_S``)."""
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return f"TIMEOUT after {CHILD_TIMEOUT_S} s"
-    line = next((s for s in done.stdout.splitlines() if s.startswith(prefixes)), "")
-    return line or f"CRASHED: exit code {done.returncode}"
+        return [], "", f"TIMEOUT after {CHILD_TIMEOUT_S} s"
+    return done.stdout.splitlines(), done.stderr, f"CRASHED: exit code {done.returncode}"
+
+
+def first_starting(lines: list[str], prefixes: tuple[str, ...], otherwise: str) -> str:
+    """The first of ``lines`` starting with one of ``prefixes``, else ``otherwise``."""
+    return next((s for s in lines if s.startswith(prefixes)), "") or otherwise
+
+
+def child_line(command: list[str], env: dict[str, str], prefixes: tuple[str, ...]) -> str:
+    """The child's first line starting with one of ``prefixes``, or CRASHED / TIMEOUT."""
+    lines, _stderr, died = child_run(command, env)
+    return first_starting(lines, prefixes, died)
 
 
 def mode_env(mode: str) -> dict[str, str]:

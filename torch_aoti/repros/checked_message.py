@@ -19,17 +19,17 @@ update the table and the known failures); 0 with "skipped" for ``--device cuda``
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 
 import torch
 from _add_mul import (  # this directory: the script's own
-    CHILD_TIMEOUT_S,
     AddMul,
     arguments,
+    child_run,
     cuda_missing,
     device_fault,
+    first_starting,
     for_this_torch,
     mode_env,
     same_layout_on,
@@ -77,16 +77,9 @@ def observe(path: str, case: str, device: str) -> tuple[str, bool, bool]:
     """The child's line, whether it names the case's word, whether its stderr has the check's words."""
     word, words = CASES[case]
     command = [sys.executable, __file__, "--run", path, case, "--device", device]
-    try:
-        done = subprocess.run(
-            command, env=mode_env("checked"), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        return f"TIMEOUT after {CHILD_TIMEOUT_S} s", False, False
-    prefixes = ("ACCEPTED", "REJECTED", "DEVICE-FAULT")
-    line = next((s for s in done.stdout.splitlines() if s.startswith(prefixes)), "")
-    line = line or f"CRASHED: exit code {done.returncode}"
-    return line, line.startswith("REJECTED") and word in line.lower(), words in done.stderr
+    lines, stderr, died = child_run(command, mode_env("checked"))
+    line = first_starting(lines, ("ACCEPTED", "REJECTED", "DEVICE-FAULT"), died)
+    return line, line.startswith("REJECTED") and word in line.lower(), words in stderr
 
 
 def main() -> int:

@@ -24,12 +24,17 @@ exception on torch 2.13 and on stderr only on 2.11 (``checked_message.py`` check
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 
 import torch
-from _add_mul import CHILD_TIMEOUT_S, AddMul, device_fault, mode_env  # this directory: the script's own
+from _add_mul import (  # this directory: the script's own
+    AddMul,
+    child_run,
+    device_fault,
+    first_starting,
+    mode_env,
+)
 
 #: An error that says which device the inputs should be on names the device and what was expected.
 DEVICE_WORDS = ("device", "expected")
@@ -59,14 +64,8 @@ def child(path: str, mirror: bool) -> None:
 def called(path: str, mode: str, mirror: bool) -> tuple[str, str]:
     """The child's line (or CRASHED / TIMEOUT) and its stderr."""
     command = [sys.executable, __file__, "--run", path, *(["mirror"] if mirror else [])]
-    try:
-        done = subprocess.run(
-            command, env=mode_env(mode), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        return f"TIMEOUT after {CHILD_TIMEOUT_S} s", ""
-    line = next((s for s in done.stdout.splitlines() if s.startswith(("ACC", "REJ", "DEVICE-FAULT"))), "")
-    return line or f"CRASHED: exit code {done.returncode}", done.stderr
+    lines, stderr, died = child_run(command, mode_env(mode))
+    return first_starting(lines, ("ACC", "REJ", "DEVICE-FAULT"), died), stderr
 
 
 def package(tmp: str, device: str) -> str:

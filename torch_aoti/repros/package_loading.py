@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -35,12 +34,13 @@ from typing import NamedTuple
 
 import torch
 from _add_mul import (  # this directory: the script's own
-    CHILD_TIMEOUT_S,
     Expected,
     arguments,
     call,
+    child_run,
     cuda_missing,
     expected,
+    first_starting,
 )
 
 #: Words a refusal of damaged bytes would use to say what is wrong with them (miniz's never do).
@@ -167,12 +167,8 @@ def main() -> int:
             with open(path, "wb") as f:
                 f.write(case.data)
             command = [sys.executable, __file__, "--load", path, case.model, *([device] if case.call else [])]
-            try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-                lines, died = done.stdout.splitlines(), f"CRASHED: exit code {done.returncode}"
-            except subprocess.TimeoutExpired:
-                lines, died = [], f"TIMEOUT after {CHILD_TIMEOUT_S} s"
-            line = next((s for s in lines if s.startswith(("LOADED", "REFUSED"))), "") or died
+            lines, _stderr, died = child_run(command)
+            line = first_starting(lines, ("LOADED", "REFUSED"), died)
             prefixes, want = expected(case.want)
             seen = line.startswith(prefixes)
             if case.damaged and line.startswith("REFUSED"):  # the refusal never says what is wrong
