@@ -77,9 +77,14 @@ class KnownFailure:
     device_fault: bool = False  # the case breaks the CUDA context (a watchdog device-fault verdict)
 
     @property
+    def ends_as(self) -> str | None:
+        """The flag by which the entry declares the case's process ending (``crash``, ``device_fault``);
+        None for an entry that declares a failure."""
+        return "crash" if self.crash else "device_fault" if self.device_fault else None
+
+    @property
     def ends_process(self) -> bool:
-        """The entry declares the case's process ending (a crash or a device fault), not a failure."""
-        return self.crash or self.device_fault
+        return self.ends_as is not None
 
     def matches_case(self, nodeid: str) -> bool:
         return glob_match(self.case, nodeid)
@@ -92,9 +97,8 @@ class KnownFailure:
 
     def describe(self) -> str:
         rule = f", rule {self.rule!r}" if self.rule else ""
-        crash = ", crash = true" if self.crash else ""
-        fault = ", device_fault = true" if self.device_fault else ""
-        return f"case {self.case!r}{rule}{crash}{fault} ({self.source})"
+        ends = f", {self.ends_as} = true" if self.ends_as else ""
+        return f"case {self.case!r}{rule}{ends} ({self.source})"
 
     def to_dict(self) -> dict[str, Any]:
         return {

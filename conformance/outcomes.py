@@ -154,15 +154,9 @@ class CaseOutcomes:
             return
         entry = matches[0]
         link = f" ({entry.link})" if entry.link else ""
-        what = (
-            "a known crash"
-            if entry.crash
-            else "a known device fault"
-            if entry.device_fault
-            else "a known failure"
-        )
+        what = {None: "a known failure", "crash": "a known crash", "device_fault": "a known device fault"}
         message = (
-            f"[{STALE_RULE}] {item.nodeid}: passed, but {entry.source} declares it {what}: "
+            f"[{STALE_RULE}] {item.nodeid}: passed, but {entry.source} declares it {what[entry.ends_as]}: "
             f"{entry.reason}{link}; remove or narrow the entry ({entry.case!r})"
         )
         report.outcome = "failed"
@@ -237,9 +231,8 @@ class CaseOutcomes:
         _xfail_like(report, f"{_known_why(known)} — {message}")
         # The case's last report, with no phase of its own ("???"): as a teardown, JUnit reads its properties.
         report.when = "teardown"  # type: ignore[assignment]
-        props = _set_case_result(report, Outcome.XFAILED, message, None, Level.MUST, known)
-        if evidence:  # the CUDA error in full, as the device-fault verdict had it
-            case_result(report)["evidence"] = evidence  # type: ignore[index]
+        # A device fault keeps the CUDA error in full, as the watchdog's verdict had it.
+        props = _set_case_result(report, Outcome.XFAILED, message, None, Level.MUST, known, evidence)
         report.user_properties = [*report.user_properties, *props]
 
     @pytest.hookimpl(trylast=True)
@@ -380,6 +373,7 @@ def _set_case_result(
     rule: str | None,
     level: Level | None,
     known: KnownFailure | None,
+    evidence: str | None = None,
 ) -> list[tuple[str, object]]:
     """The recorded outcome on ``report`` (``case_result``); returns the JUnit properties that say it."""
     # Plain strings: the report crosses pytest-xdist's serialiser, which takes no str subclass.
@@ -390,6 +384,8 @@ def _set_case_result(
         "level": level.value if level else None,
         "known_failure": known.to_dict() if known else None,
     }
+    if evidence:
+        result["evidence"] = evidence
     setattr(report, CASE_RESULT_ATTR, result)
     props: list[tuple[str, object]] = [(PROPERTY_PREFIX + "outcome", outcome.value)]
     props += [(PROPERTY_PREFIX + "rule", rule)] if rule else []
