@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -183,6 +184,17 @@ class _NoxConsole:
         except CommandFailed as exc:
             return 1 if exc.return_code is None else exc.return_code  # None: it could not start
         return 0
+
+    def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> subprocess.Popen[bytes]:
+        self.session.log(f"{shlex.join(cmd)} > {_shown(str(output))}  (started early)")
+        with open(output, "wb") as out:
+            session_env = {k: v for k, v in (self.session.env or {}).items() if v is not None}
+            full_env = {**os.environ, **session_env, **env}
+            return subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+
+    def echo(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def _run_suite(

@@ -26,27 +26,50 @@ INTERVAL_S = 1.0
 PROC = Path("/proc")
 
 
-def runnable_tasks(proc: Path = PROC) -> int | None:
-    """Tasks in state ``R`` now, less the calling thread; None where ``proc`` cannot be read."""
+@dataclass(frozen=True)
+class ProcessState:
+    """One process as ``/proc`` shows it now."""
+
+    pid: int
+    #: Its process group (a job started with ``start_new_session``: every descendant shares it).
+    group: int
+    #: Its threads in state ``R``.
+    runnable: int
+
+
+def _state_and_group(stat: bytes) -> tuple[bytes, int]:
+    # "pid (comm) S ppid pgrp ...": comm may hold spaces and parentheses, the fields follow the last ")".
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields[0], int(fields[2])
+
+
+def processes(proc: Path = PROC) -> list[ProcessState] | None:
+    """Every process ``proc`` shows, with its group and runnable threads; None where it cannot be read."""
     try:
         pids = [entry.name for entry in os.scandir(proc) if entry.name.isdigit()]
     except OSError:
         return None
-    running = 0
+    found = []
     for pid in pids:
         try:
+            group = _state_and_group(Path(proc, pid, "stat").read_bytes())[1]
             tasks = [entry.path for entry in os.scandir(proc / pid / "task")]
-        except OSError:  # the process ended between the two reads
+        except (OSError, IndexError, ValueError):  # the process ended between the reads
             continue
+        running = 0
         for task in tasks:
             try:
-                stat = Path(task, "stat").read_bytes()
-            except OSError:
+                running += _state_and_group(Path(task, "stat").read_bytes())[0] == b"R"
+            except (OSError, IndexError, ValueError):
                 continue
-            # "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ")".
-            state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-            running += state == b"R"
-    return max(0, running - 1)
+        found.append(ProcessState(int(pid), group, running))
+    return found
+
+
+def runnable_tasks(proc: Path = PROC) -> int | None:
+    """Tasks in state ``R`` now, less the calling thread; None where ``proc`` cannot be read."""
+    table = processes(proc)
+    return None if table is None else max(0, sum(p.runnable for p in table) - 1)
 
 
 @dataclass(frozen=True)

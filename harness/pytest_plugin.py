@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from harness import run_end
+from harness import run_end, start_gate
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
 from harness.outcomes import FINAL, Outcome
@@ -127,6 +127,18 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         set_case_params(item, dict(callspec.params))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # A phase the front door started early (harness/start_gate.py) waits here, collected, before any
+    # fixture or case runs: in each xdist worker, or in the single process.
+    if session.config.getoption("collectonly"):
+        return
+    try:
+        start_gate.wait_for_gate()
+    except start_gate.FrontDoorGone as exc:
+        pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -7,7 +7,22 @@ commands are argument lists (the interpreter first); each method says what a fai
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn, Protocol
+
+
+class Started(Protocol):
+    """A command started in the background (``subprocess.Popen`` is one)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 class Console(Protocol):
@@ -44,4 +59,13 @@ class Console(Protocol):
         code: a failure is the caller's to judge. When the front door is stopped (a ``KeyboardInterrupt``
         in this process), the command is interrupted, given ``interrupt_s`` then ``terminate_s`` seconds to
         end (the tool's defaults where None), and the ``KeyboardInterrupt`` propagates."""
+        ...
+
+    def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> Started:
+        """Start a command in the background, its command line shown, with ``env`` added to the environment
+        and its output (stdout and stderr) written to ``output``; the caller waits for it and stops it."""
+        ...
+
+    def echo(self, text: str) -> None:
+        """Show a command's output as it is (no prefix), as the tool shows the commands it runs."""
         ...

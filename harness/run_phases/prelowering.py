@@ -29,6 +29,7 @@ from pathlib import Path
 from harness.run_control import EXIT_DEADLINE
 from harness.run_phases import sizing
 from harness.run_phases.console import Console
+from harness.run_phases.cpu_budget import CpuBudget, resume_group
 
 #: Seconds the pre-lowering gets to end after SIGTERM before its process group is killed.
 STOP_WAIT_S = 30
@@ -56,6 +57,8 @@ class Prelowering:
     log: Path
     #: ``time.perf_counter()`` when it was started, for the phase table.
     started: float
+    #: What keeps its processes within the run's CPU budget beside the case workers (None: nothing).
+    budget: CpuBudget | None = None
 
 
 def _prelower(python: str, backend: Sequence[str], *options: str) -> list[str]:
@@ -100,10 +103,12 @@ def earlier_prelowering(
 
 
 def start_prelowering(
-    console: Console, python: str, jobs: int, log: Path, backend: Sequence[str]
+    console: Console, python: str, jobs: int, log: Path, backend: Sequence[str], budget: int | None = None
 ) -> Prelowering | None:
     """Start the pre-lowering in the background with ``jobs`` compile processes (the run's sizing), its
-    table to ``log``; None where the sizing left none (``plan.prelowers`` said no, or too few cores)."""
+    table to ``log``; None where the sizing left none (``plan.prelowers`` said no, or too few cores).
+    ``budget``: the runnable tasks the machine may have while it runs (``cpu_budget.CpuBudget`` pauses its
+    processes beyond that); None: no such limit."""
     started = time.perf_counter()
     if jobs <= 0:
         return None
@@ -114,19 +119,23 @@ def start_prelowering(
             cmd,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **sizing.COMPILE_ENV},
+            env={**os.environ, **sizing.COMPILE_ENV, **sizing.COMPILE_PROCESS_ENV},
             start_new_session=True,  # its own process group: stopped as one, pool workers included
             preexec_fn=lambda: os.nice(NICENESS),
         )
-    return Prelowering(process, log, started)
+    keeper = None if budget is None else CpuBudget(process.pid, budget).start()
+    return Prelowering(process, log, started, keeper)
 
 
 def stop_prelowering(console: Console, job: Prelowering) -> str:
     """End the pre-lowering (its whole process group) if it still runs, say how far it got, and return
     that for the phase table (``54 lowered …``, or how many programs were done when it was stopped)."""
     process = job.process
+    if job.budget is not None:
+        job.budget.stop()  # resumes what it paused
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
+        resume_group(process.pid)  # a process paused meanwhile acts on SIGTERM once resumed
         try:
             process.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -134,7 +143,8 @@ def stop_prelowering(console: Console, job: Prelowering) -> str:
             process.wait()
     summary = summarize(job.log.read_text(errors="replace").splitlines())
     console.log(f"{summary} (table: {job.log})")
-    return summary.removeprefix("prelower: ")
+    kept = "" if job.budget is None else f"; {job.budget.detail}"
+    return summary.removeprefix("prelower: ") + kept
 
 
 def summarize(lines: Sequence[str]) -> str:

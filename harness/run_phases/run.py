@@ -27,6 +27,7 @@ session exits with the run's code (``harness/run_control.py``'s ``FrontDoor``, R
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -45,6 +46,7 @@ from harness.run_control import (
 )
 from harness.run_phases import plan, sizing
 from harness.run_phases.console import Console
+from harness.run_phases.early import EarlyPhase, cancel, release, start_early
 from harness.run_phases.plan import EXCLUSIVE, PytestPhase, SuiteRun
 from harness.run_phases.prelowering import (
     check_toolchain,
@@ -77,13 +79,16 @@ def run_suite(console: Console, run: SuiteRun) -> None:
         door = FrontDoor(list(run.posargs), os.environ)
     except ValueError as exc:
         console.error(str(exc))
+    # The machine's questions (CUDA devices, whether an earlier run lowered everything) need an
+    # interpreter each (torch's import, seconds): asked beside the arguments' check, they cost no wait.
+    machine = MachineQuestions(console, run, door).start()
     check_arguments(console, run.python, [*run.selection, *door.args])
     # Only now, with a run that can start: the last run's files move to results/runs/<its run id>/.
     keep_previous_run(console, run)
     record = RunRecord()
     door.install()
     try:
-        run_phases(console, run, door, record)
+        run_phases(console, run, door, record, machine)
     except KeyboardInterrupt:  # a signal or the deadline's backstop outside a pytest phase
         console.warn(f"stopped: {door.stop[0] if door.stop else 'interrupted'}")
     door.finishing()
@@ -115,10 +120,46 @@ def cuda_device_count(console: Console, python: str) -> int:
     return int(out.strip().splitlines()[-1])
 
 
-def run_phases(console: Console, run: SuiteRun, door: FrontDoor, record: RunRecord) -> None:
+class MachineQuestions:
+    """What a run asks of the machine before it is sized, in a thread started before the arguments' check:
+    the CUDA devices (``cuda_device_count``) and, on a GPU machine whose run wants the pre-lowering,
+    whether an earlier run already lowered everything (``earlier_prelowering``). Both only read. A failed
+    device query is raised again where the answer is needed, as if asked there."""
+
+    def __init__(self, console: Console, run: SuiteRun, door: FrontDoor) -> None:
+        self.console, self.run, self.door = console, run, door
+        self.gpus = 0
+        self.prelowered: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._ask, name="machine-questions", daemon=True)
+
+    def start(self) -> MachineQuestions:
+        self._thread.start()
+        return self
+
+    def _ask(self) -> None:
+        try:
+            self.gpus = cuda_device_count(self.console, self.run.python)
+            if self.gpus and plan.prelowers(self.run):
+                run, left = self.run, self.door.time_left()
+                self.prelowered = earlier_prelowering(self.console, run.python, run.backend_args, left)
+        except BaseException as exc:  # given to the main thread in answers()
+            self._error = exc
+
+    def answers(self) -> tuple[int, str | None]:
+        """(CUDA devices, the earlier pre-lowering's stamp or None), once asked."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.gpus, self.prelowered
+
+
+def run_phases(
+    console: Console, run: SuiteRun, door: FrontDoor, record: RunRecord, machine: MachineQuestions
+) -> None:
     """The phases of a run, noted in ``record`` as they go (shards started, the pre-lowering while it
     runs), so that the report after them finds what they left whatever stopped them."""
-    gpus = cuda_device_count(console, run.python)
+    gpus, prelowered = machine.answers()
     run_id = plan.run_id(run.name)
     given = f" (${RUN_ID_ENV})" if os.environ.get(RUN_ID_ENV, "").strip() else ""
     console.log(f"run id {run_id}{given}")
@@ -129,42 +170,49 @@ def run_phases(console: Console, run: SuiteRun, door: FrontDoor, record: RunReco
         console.log(f"no CUDA device; {workers} pytest-xdist worker(s)")
         _timed(context, plan.cpu_phase(run.name, workers))
     else:
-        _gpu_phases(context, gpus)
+        _gpu_phases(context, gpus, prelowered)
 
 
-def _gpu_phases(context: _Context, gpus: int) -> None:
-    """(0)-(4) of the module's docstring, sized once (``sizing.size_gpu_run``) and the sizing logged."""
+def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
+    """(0)-(4) of the module's docstring, sized once (``sizing.size_gpu_run``) and the sizing logged;
+    ``prelowered``: the stamp of an earlier run that lowered everything (a warm cache: nothing to
+    compile, so no compile process starts)."""
     run, record, console = context.run, context.record, context.console
     # Each step's row says how many tasks were runnable: whether a phase had more than cores (issue 31).
     record.busy = BusySampler().start()
     pinned = plan.pinning(gpus)
-    prelower = plan.prelowers(run)
-    # A warm cache: nothing to compile, so no compile process starts.
-    done = None
-    if prelower:
-        done = earlier_prelowering(console, run.python, run.backend_args, context.door.time_left())
-    size = sizing.size_gpu_run(gpus, prelower=prelower, prelowered=done)
+    size = sizing.size_gpu_run(gpus, prelower=plan.prelowers(run), prelowered=prelowered)
     console.log(f"{size.sentence}; then {EXCLUSIVE!r} alone, one worker per GPU")
     console.log(f"sized so: {'; '.join(size.reasons)}")
-    preflight = None
-    if run.prelower and not run.narrowed:
-        preflight = _prelower_and_preflight(context, size.prelower_jobs)
-    _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))
-    if preflight is not None:  # the phases after the shared one need its verdict
-        preflight.join()
-    if record.prelowering is not None:  # its GPU work must end before the NVML measurements
-        _end_prelowering(context)
     alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
-    exclusive = plan.exclusive_phase(run.name, gpus, pinned, alone)
-    record.shards.append(exclusive.shard)
-    _timed(context, exclusive)
+    later = [plan.exclusive_phase(run.name, gpus, pinned, alone)]
     if gpus >= 2:
-        multi = plan.multi_gpu_phase(run.name)
-        record.shards.append(multi.shard)
-        _timed(context, multi)
+        later.append(plan.multi_gpu_phase(run.name))
+    preflight = None
+    early: dict[str, EarlyPhase] = {}
+    try:
+        if run.prelower and not run.narrowed:
+            preflight = _prelower_and_preflight(context, size.prelower_jobs, size.budget)
+            # The front door checks the toolchain: the later phases start now, held at their gates.
+            early = {phase.shard: _start_early(context, phase) for phase in later}
+        _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))
+        if preflight is not None:  # the phases after the shared one need its verdict
+            preflight.join()
+        if record.prelowering is not None:  # its GPU work must end before the NVML measurements
+            _end_prelowering(context)
+        for phase in later:
+            record.shards.append(phase.shard)
+            started = early.pop(phase.shard, None)
+            if started is None:
+                _timed(context, phase)
+            else:
+                context.record.timed(phase.title, functools.partial(_released, context, started))
+    finally:
+        for left in early.values():  # the run stopped before their turn
+            cancel(left)
 
 
-def _prelower_and_preflight(context: _Context, jobs: int) -> threading.Thread:
+def _prelower_and_preflight(context: _Context, jobs: int, budget: int) -> threading.Thread:
     """The pre-lowering first (``jobs`` compile processes; none where the sizing left none), then the
     preflight in a thread beside it and beside the shared phase's cases (``--no-preflight``: the front door
     checks): on a cold machine the preflight's one compile took 43-185 s, and the cases that need no
@@ -174,7 +222,7 @@ def _prelower_and_preflight(context: _Context, jobs: int) -> threading.Thread:
     pre-lowering is stopped (nothing is worth compiling with that toolchain)."""
     run, record = context.run, context.record
     record.prelowering = start_prelowering(
-        context.console, run.python, jobs, run.prelower_log, run.backend_args
+        context.console, run.python, jobs, run.prelower_log, run.backend_args, budget
     )
     record.toolchain_checking = True
     started = time.perf_counter()
@@ -211,6 +259,31 @@ def _end_prelowering(context: _Context) -> None:
     assert job is not None
     context.record.add("prelower (overlapped)", job.started, stop_prelowering(context.console, job))
     context.record.prelowering = None
+
+
+def _start_early(context: _Context, phase: PytestPhase) -> EarlyPhase:
+    """Start a later phase now, held at its gate (``early.py``); it skips the preflight the front door
+    runs, and its deadline is what the run has left (the same end as the run's)."""
+    args = phase.args(context.run.selection, skip_preflight=True)
+    cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
+    return start_early(context.console, phase, cmd, {**context.env, **phase.env}, context.run.results)
+
+
+def _released(context: _Context, early: EarlyPhase) -> str:
+    """A phase started early, on its turn: its gate opened, its exit code noted; the table's detail.
+    After a signal it is ended at its gate instead, as a phase not started."""
+    door, record = context.door, context.record
+    if not door.go_on:
+        cancel(early)
+        return f"not started: {door.stop[0] if door.stop else 'stopped'}"
+    try:
+        code = release(context.console, early, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S)
+    except KeyboardInterrupt:
+        code = door.stop[1] if door.stop else EXIT_INTERRUPTED
+    else:
+        door.phase_ended(code)
+    record.exit_codes.append(code)
+    return f"{early.phase.detail}; started beside the shared phase, held until now"
 
 
 def _timed(context: _Context, phase: PytestPhase) -> None:

@@ -19,6 +19,9 @@ WORKERS_PER_GPU_ENV = "CONFORMANCE_WORKERS_PER_GPU"
 #: Inductor starts a pool of compile subprocesses per compiling process (one per core); with a process per
 #: core compiling, one each is enough and spares hundreds of torch imports.
 COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+#: A compile process's torch ops (building a model, folding constants) on one thread: its process is its
+#: share of the budget, not a pool of threads per core.
+COMPILE_PROCESS_ENV = {"OMP_NUM_THREADS": "1"}
 #: Cores kept out of the budget: the xdist controller and the front door (mostly waiting, but not idle
 #: while workers report).
 RESERVED_CORES = 1
@@ -79,6 +82,9 @@ class GpuSizing:
     threads_per_worker: int
     #: Short sentences, in order: how the counts followed from the machine and the environment.
     reasons: tuple[str, ...]
+    #: Busy processes the run may have at once (the cores but ``RESERVED_CORES``, within the memory cap):
+    #: the compile processes are paused beyond it (``cpu_budget.CpuBudget``).
+    budget: int = 0
 
     @property
     def workers(self) -> int:
@@ -169,7 +175,7 @@ def size_gpu_run(
         else:
             reasons.append("no memory left to compile beside the cases: the cases compile what they need")
     threads = max(1, cpus // (per_gpu * gpus))
-    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons))
+    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons), budget)
 
 
 def cpu_workers(cpus: int | None = None) -> int:

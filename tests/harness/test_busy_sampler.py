@@ -17,6 +17,8 @@ def _task(proc: Path, pid: int, tid: int, comm: str, state: str) -> None:
     task = proc / str(pid) / "task" / str(tid)
     task.mkdir(parents=True)
     (task / "stat").write_text(f"{tid} ({comm}) {state} 1 2 3 4\n")
+    if tid == pid:  # the process's own stat: its main thread's (ppid 1, group 2)
+        (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) {state} 1 2 3 4\n")
 
 
 def test_runnable_tasks_counts_every_thread_in_state_r_less_the_caller(tmp_path: Path) -> None:

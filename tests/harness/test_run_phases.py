@@ -23,6 +23,7 @@ from harness.run_phases import plan, prelowering, report, run, sizing
 from harness.run_phases.plan import PytestPhase, SuiteRun
 from harness.run_phases.prelowering import Prelowering
 from harness.run_phases.record import RunRecord
+from harness.start_gate import GATE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Environment the front door reads; each test starts without it.
@@ -94,11 +95,66 @@ class FakeConsole:
             signal.raise_signal(signal.SIGTERM)  # the front door's handler raises KeyboardInterrupt
         return int(code)
 
+    def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> FakeStarted:
+        """A phase started early: it "runs" (is recorded as a pytest run) once its gate is open."""
+        self.calls.append(("started early", Path(output).name))
+        output.write_text("collected, waiting at the gate\n")
+        results = Path(next(a for a in cmd if a.startswith("--results-json=")).partition("=")[2])
+        code = self.codes.get(results.stem, 0)
+        gate = env[GATE_ENV].partition(":")[2]
+        return FakeStarted(self, (list(cmd), dict(env)), results, output, gate, int(code))
+
+    def echo(self, text: str) -> None:
+        self.calls.append(("echo", text))
+
     def of(self, kind: str) -> list[object]:
         return [value for k, value in self.calls if k == kind]
 
     def pytest_args(self) -> list[list[str]]:
         return [cmd for cmd, _ in self.of("pytest")]  # type: ignore[misc]
+
+
+class FakeStarted:
+    """A pytest phase started early: it ends with its code once its gate is open (writing its files and
+    a line of output then), and records what stopped it otherwise."""
+
+    def __init__(
+        self,
+        console: FakeConsole,
+        started: tuple[list[str], dict[str, str]],
+        results: Path,
+        output: Path,
+        gate: str,
+        code: int,
+    ) -> None:
+        self.console, self.started, self.results, self.output = console, started, results, output
+        self.gate, self.code = gate, code
+        self.pid = 0
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and Path(self.gate).exists():
+            self.console.calls.append(("pytest", self.started))
+            self.results.write_text("{}")
+            with self.output.open("a") as out:
+                out.write(f"{self.results.stem} ran\n")
+            self.returncode = self.code
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.poll()
+        if code is None:
+            raise subprocess.TimeoutExpired("pytest", timeout or 0)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        self.console.calls.append(("signal", (self.results.stem, sig)))
+        if self.returncode is None:
+            self.results.write_text("{}")  # a stopped pytest writes its files
+            self.returncode = -sig
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 @pytest.fixture(autouse=True)
@@ -149,8 +205,9 @@ class FakeBackground:
         return STAMP if self.is_done == 0 else None
 
     def start(
-        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str]
+        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str], budget: int
     ) -> Prelowering | None:
+        assert budget == sizing.cores() - sizing.RESERVED_CORES  # the run's budget, kept while it runs
         if jobs == 0:  # as the real one: the sizing left it no process
             return None
         self.events.append(f"start {' '.join(backend)}".strip())
@@ -216,6 +273,13 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
         "preflight",
     ]
     (shared, shared_env), (alone, alone_env), (multi, multi_env) = console.of("pytest")  # type: ignore[misc]
+    # the later phases started before the shared one, held at their gates, then shown as they ran
+    shards = ["conformance-exclusive", "conformance-multi-gpu"]
+    first_shared = console.calls.index(("pytest", (shared, shared_env)))
+    assert console.calls.index(("started early", f"{shards[1]}.console.log")) < first_shared
+    assert console.of("echo") == [f"collected, waiting at the gate\n{shard} ran\n" for shard in shards]
+    assert alone_env[GATE_ENV].startswith(f"{os.getpid()}:")
+    assert GATE_ENV not in shared_env
     # 16 cores, 2 GPUs: 12 case workers (6 per GPU) and 15 compile processes at a lower priority
     assert shared[3:10] == ["conformance", "-n", "12", "--dist", "worksteal", "-m",
                             "not multi_gpu and not (traffic or timing)"]  # fmt: skip
@@ -360,6 +424,10 @@ def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_co
         run.run_suite(console, _suite(tmp_path))
     assert stopped.value.code == EXIT_SIGTERM
     assert len(console.of("pytest")) == 1
+    # the later phases, started early, were ended at their gates and left no result file
+    shards = ["conformance-exclusive", "conformance-multi-gpu"]
+    assert console.of("signal") == [(shard, signal.SIGTERM) for shard in shards]
+    assert not any((tmp_path / "results" / f"{shard}.json").exists() for shard in shards)
     assert background.events[-1] == "stop"  # before the table: its GPU work ends with the run
     details = {p.name: p.detail for p in _table(console)}
     assert details["cases (GPU alone)"] == "not started: the run was stopped by SIGTERM"

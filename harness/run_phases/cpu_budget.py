@@ -1,0 +1,142 @@
+"""One CPU budget for a run's case workers and its compile processes, kept from moment to moment.
+
+The pre-lowering's compile processes take the cores the case workers leave: a cold run is bound by
+compiling, and a worker waiting for a program sleeps. Started as many as the budget (at a lower priority)
+they would fill every core the workers leave, but beside the workers they made more tasks runnable than
+there are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its budget: several
+times a second it counts the machine's runnable tasks (``busy_sampler.processes``); over the budget it
+pauses (SIGSTOP) runnable processes of the pre-lowering's process group, under it it resumes (SIGCONT)
+paused ones, the longest paused first; and every ``ROTATE_S`` it swaps the longest paused for the longest
+running, so no program waits behind the others (a case may be waiting for it). Only the pre-lowering's
+processes are ever paused, never a case worker. ``stop`` resumes every process it paused.
+
+Standard library only (the front door runs it in nox's interpreter); where ``/proc`` cannot be read it
+does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.busy_sampler import PROC, ProcessState, processes
+
+#: Seconds between two looks at the machine: a compile lasts seconds to minutes, a case a fraction of a
+#: second to seconds.
+TICK_S = 0.25
+#: Seconds after which the longest paused compile process takes the place of the longest running one.
+ROTATE_S = 2.0
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+@dataclass
+class CpuBudget:
+    """Keeps the machine's runnable tasks within ``budget`` by pausing processes of process group
+    ``group`` (the pre-lowering's; its leader, the pool's parent, is left alone)."""
+
+    group: int
+    budget: int
+    tick_s: float = TICK_S
+    rotate_s: float = ROTATE_S
+    scan: Callable[[], list[ProcessState] | None] = field(default=lambda: processes(PROC))
+    send: Callable[[int, int], bool] = _signal
+    clock: Callable[[], float] = time.monotonic
+    #: pid → when it was paused, in pausing order.
+    paused: dict[int, float] = field(default_factory=dict)
+    #: pid → since when it has run (first seen running, or resumed).
+    running_since: dict[int, float] = field(default_factory=dict)
+    #: Processes paused (SIGSTOP) and resumed (SIGCONT) so far.
+    pauses: int = 0
+    resumes: int = 0
+    _last_rotation: float = 0.0
+    _stopped: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> CpuBudget:
+        self._last_rotation = self.clock()
+        self._thread = threading.Thread(target=self._keep, name="cpu-budget", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop keeping the budget and resume every process it paused."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for pid in list(self.paused):
+            self._resume(pid)
+
+    @property
+    def detail(self) -> str:
+        """The phase table's words for what it did."""
+        return f"{self.pauses} pauses of compile processes to keep within {self.budget} busy"
+
+    def _keep(self) -> None:
+        while not self._stopped.is_set():
+            if not self.step():
+                return  # no /proc: nothing to keep
+            self._stopped.wait(self.tick_s)
+
+    def step(self) -> bool:
+        """One look and what follows from it; False where the machine cannot be read."""
+        table = self.scan()
+        if table is None:
+            return False
+        now = self.clock()
+        runnable = max(0, sum(p.runnable for p in table) - 1)  # less this thread
+        ours = {p.pid: p for p in table if p.group == self.group and p.pid != self.group}
+        for pid in [pid for pid in self.paused if pid not in ours]:
+            del self.paused[pid]  # it ended (a stopped process can still be killed)
+        running = [p for p in ours.values() if p.pid not in self.paused and p.runnable]
+        for p in running:
+            self.running_since.setdefault(p.pid, now)
+        for pid in [pid for pid in self.running_since if pid not in ours]:
+            del self.running_since[pid]
+        if runnable > self.budget:
+            # the most recently resumed (then the newest) first: the longest running keep their turn
+            over = runnable - self.budget
+            for p in sorted(running, key=lambda p: (-self.running_since[p.pid], -p.pid)):
+                if over <= 0:
+                    break
+                self._pause(p.pid, now)
+                over -= p.runnable
+        elif runnable < self.budget and self.paused:
+            for pid in list(self.paused)[: self.budget - runnable]:
+                self._resume(pid, now)
+        elif self.paused and running and now - self._last_rotation >= self.rotate_s:
+            longest = min(running, key=lambda p: (self.running_since[p.pid], p.pid))
+            self._resume(next(iter(self.paused)), now)
+            self._pause(longest.pid, now)
+        if now - self._last_rotation >= self.rotate_s:
+            self._last_rotation = now
+        return True
+
+    def _pause(self, pid: int, now: float) -> None:
+        if self.send(pid, signal.SIGSTOP):
+            self.paused[pid] = now
+            self.running_since.pop(pid, None)
+            self.pauses += 1
+
+    def _resume(self, pid: int, now: float | None = None) -> None:
+        self.paused.pop(pid, None)
+        if self.send(pid, signal.SIGCONT):
+            self.resumes += 1
+            self.running_since[pid] = self.clock() if now is None else now
+
+
+def resume_group(group: int) -> None:
+    """SIGCONT to a whole process group (a paused process acts on SIGTERM only once resumed)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGCONT)

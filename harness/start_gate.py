@@ -1,0 +1,68 @@
+"""A pytest phase started before its turn waits, collected, until the front door opens its gate.
+
+The front door starts the phases after the shared one (the cases that need their GPU alone, those that
+need several GPUs) while the shared phase still runs: their interpreter start, torch's import, xdist's
+workers and the collection (5-10 s per phase on the GPU image) then overlap the shared phase instead of
+following it. ``$CONFORMANCE_START_GATE`` is ``<front door pid>:<path>``: each process of such a phase
+(each xdist worker) waits after its collection until ``path`` exists, so no fixture, case or measurement
+runs before the GPU is its own. A front door that is gone ends the wait (``FrontDoorGone``): a phase
+nobody will open must not wait forever.
+
+Standard library only: the front door (nox's interpreter) opens the gate, the pytest plugin waits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+#: ``<pid>:<path>`` of the gate a phase started early waits for; unset: no gate (start at once).
+GATE_ENV = "CONFORMANCE_START_GATE"
+#: Seconds between looks at the gate: a phase's cases start within this of its opening.
+POLL_S = 0.05
+
+
+class FrontDoorGone(RuntimeError):
+    """The process that would open the gate no longer exists."""
+
+
+def gate_value(path: Path, pid: int | None = None) -> str:
+    """``$CONFORMANCE_START_GATE`` for a gate at ``path`` opened by process ``pid`` (default: this one)."""
+    return f"{os.getpid() if pid is None else pid}:{path}"
+
+
+def open_gate(path: Path) -> None:
+    """Let the phase waiting at ``path`` run its cases."""
+    path.write_text("open\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def wait_for_gate(
+    env: Mapping[str, str] = os.environ,
+    poll_s: float = POLL_S,
+    alive: Callable[[int], bool] = _alive,
+) -> float | None:
+    """Wait until the gate in ``env`` is open; the seconds waited, or None without a gate (or one that
+    cannot be read: such a phase starts at once, as before gates). Raises ``FrontDoorGone`` when the
+    process that would open it ended first."""
+    pid, sep, path = env.get(GATE_ENV, "").partition(":")
+    if not sep or not pid.isdigit() or not path:
+        return None
+    started = time.monotonic()
+    gate = Path(path)
+    while not gate.exists():
+        if not alive(int(pid)):
+            raise FrontDoorGone(f"the front door (pid {pid}) that would open {gate} is gone")
+        time.sleep(poll_s)
+    return time.monotonic() - started

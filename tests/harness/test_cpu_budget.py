@@ -1,0 +1,128 @@
+"""harness/run_phases/cpu_budget.py: the compile processes paused beyond the run's CPU budget and resumed in
+turn, on a scripted machine; then real busy processes paused and resumed through /proc and signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.busy_sampler import ProcessState
+from harness.run_phases.cpu_budget import CpuBudget, resume_group
+
+GROUP = 100  # the pre-lowering's process group (its leader, the pool's parent, has this pid)
+WORKERS = [ProcessState(pid, 1, 1) for pid in (11, 12, 13)]  # case workers: another group
+
+
+class Machine:
+    """A scripted machine: the processes each look finds, the signals sent, a clock set by hand."""
+
+    def __init__(self, compiles: list[int]) -> None:
+        self.compiles = compiles
+        self.stopped: set[int] = set()
+        self.sent: list[tuple[int, str]] = []
+        self.workers = list(WORKERS)
+        self.now = 0.0
+
+    def scan(self) -> list[ProcessState]:
+        leader = ProcessState(GROUP, GROUP, 0)
+        ours = [ProcessState(pid, GROUP, 0 if pid in self.stopped else 1) for pid in self.compiles]
+        return [*self.workers, leader, *ours, ProcessState(1, 1, 1)]  # +1: the keeper's own thread
+
+    def send(self, pid: int, sig: int) -> bool:
+        self.sent.append((pid, signal.Signals(sig).name))
+        (self.stopped.add if sig == signal.SIGSTOP else self.stopped.discard)(pid)
+        return True
+
+    def keeper(self, budget: int) -> CpuBudget:
+        return CpuBudget(GROUP, budget, scan=self.scan, send=self.send, clock=lambda: self.now)
+
+
+def test_over_the_budget_the_latest_compiles_are_paused_never_a_worker() -> None:
+    machine = Machine(compiles=[21, 22, 23, 24, 25])
+    keeper = machine.keeper(budget=6)  # 3 workers + 5 compiles = 8 runnable
+    assert keeper.step()
+    assert machine.stopped == {24, 25}
+    assert all(pid not in (GROUP, *(w.pid for w in WORKERS)) for pid, _ in machine.sent)
+    assert keeper.step()  # 6 runnable: within the budget
+    assert machine.stopped == {24, 25}
+
+
+def test_freed_cores_resume_the_longest_paused_first() -> None:
+    machine = Machine(compiles=[21, 22, 23, 24, 25])
+    keeper = machine.keeper(budget=6)
+    keeper.step()
+    machine.now = 0.5
+    machine.workers = WORKERS[:1]  # two workers wait for a program: 2 cores free
+    keeper.step()
+    assert machine.stopped == set()
+    assert machine.sent[-2:] == [(25, "SIGCONT"), (24, "SIGCONT")]  # in the order they were paused
+    assert keeper.pauses == keeper.resumes == 2
+
+
+def test_at_the_budget_paused_and_running_compiles_take_turns() -> None:
+    machine = Machine(compiles=[21, 22, 23, 24, 25])
+    keeper = machine.keeper(budget=6)
+    keeper.step()  # 24 and 25 paused
+    machine.now = 1.0
+    keeper.step()
+    assert machine.stopped == {24, 25}  # not yet: turns last ROTATE_S
+    machine.now = 2.5
+    keeper.step()
+    assert machine.sent[-2:] == [(25, "SIGCONT"), (21, "SIGSTOP")]  # longest paused for longest running
+    assert machine.stopped == {21, 24}
+
+
+def test_stopping_resumes_every_paused_process_and_ended_ones_are_forgotten() -> None:
+    machine = Machine(compiles=[21, 22, 23, 24, 25])
+    keeper = machine.keeper(budget=4)
+    keeper.step()
+    assert machine.stopped == {22, 23, 24, 25}
+    machine.compiles.remove(23)  # it ended (killed while paused)
+    keeper.step()
+    assert 23 not in keeper.paused
+    keeper.stop()
+    assert machine.stopped == {23}  # only the one that is gone was not resumed
+    assert keeper.detail == "4 pauses of compile processes to keep within 4 busy"
+
+
+def test_without_proc_it_does_nothing() -> None:
+    keeper = CpuBudget(GROUP, 4, scan=lambda: None)
+    assert not keeper.step()
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_real_busy_processes_are_paused_and_resumed() -> None:
+    """Four busy loops in a process group of their own (as the pre-lowering's pool) and a budget of one:
+    whatever else this machine runs, every loop but at most one gets paused; stopping resumes them all."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+         "loops = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(4)]\n"
+         "print(' '.join(str(p.pid) for p in loops), flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert leader.stdout is not None
+        loops = [int(pid) for pid in leader.stdout.readline().split()]
+        keeper = CpuBudget(leader.pid, budget=1, tick_s=0.05).start()
+        deadline = time.monotonic() + 10
+        while sum(_state(pid) == "T" for pid in loops) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum(_state(pid) == "T" for pid in loops) >= 3
+        assert _state(leader.pid) != "T"  # the pool's parent is left alone
+        keeper.stop()
+        assert [_state(pid) for pid in loops].count("T") == 0
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        resume_group(leader.pid)
+        leader.wait()

@@ -1,0 +1,108 @@
+"""A phase started early waits at its gate (harness/start_gate.py, harness/run_phases/early.py): the gate
+itself, then a real pytest run with an xdist worker, held until the gate opens, and one ended at it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from harness.run_phases import early
+from harness.run_phases.plan import PytestPhase
+from harness.start_gate import GATE_ENV, FrontDoorGone, gate_value, open_gate, wait_for_gate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_no_gate_or_an_unreadable_one_starts_at_once(tmp_path: Path) -> None:
+    assert wait_for_gate({}) is None
+    assert wait_for_gate({GATE_ENV: str(tmp_path / "gate")}) is None  # no pid: not a gate value
+    assert wait_for_gate({GATE_ENV: "12:"}) is None
+
+
+def test_the_wait_ends_when_the_gate_opens(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    timer = threading.Timer(0.3, open_gate, args=(gate,))
+    timer.start()
+    waited = wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01)
+    assert waited is not None
+    assert waited >= 0.25
+    assert gate_value(gate, 7) == f"7:{gate}"
+
+
+def test_a_gate_whose_opener_is_gone_ends_the_wait(tmp_path: Path) -> None:
+    with pytest.raises(FrontDoorGone, match="pid 4242"):
+        wait_for_gate({GATE_ENV: gate_value(tmp_path / "gate", 4242)}, poll_s=0.01, alive=lambda pid: False)
+
+
+class _Console:
+    """The parts of the run's console that ``early`` uses, with real processes."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+
+    def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> subprocess.Popen[bytes]:
+        with open(output, "wb") as out:
+            return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+
+    def echo(self, text: str) -> None:
+        self.shown.append(text)
+
+
+def _phase(tmp_path: Path) -> tuple[PytestPhase, list[str], Path]:
+    """A one-case chapter whose case notes when it ran, and its phase's pytest command (one xdist worker,
+    the results plugin: the plugin holds each worker at the gate)."""
+    ran = tmp_path / "ran"
+    chapter = tmp_path / "test_chapter.py"
+    collected = tmp_path / "collected"
+    chapter.write_text(
+        f"import time\nopen({str(collected)!r}, 'w').close()\n\n"
+        f"def test_notes_when_it_ran():\n    open({str(ran)!r}, 'w').write(str(time.time()))\n"
+    )
+    results = tmp_path / "results"
+    results.mkdir()
+    phase = PytestPhase("cases (GPU alone)", "alone", 1, "", "1 worker(s)")
+    cmd = [
+        sys.executable, "-m", "pytest", str(chapter), "-n", "1", "-p", "harness.pytest_plugin",
+        f"--results-json={results / 'alone.json'}", f"--rootdir={tmp_path}", "-p", "no:cacheprovider",
+    ]  # fmt: skip
+    return phase, cmd, ran
+
+
+def test_a_phase_started_early_runs_its_cases_only_once_released(tmp_path: Path) -> None:
+    phase, cmd, ran = _phase(tmp_path)
+    console = _Console()
+    env = {"PYTHONPATH": str(ROOT)}
+    started = early.start_early(console, phase, cmd, env, tmp_path / "results")  # type: ignore[arg-type]
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "collected").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # the worker imports the chapter: it is collecting
+    time.sleep(1.5)  # without a gate, its one case would have run by now
+    assert started.process.poll() is None  # held at the gate ...
+    assert not ran.exists()  # ... its case not run
+    opened = time.time()
+    code = early.release(console, started, interrupt_s=2, terminate_s=10)  # type: ignore[arg-type]
+    assert code == 0
+    assert float(ran.read_text()) >= opened
+    assert "1 passed" in "".join(console.shown)
+    assert (tmp_path / "results" / "alone.json").exists()
+    assert not started.gate.parent.exists()
+
+
+def test_a_phase_ended_at_its_gate_leaves_no_result_file(tmp_path: Path) -> None:
+    phase, cmd, ran = _phase(tmp_path)
+    console = _Console()
+    env = {"PYTHONPATH": str(ROOT)}
+    started = early.start_early(console, phase, cmd, env, tmp_path / "results")  # type: ignore[arg-type]
+    time.sleep(2)
+    early.cancel(started)
+    assert started.process.poll() is not None
+    assert not ran.exists()
+    assert not any(path.exists() for path in started.files)
+    assert started.output.exists()  # its console output is kept
