@@ -2,13 +2,14 @@
 
 The pre-lowering's compile processes take the cores the case workers leave: a cold run is bound by
 compiling, and a worker waiting for a program sleeps. Started as many as the budget (at a lower priority)
-they would fill every core the workers leave, but beside the workers they made more tasks runnable than
-there are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its budget: several
-times a second it counts the machine's runnable tasks (``busy_sampler.processes``); over the budget it
-pauses (SIGSTOP) runnable processes of the pre-lowering's process group, under it it resumes (SIGCONT)
-paused ones, the longest paused first; and every ``ROTATE_S`` it swaps the longest paused for the longest
-running, so no program waits behind the others (a case may be waiting for it). Only the pre-lowering's
-processes are ever paused, never a case worker. ``stop`` resumes every process it paused.
+they fill every core the workers leave, but beside the workers they made more tasks runnable than there
+are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its cores: several times a
+second it counts the machine's runnable tasks (``busy_sampler.processes``). Over the budget on
+``OVER_LOOKS`` looks in a row (a worker busy for a moment stops nothing), it pauses (SIGSTOP) runnable
+processes of the pre-lowering's process group; under it, it resumes (SIGCONT) paused ones at once, the
+longest paused first; and every ``ROTATE_S`` it swaps the longest paused for the longest running, so no
+program waits behind the others (a case may be waiting for it). Only the pre-lowering's processes are
+ever paused, never a case worker. ``stop`` resumes every process it paused.
 
 Standard library only (the front door runs it in nox's interpreter); where ``/proc`` cannot be read it
 does nothing.
@@ -26,9 +27,12 @@ from dataclasses import dataclass, field
 
 from harness.busy_sampler import PROC, ProcessState, processes
 
-#: Seconds between two looks at the machine: a compile lasts seconds to minutes, a case a fraction of a
-#: second to seconds.
-TICK_S = 0.25
+#: Seconds between two looks at the machine (one look reads every task's state: milliseconds): a compile
+#: lasts seconds to minutes, a case a fraction of a second to seconds.
+TICK_S = 0.2
+#: Looks in a row over the budget before a compile process is paused: a case worker that is runnable for
+#: a moment (between two waits) does not stop a compile; one that computes does.
+OVER_LOOKS = 2
 #: Seconds after which the longest paused compile process takes the place of the longest running one.
 ROTATE_S = 2.0
 
@@ -61,6 +65,7 @@ class CpuBudget:
     pauses: int = 0
     resumes: int = 0
     _last_rotation: float = 0.0
+    _over: int = 0
     _stopped: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -104,7 +109,8 @@ class CpuBudget:
             self.running_since.setdefault(p.pid, now)
         for pid in [pid for pid in self.running_since if pid not in ours]:
             del self.running_since[pid]
-        if runnable > self.budget:
+        self._over = self._over + 1 if runnable > self.budget else 0
+        if self._over >= OVER_LOOKS:
             # the most recently resumed (then the newest) first: the longest running keep their turn
             over = runnable - self.budget
             for p in sorted(running, key=lambda p: (-self.running_since[p.pid], -p.pid)):
@@ -112,7 +118,7 @@ class CpuBudget:
                     break
                 self._pause(p.pid, now)
                 over -= p.runnable
-        elif runnable < self.budget and self.paused:
+        elif runnable < self.budget and self.paused:  # a core is free now: no wait
             for pid in list(self.paused)[: self.budget - runnable]:
                 self._resume(pid, now)
         elif self.paused and running and now - self._last_rotation >= self.rotate_s:

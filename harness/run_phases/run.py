@@ -192,7 +192,7 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
     early: dict[str, EarlyPhase] = {}
     try:
         if run.prelower and not run.narrowed:
-            preflight = _prelower_and_preflight(context, size.prelower_jobs, size.budget)
+            preflight = _prelower_and_preflight(context, size.prelower_jobs, size.keep_within)
             # The front door checks the toolchain: the later phases start now, held at their gates.
             early = {phase.shard: _start_early(context, phase) for phase in later}
         _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))
@@ -212,7 +212,7 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
             cancel(left)
 
 
-def _prelower_and_preflight(context: _Context, jobs: int, budget: int) -> threading.Thread:
+def _prelower_and_preflight(context: _Context, jobs: int, budget: int | None) -> threading.Thread:
     """The pre-lowering first (``jobs`` compile processes; none where the sizing left none), then the
     preflight in a thread beside it and beside the shared phase's cases (``--no-preflight``: the front door
     checks): on a cold machine the preflight's one compile took 43-185 s, and the cases that need no

@@ -16,6 +16,9 @@ from pathlib import Path
 
 #: Overrides the case workers per GPU (a positive integer; anything else is ignored).
 WORKERS_PER_GPU_ENV = "CONFORMANCE_WORKERS_PER_GPU"
+#: ``0``: the compile processes are not paused to keep the run within its cores (they then take what the
+#: workers leave by their lower priority alone, more runnable tasks than cores).
+CPU_BUDGET_ENV = "CONFORMANCE_CPU_BUDGET"
 #: Inductor starts a pool of compile subprocesses per compiling process (one per core); with a process per
 #: core compiling, one each is enough and spares hundreds of torch imports.
 COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
@@ -82,9 +85,10 @@ class GpuSizing:
     threads_per_worker: int
     #: Short sentences, in order: how the counts followed from the machine and the environment.
     reasons: tuple[str, ...]
-    #: Busy processes the run may have at once (the cores but ``RESERVED_CORES``, within the memory cap):
-    #: the compile processes are paused beyond it (``cpu_budget.CpuBudget``).
-    budget: int = 0
+    #: Runnable tasks the machine keeps within while the compile processes run beside the case workers
+    #: (``cpu_budget.CpuBudget`` pauses compile processes beyond it): the cores; None: not kept
+    #: (``$CONFORMANCE_CPU_BUDGET=0``, or nothing compiles).
+    keep_within: int | None = None
 
     @property
     def workers(self) -> int:
@@ -166,16 +170,21 @@ def size_gpu_run(
     if per_gpu * gpus > budget:
         said += f", over the budget of {budget}"
     reasons.append(said)
-    jobs = 0
+    jobs, keep_within = 0, None
     if prelower:
         room = budget if cap is None else min(budget, cap - per_gpu * gpus)
         jobs = room if room >= MIN_PRELOWER_JOBS else 0
         if jobs:
             reasons.append(f"pre-lowering beside them at a lower priority: {jobs} compile processes")
+            if env.get(CPU_BUDGET_ENV, "").strip() == "0":
+                reasons.append(f"${CPU_BUDGET_ENV}=0: compiles not paused, more runnable tasks than cores")
+            else:
+                keep_within = cpus
+                reasons.append(f"compile processes paused while more than {cpus} tasks are runnable")
         else:
             reasons.append("no memory left to compile beside the cases: the cases compile what they need")
     threads = max(1, cpus // (per_gpu * gpus))
-    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons), budget)
+    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons), keep_within)
 
 
 def cpu_workers(cpus: int | None = None) -> int:

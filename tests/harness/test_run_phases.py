@@ -205,9 +205,9 @@ class FakeBackground:
         return STAMP if self.is_done == 0 else None
 
     def start(
-        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str], budget: int
+        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str], budget: int | None
     ) -> Prelowering | None:
-        assert budget == sizing.cores() - sizing.RESERVED_CORES  # the run's budget, kept while it runs
+        assert budget == (sizing.cores() if jobs else None)  # kept within the cores while it compiles
         if jobs == 0:  # as the real one: the sizing left it no process
             return None
         self.events.append(f"start {' '.join(backend)}".strip())
@@ -411,7 +411,10 @@ def test_a_cold_cache_prelowers_beside_the_cases(tmp_path: Path, monkeypatch: py
     assert console.pytest_args()[0][4:6] == ["-n", "12"]
     assert _table(console)[1].detail == "12 workers, 12 per GPU; 15 compiling beside"
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
-    assert str(why).endswith("pre-lowering beside them at a lower priority: 15 compile processes")
+    assert str(why).endswith(
+        "pre-lowering beside them at a lower priority: 15 compile processes; "
+        "compile processes paused while more than 16 tasks are runnable"
+    )
 
 
 def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_code(

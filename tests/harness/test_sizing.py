@@ -77,13 +77,21 @@ def test_sizing_from_cores_gpus_and_memory(
 def test_the_override_sets_the_workers_and_the_compiles_keep_the_budget() -> None:
     size = _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="5")
     assert (size.workers_per_gpu, size.prelower_jobs) == (5, 15)
-    assert size.reasons[-2:] == (
+    assert size.reasons[-3:] == (
         "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers",
         "pre-lowering beside them at a lower priority: 15 compile processes",
+        "compile processes paused while more than 16 tasks are runnable",
     )
+    assert size.keep_within == 16
+    unkept = _sizing(16, 1, CONFORMANCE_CPU_BUDGET="0")
+    assert unkept.keep_within is None
+    assert (
+        unkept.reasons[-1] == "$CONFORMANCE_CPU_BUDGET=0: compiles not paused, more runnable tasks than cores"
+    )
+    assert _sizing(16, 1, prelower=False).keep_within is None  # nothing compiles: nothing to keep
     more = _sizing(16, 2, CONFORMANCE_WORKERS_PER_GPU="12")  # more than the budget: said so
     assert (more.workers_per_gpu, more.prelower_jobs) == (12, 15)
-    assert more.reasons[-2].endswith("24 case workers, over the budget of 15")
+    assert more.reasons[-3].endswith("24 case workers, over the budget of 15")
     assert _sizing(16, 1, 12.0, CONFORMANCE_WORKERS_PER_GPU="3").prelower_jobs == 0  # 1 left: not worth it
     assert _sizing(16, 1, prelower=False, CONFORMANCE_WORKERS_PER_GPU="5").threads_per_worker == 3
     for ignored in ("0", "-3", "two", ""):  # not a count
