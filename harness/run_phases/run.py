@@ -1,21 +1,27 @@
 """A conformance run in phases (``run_suite``): what ``nox -s conformance``, its matrix cells and
 ``nox -s conformance_executorch`` do, then render the summary page even if cases failed or crashed.
 
+Before anything: the arguments are checked (``harness.check_args``), and beside that check the machine is
+asked how many CUDA devices it has and whether an earlier run already lowered everything
+(``MachineQuestions``: each an interpreter importing torch, seconds that no longer come before the run).
+
 On a GPU machine: (1) the zoo pre-lowered for both targets in the background at a lower priority, started
-first; (0) beside it the backend's toolchain preflight, also beside the first cases (not before them: on
-a cold machine it is a compile of 40-185 s that every case waited for); a failed preflight stops the run
-(exit 3, harness/run_control.py's ``FrontDoor.request_stop``); (1) overlaps (2) every case
-that may share its GPU, several pytest-xdist workers per GPU, each pinned to its GPU with
-``CUDA_VISIBLE_DEVICES`` before CUDA starts, beside (1)'s compile processes at a lower priority
+first, its processes paused whenever the machine has more runnable tasks than cores
+(``cpu_budget.CpuBudget``; ``$CONFORMANCE_CPU_BUDGET=0``: not paused); (0) beside it the backend's
+toolchain preflight, also beside the first cases (not before them: on a cold machine it is a compile of
+40-185 s that every case waited for); a failed preflight stops the run (exit 3, harness/run_control.py's
+``FrontDoor.request_stop``); (2) every case that may share its GPU, several pytest-xdist workers per GPU,
+each pinned to its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts, beside (1)'s compile processes
 (``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why, and each
-row of the phase table how many tasks were runnable meanwhile);
-(3) once (2) is done and (1) stopped, the cases that need their GPU alone (``plan.EXCLUSIVE``), one worker
-per GPU; (4) with two or more GPUs, the cases that need several at once, in one unpinned worker. (0) and
-(1) are skipped for a narrowed selection (``-k``, ``-m``, a file or a case id), (1) also where
-``$CONFORMANCE_PRELOWER=0`` (``plan.prelowers``), where an earlier run already lowered everything
-(``conformance.prelower --is-done``, asked before the sizing: the cases then get the whole budget), or
-where the sizing leaves it no cores. Without a GPU, every case in one phase of ``sizing.cpu_workers()``
-workers. Each pytest run writes a shard
+row of the phase table how many tasks were runnable meanwhile); (3) once (2) is done and (1) stopped, the
+cases that need their GPU alone (``plan.EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the
+cases that need several at once, in one unpinned worker. (3) and (4) are started with (2) and wait,
+collected, at a gate until their turn (``early.py``, ``harness/start_gate.py``): their start-up overlaps
+(2) instead of following it. (0), (1) and the early start are skipped for a narrowed selection (``-k``,
+``-m``, a file or a case id), (1) also where ``$CONFORMANCE_PRELOWER=0`` (``plan.prelowers``), where an
+earlier run already lowered everything (``conformance.prelower --is-done``: the cases then get the whole
+budget), or where the sizing leaves it no cores. Without a GPU, every case in one phase of
+``sizing.cpu_workers()`` workers. Each pytest run writes a shard
 (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI
 sets it, so cells on several runners share it too), so every report merges them into one run. The
 per-phase table is printed at the end and stored in each shard.
