@@ -14,11 +14,12 @@ Linux) it samples nothing, and the table says nothing of it.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.ticker import Ticker
 
 #: Seconds between samples: a phase of the suite lasts tens of seconds, and one sample reads every
 #: task's stat file (a few thousand small reads on a busy 32-core runner, milliseconds).
@@ -107,26 +108,21 @@ class BusySampler:
         self.cores = cores or os.cpu_count() or 1
         #: (clock time, runnable tasks), in order.
         self.samples: list[tuple[float, int]] = []
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("busy-sampler", interval_s, self._sample)
 
     def start(self) -> BusySampler:
-        self._thread = threading.Thread(target=self._sample, name="busy-sampler", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def stop(self) -> None:
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._ticker.stop()
 
-    def _sample(self) -> None:
-        while not self._stopped.is_set():
-            value = self.count()
-            if value is None:
-                return  # no /proc: nothing to sample
-            self.samples.append((self.clock(), value))
-            self._stopped.wait(self.interval_s)
+    def _sample(self) -> bool:
+        value = self.count()
+        if value is None:
+            return False  # no /proc: nothing to sample
+        self.samples.append((self.clock(), value))
+        return True
 
     def summary(self, start: float, end: float) -> BusySummary | None:
         """Over the samples taken from ``start`` to ``end`` (clock times); None with none."""

@@ -20,12 +20,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.busy_sampler import PROC, ProcessState, processes
+from harness.ticker import Ticker
 
 #: Seconds between two looks at the machine (one look reads every task's state: milliseconds): a compile
 #: lasts seconds to minutes, a case a fraction of a second to seconds.
@@ -66,20 +66,18 @@ class CpuBudget:
     resumes: int = 0
     _last_rotation: float = 0.0
     _over: int = 0
-    _stopped: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _ticker: Ticker | None = None
 
     def start(self) -> CpuBudget:
         self._last_rotation = self.clock()
-        self._thread = threading.Thread(target=self._keep, name="cpu-budget", daemon=True)
-        self._thread.start()
+        self._ticker = Ticker("cpu-budget", self.tick_s, self.step)  # False: no /proc, nothing to keep
+        self._ticker.start()
         return self
 
     def stop(self) -> None:
         """Stop keeping the budget and resume every process it paused."""
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._ticker is not None:
+            self._ticker.stop()
         for pid in list(self.paused):
             self._resume(pid)
 
@@ -87,12 +85,6 @@ class CpuBudget:
     def detail(self) -> str:
         """The phase table's words for what it did."""
         return f"{self.pauses} pauses of compile processes to keep within {self.budget} busy"
-
-    def _keep(self) -> None:
-        while not self._stopped.is_set():
-            if not self.step():
-                return  # no /proc: nothing to keep
-            self._stopped.wait(self.tick_s)
 
     def step(self) -> bool:
         """One look and what follows from it; False where the machine cannot be read."""
