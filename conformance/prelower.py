@@ -67,27 +67,6 @@ def prelower_tasks(
     return tasks
 
 
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them (none without CUDA)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [name.strip() for name in visible.split(",") if name.strip()]
-    import torch
-
-    return [str(index) for index in range(torch.cuda.device_count())]
-
-
-def pin_to_a_gpu(counter: Any, gpus: Sequence[str]) -> None:
-    """Pool initializer: this process's CUDA work goes to one of ``gpus``, round robin over the pool's
-    processes (``counter``: a shared ``multiprocessing.Value``). A compile for CUDA benchmarks its kernels on
-    the GPU; on one GPU each, the pool's compiles do not all queue on the first one beside its case workers.
-    CUDA starts later, so ``CUDA_VISIBLE_DEVICES`` still decides."""
-    with counter.get_lock():
-        index = counter.value
-        counter.value += 1
-    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
-
-
 def _lower_one(spec: str, model: str, dtype: str, device: str) -> tuple[str, str, float, int, str]:
     """In a worker process: lower one program; (model, dtype, seconds, bytes, error or "")."""
     from conformance.programs import lowered
@@ -226,11 +205,7 @@ def _lower_all(spec: str, tasks: list[tuple[str, str, str]], jobs: int, targets:
     rows = []
     # spawn: a forked child would inherit the parent's CUDA state, which CUDA does not allow.
     context = multiprocessing.get_context("spawn")
-    gpus = visible_gpus() if any(dev == "cuda" for _, _, dev in tasks) else []
-    pinned: dict[str, Any] = {}
-    if len(gpus) >= 2:  # the artifact's key names the GPU model, not its index: any of them serves a case
-        pinned = {"initializer": pin_to_a_gpu, "initargs": (context.Value("i", 0), gpus)}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, **pinned) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = {pool.submit(_lower_one, spec, m, d, dev): dev for m, d, dev in tasks}
         for future in as_completed(futures):
             row = future.result()

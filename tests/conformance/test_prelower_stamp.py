@@ -3,8 +3,6 @@ programs depend on (the backend's files, the task list) makes it lower again."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,18 +109,3 @@ def test_the_default_tasks_are_the_zoo_then_the_metamorphic_programs() -> None:
     assert tasks[: len(zoo)] == zoo  # the variants after the zoo, float32 only
     assert {d for m, d, _ in tasks[len(zoo) :]} == {"float32"}
     assert prelower.prelower_tasks(["cpu"], ["add", "asr"])[0][0] == "asr"  # the biggest program first
-
-
-def test_each_pool_process_is_pinned_to_a_gpu_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With two or more GPUs, the pre-lowering's processes take them round robin, so that their CUDA
-    compiles do not all queue on the first GPU."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 5")  # restored after the test
-    assert prelower.visible_gpus() == ["3", "5"]
-    counter = multiprocessing.get_context("spawn").Value("i", 0)
-    seen = []
-    for _ in range(3):
-        prelower.pin_to_a_gpu(counter, ["GPU-a", "GPU-b"])
-        seen.append(os.environ["CUDA_VISIBLE_DEVICES"])
-    assert seen == ["GPU-a", "GPU-b", "GPU-a"]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert prelower.visible_gpus() == []
