@@ -25,30 +25,23 @@ import pytest
 
 from harness.formatting import show_duration as duration
 from harness.outcomes import Outcome
+from harness.ticker import Ticker
 
 INTERVAL_S = 30.0
 # pytest's report outcomes, with a failed setup counted apart as an error (decided outcomes come later).
 PROGRESS_OUTCOMES = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
 
 
-class _Ticker:
-    """Calls ``emit`` every ``interval`` seconds on a daemon thread until stopped."""
+def _ticker(interval: float, emit: Callable[[], None]) -> Ticker:
+    """``emit`` every ``interval`` seconds, the first after one interval; an error in it is dropped (a
+    progress line must never break a run)."""
 
-    def __init__(self, interval: float, emit: Callable[[], None]) -> None:
-        self.interval, self.emit = interval, emit
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+    def step() -> bool:
+        with contextlib.suppress(Exception):
+            emit()
+        return True
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            with contextlib.suppress(Exception):  # a progress line must never break a run
-                self.emit()
-
-    def stop(self) -> None:
-        self._stop.set()
+    return Ticker("progress", interval, step, wait_first=True)
 
 
 @contextlib.contextmanager
@@ -58,7 +51,7 @@ def heartbeat(
     """``<label>: still running (N s)`` every ``interval`` seconds while the block runs."""
     start = time.monotonic()
     out = write or (lambda line: print(line, file=sys.stdout, flush=True))
-    ticker = _Ticker(interval, lambda: out(f"{label}: still running ({duration(time.monotonic() - start)})"))
+    ticker = _ticker(interval, lambda: out(f"{label}: still running ({duration(time.monotonic() - start)})"))
     ticker.start()
     try:
         yield
@@ -78,7 +71,7 @@ class ProgressReporter:
         self.counts: Counter[str] = Counter()
         self.running: dict[str, float] = {}
         self.lock = threading.Lock()
-        self.ticker = _Ticker(interval, self.emit)
+        self.ticker = _ticker(interval, self.emit)
 
     def _write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

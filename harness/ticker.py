@@ -1,5 +1,5 @@
-"""A step repeated in a daemon thread: what the run's samplers and keepers share (``busy_sampler``,
-``run_phases/cpu_budget``). Standard library only."""
+"""A step repeated in a daemon thread: what the run's samplers, keepers and progress lines share
+(``busy_sampler``, ``run_phases/cpu_budget``, ``progress``). Standard library only."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from collections.abc import Callable
 
 class Ticker:
     """Calls ``step`` every ``interval_s`` in a daemon thread named ``name``, from ``start`` until ``stop``
-    or until ``step`` returns False (nothing to do on this machine)."""
+    or until ``step`` returns False (nothing to do on this machine); ``wait_first``: the first step after
+    one interval, not at once. Once ``stop`` returned, no step runs."""
 
-    def __init__(self, name: str, interval_s: float, step: Callable[[], bool]) -> None:
-        self.name, self.interval_s, self.step = name, interval_s, step
+    def __init__(
+        self, name: str, interval_s: float, step: Callable[[], bool], *, wait_first: bool = False
+    ) -> None:
+        self.name, self.interval_s, self.step, self.wait_first = name, interval_s, step, wait_first
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -27,5 +30,7 @@ class Ticker:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        if self.wait_first and self._stopped.wait(self.interval_s):
+            return
         while not self._stopped.is_set() and self.step():
             self._stopped.wait(self.interval_s)
