@@ -9,7 +9,8 @@ second it counts the machine's runnable tasks (``busy_sampler.processes``). Over
 processes of the pre-lowering's process group; under it, it resumes (SIGCONT) paused ones at once, the
 longest paused first; and every ``ROTATE_S`` it swaps the longest paused for the longest running, so no
 program waits behind the others (a case may be waiting for it). Only the pre-lowering's processes are
-ever paused, never a case worker. ``stop`` resumes every process it paused.
+ever paused, never a case worker. ``stop`` resumes every process it paused; a guard process resumes the
+group should the front door be killed outright first.
 
 Standard library only (the front door runs it in nox's interpreter); where ``/proc`` cannot be read it
 does nothing.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +37,25 @@ TICK_S = 0.2
 OVER_LOOKS = 2
 #: Seconds after which the longest paused compile process takes the place of the longest running one.
 ROTATE_S = 2.0
+#: A shell loop that resumes the group once the process that may have paused it is gone: killed outright,
+#: it ran no ``stop``, and a compile process left stopped would hold a cache lock that a later run waits on.
+_GUARD = "while kill -0 {owner} 2>/dev/null; do sleep 1; done; kill -CONT -{group} 2>/dev/null"
+
+
+def start_guard(group: int, owner: int | None = None) -> subprocess.Popen[bytes] | None:
+    """A process of its own (``_GUARD``) that resumes process group ``group`` once ``owner`` (default:
+    this process) has ended; None where no shell could be started."""
+    command = _GUARD.format(owner=os.getpid() if owner is None else owner, group=group)
+    try:
+        return subprocess.Popen(
+            ["sh", "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not in the group a signal to this run's processes reaches
+        )
+    except OSError:
+        return None
 
 
 def _signal(pid: int, sig: int) -> bool:
@@ -67,9 +88,13 @@ class CpuBudget:
     _last_rotation: float = 0.0
     _over: int = 0
     _ticker: Ticker | None = None
+    _guard: subprocess.Popen[bytes] | None = None
 
     def start(self) -> CpuBudget:
+        """Keep the budget from now on, with a guard that resumes the group should this process be killed
+        before ``stop`` (``start_guard``)."""
         self._last_rotation = self.clock()
+        self._guard = start_guard(self.group)
         self._ticker = Ticker("cpu-budget", self.tick_s, self.step)  # False: no /proc, nothing to keep
         self._ticker.start()
         return self
@@ -80,6 +105,9 @@ class CpuBudget:
             self._ticker.stop()
         for pid in list(self.paused):
             self._resume(pid)
+        if self._guard is not None:
+            self._guard.kill()
+            self._guard.wait()
 
     @property
     def detail(self) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.busy_sampler import ProcessState
-from harness.run_phases.cpu_budget import OVER_LOOKS, CpuBudget, resume_group
+from harness.run_phases.cpu_budget import OVER_LOOKS, CpuBudget, resume_group, start_guard
 
 GROUP = 100  # the pre-lowering's process group (its leader, the pool's parent, has this pid)
 WORKERS = [ProcessState(pid, 1, 1) for pid in (11, 12, 13)]  # case workers: another group
@@ -134,3 +134,30 @@ def test_real_busy_processes_are_paused_and_resumed() -> None:
         os.killpg(leader.pid, signal.SIGKILL)
         resume_group(leader.pid)
         leader.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_a_guard_resumes_the_group_once_its_owner_is_killed() -> None:
+    """The front door killed outright (SIGKILL: no ``stop``) must not leave compile processes stopped:
+    they may hold a cache lock a later run would wait an hour for."""
+    owner = subprocess.Popen(["sleep", "60"])
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    guard = start_guard(group.pid, owner=owner.pid)
+    try:
+        assert guard is not None
+        os.killpg(group.pid, signal.SIGSTOP)
+        time.sleep(1.5)
+        assert _state(group.pid) == "T"  # the owner lives: the guard leaves the pause alone
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 5
+        while _state(group.pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _state(group.pid) != "T"
+        assert guard.wait(timeout=5) == 0  # its work done, it ends
+    finally:
+        for process in (owner, group):
+            process.kill()
+            process.wait()
+        if guard is not None and guard.poll() is None:
+            guard.kill()
