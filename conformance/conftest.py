@@ -26,6 +26,7 @@ from harness.backend_loader import (
     use_backend_path,
 )
 from harness.outcomes import Outcome
+from harness.stacks import dump_stacks_on_signal
 
 #: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
 #: slowest case of a cold H100 run (158 s: a case that waited on the zoo's compiles); twice that for the
@@ -93,6 +94,7 @@ def _gpu_ids() -> list[str]:
 def pytest_configure(config: pytest.Config) -> None:
     # xdist gives workers `workerinput`; the environment variable may be inherited from an outer run.
     worker = config.workerinput["workerid"] if hasattr(config, "workerinput") else None
+    dump_stacks_on_signal()  # $CONFORMANCE_STACKS_SIGNAL: what a waiting worker waits on
     gpu_ids = _gpu_ids()
     generation.configure(config)
     if worker and gpu_ids:

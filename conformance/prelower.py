@@ -38,6 +38,7 @@ from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
 from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
 from harness.progress import heartbeat
+from harness.stacks import dump_stacks_on_signal
 
 #: Programs beside the zoo that a chapter lowers: the metamorphic chapter's model and its variants.
 VARIANT_PREFIX = "variant:"
@@ -205,7 +206,7 @@ def _lower_all(spec: str, tasks: list[tuple[str, str, str]], jobs: int, targets:
     rows = []
     # spawn: a forked child would inherit the parent's CUDA state, which CUDA does not allow.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=dump_stacks_on_signal) as pool:
         futures = {pool.submit(_lower_one, spec, m, d, dev): dev for m, d, dev in tasks}
         for future in as_completed(futures):
             row = future.result()
@@ -224,6 +225,7 @@ def _lower_all(spec: str, tasks: list[tuple[str, str, str]], jobs: int, targets:
 
 
 def main(argv: list[str] | None = None) -> int:
+    dump_stacks_on_signal()  # $CONFORMANCE_STACKS_SIGNAL (harness/stacks.py); its pool's processes too
     args = _parser().parse_args(argv)
     spec = backend_spec(args.backend)
     use_backend_path(backend_path(args.backend_path))  # exported: the pool's processes find it too
