@@ -37,7 +37,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.busy_sampler import BusySampler
@@ -212,7 +212,7 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
             if started is None:
                 _timed(context, phase)
             else:
-                context.record.timed(phase.title, functools.partial(_released, context, started))
+                record.timed(phase.title, functools.partial(_released, context, started))
     finally:
         for left in early.values():  # the run stopped before their turn
             cancel(left)
@@ -276,20 +276,15 @@ def _start_early(context: _Context, phase: PytestPhase) -> EarlyPhase:
 
 
 def _released(context: _Context, early: EarlyPhase) -> str:
-    """A phase started early, on its turn: its gate opened, its exit code noted; the table's detail.
-    After a signal it is ended at its gate instead, as a phase not started."""
-    door, record = context.door, context.record
-    if not door.go_on:
-        cancel(early)
-        return f"not started: {door.stop[0] if door.stop else 'stopped'}"
-    try:
-        code = release(context.console, early, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S)
-    except KeyboardInterrupt:
-        code = door.stop[1] if door.stop else EXIT_INTERRUPTED
-    else:
-        door.phase_ended(code)
-    record.exit_codes.append(code)
-    return f"{early.phase.detail}; started beside the shared phase, held until now"
+    """A phase started early, on its turn: its gate opened; after a signal it is ended at its gate
+    instead, as a phase not started."""
+    console = context.console
+
+    def run() -> int:
+        return release(console, early, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S)
+
+    detail = f"{early.phase.detail}; started beside the shared phase, held until now"
+    return _phase_turn(context, detail, run, not_started=lambda: cancel(early))
 
 
 def _timed(context: _Context, phase: PytestPhase) -> None:
@@ -297,27 +292,38 @@ def _timed(context: _Context, phase: PytestPhase) -> None:
 
 
 def _pytest_phase(context: _Context, phase: PytestPhase) -> str:
-    """One pytest phase, unless a signal stopped the run before it; the table's detail."""
-    door, record = context.door, context.record
-    if not door.go_on:
-        return f"not started: {door.stop[0] if door.stop else 'stopped'}"
-    args = phase.args(context.run.selection, skip_preflight=record.toolchain_known)
-    record.exit_codes.append(_pytest(context, phase.shard, args, {**context.env, **phase.env}))
-    return phase.detail
+    """One pytest phase, unless a signal stopped the run before it; the table's detail.
 
+    A SIGTERM or SIGINT to the front door reaches the pytest it runs (harness/run_control.py's FrontDoor):
+    the front door then sends it SIGTERM, and gives it time to write its files."""
+    env = {**context.env, **phase.env}
 
-def _pytest(context: _Context, shard: str, args: Sequence[str], env: dict[str, str]) -> int:
-    """One pytest run writing results/<shard>.json and .junit.xml; its exit code.
-
-    A SIGTERM or SIGINT to the front door reaches it (harness/run_control.py's FrontDoor): the front door
-    then sends it SIGTERM, and gives it time to write its files."""
-    door = context.door
-    cmd = plan.pytest_command(context.run, shard, args, door.phase_args())
-    try:
-        code = context.console.exit_code(
+    def run() -> int:
+        args = phase.args(context.run.selection, skip_preflight=context.record.toolchain_known)
+        cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
+        return context.console.exit_code(
             cmd, env=env, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S
         )
-    except KeyboardInterrupt:  # the front door stopped it after a signal (or the deadline's backstop)
-        return door.stop[1] if door.stop else EXIT_INTERRUPTED
-    door.phase_ended(code)
-    return code
+
+    return _phase_turn(context, phase.detail, run)
+
+
+def _phase_turn(
+    context: _Context, detail: str, run: Callable[[], int], not_started: Callable[[], None] | None = None
+) -> str:
+    """A pytest phase's turn, whichever way it was started: not after a signal (``not_started`` then
+    cleans up); else ``run`` (its exit code; a ``KeyboardInterrupt`` is the front door stopping it, after
+    a signal or the deadline's backstop), its code noted. The table's detail."""
+    door = context.door
+    if not door.go_on:
+        if not_started is not None:
+            not_started()
+        return f"not started: {door.stop[0] if door.stop else 'stopped'}"
+    try:
+        code = run()
+    except KeyboardInterrupt:
+        code = door.stop[1] if door.stop else EXIT_INTERRUPTED
+    else:
+        door.phase_ended(code)
+    context.record.exit_codes.append(code)
+    return detail
