@@ -5,6 +5,8 @@
 # STACKS_AT="90 150": at those seconds, SIGUSR2 to the run's Python processes (pytest and its xdist
 # workers, the pre-lowering and its pool), which then print every thread's stack to their logs: run the
 # suite with CONFORMANCE_STACKS_SIGNAL=USR2 (harness/stacks.py), or the signal ends them.
+# PYSPY=/path/to/py-spy: at the same seconds, also `py-spy dump` of every Python process of the
+# machine to $OUT/pyspy-<t>.txt: it needs no help from the process, so it also sees a compile stuck in C.
 out="${1:-${OUT:-.}/states.log}"
 start=$(date +%s)
 declare -A sent=()
@@ -17,6 +19,12 @@ while true; do
       pids=$(pgrep -f 'python.*(-m pytest|conformance[.]prelower|spawn_main|exec[(]eval[(]sys[.]stdin)')
       echo "  stacks asked of: $pids" | tr '\n' ' '; echo
       for pid in $pids; do kill -USR2 "$pid" 2>/dev/null; done
+      if [ -n "${PYSPY:-}" ]; then
+        for pid in $(pgrep -f '^[^ ]*python'); do
+          echo "=== pid $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-200)"
+          timeout 20 "$PYSPY" dump --pid "$pid" 2>&1
+        done > "$(dirname "$out")/pyspy-${at}.txt" 2>&1 &
+      fi
     fi
   done
   ps -eLo stat=,wchan:28=,comm= | awk '{s=substr($1,1,1); print s, $2, $3}' | sort | uniq -c | sort -rn | head -25
