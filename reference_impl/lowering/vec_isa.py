@@ -1,28 +1,34 @@
-"""Torch's CPU vector-ISA probe, once per machine instead of once per process.
+"""Torch's CPU vector-ISA build checks, once per machine instead of once per process.
 
-Every process that compiles with inductor first checks which vector ISAs (AVX2, AVX-512, VNNI, AMX) both
-the CPU and the C++ compiler support: for each one the CPU advertises it dry-compiles a test library, then
-loads it in a child interpreter. On torch 2.11 that child imports torch: ten children of 3-4 s each, about
-40 s before a process's first compile, and every pre-lowering process and suite worker paid it on a fresh
-GPU machine (issue 14: ~15 % of a cold run's CPU time).
+Every process that compiles with inductor first asks which vector ISAs (AVX2, AVX-512, VNNI, AMX, AMX-FP16)
+both the CPU and the C++ compiler support: for each one the CPU advertises, ``VecISA.check_build``
+dry-compiles a test library and loads it in a child interpreter, under one file lock per check. On torch
+2.11 that child imports torch (3-5 s), and AMX asks two more checks after AVX-512's. Every pre-lowering
+process and suite worker paid them on a fresh machine, one after another on the lock: on two H200s (a CPU
+with AMX) 28 of 55 processes waited there at once, 95 s into a cold run (issue 31).
 
-The probe's answer depends only on the machine: the CPU's flags, the compiler and torch. So the first
-process runs the probes (side by side, one thread per ISA) and records the verdict under the cache root;
-later processes read it. Where every ISA the CPU advertises passed, inductor is told so
-(``cpp.vec_isa_ok = True``), which gives exactly the list the probes gave. Where any failed, or the verdict
-cannot be had (not x86-64, torch internals moved), nothing is set and inductor probes as it always did.
+A check's answer depends only on the machine (the CPU's flags, the kernel), the compiler, torch, the
+interpreter, the ISA's compile flags and the test code. So inside ``probed_once`` each answer is read from
+a record under the cache root; the first process to need one runs torch's own check (under a lock, so
+concurrent first processes wait for one check) and records it. Inductor's own logic (which ISAs to ask,
+in which order, AMX's extra checks, what it picks) runs unchanged: only the build-and-load result is
+shared. Where torch's internals moved (no ``VecISA.check_build``), or inductor is told the answer
+(``cpp.vec_isa_ok``), nothing is patched and inductor does what it always did.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,23 +36,7 @@ import torch
 
 from reference_impl.artifact_cache import default_cache_dir
 
-_VERDICT_DIR = "toolchain"
-
-
-def _candidates() -> list[Any] | None:
-    """The ISAs torch would probe on this CPU (advertised by it), or None where we do not know how."""
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return None
-    try:
-        from torch._inductor import cpu_vec_isa
-    except ImportError:
-        return None
-    checker = getattr(cpu_vec_isa, "x86_isa_checker", None)
-    supported = getattr(cpu_vec_isa, "supported_vec_isa_list", None)
-    if checker is None or supported is None:
-        return None
-    flags = checker()
-    return [isa for isa in supported if all(flag in flags for flag in str(isa).split())]
+_RECORD_DIR = "toolchain"
 
 
 def _compiler() -> str:
@@ -55,78 +45,105 @@ def _compiler() -> str:
     return get_cpp_compiler()
 
 
-def _fingerprint(candidates: list[Any], compiler: str) -> str:
-    """What the verdict depends on: the CPU's advertised ISAs, the compiler (path, size, mtime), torch and
-    the interpreter that loads the test libraries."""
-    parts: list[str] = [torch.__version__, torch.__file__, sys.executable, compiler]
-    parts += [str(isa) for isa in candidates]
+@functools.cache
+def _machine() -> list[str]:
+    """What every answer on this machine depends on, compiler aside: torch, the interpreter that loads the
+    test libraries, the kernel (AMX needs its permission) and the CPU (model and flags, as torch reads them:
+    a CI cache restored on another runner must not reuse them)."""
+    parts = [torch.__version__, torch.__file__, sys.executable, platform.machine(), platform.release()]
     with contextlib.suppress(OSError):
-        import shutil
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                parts.append(" ".join(sorted(line.split(":", 1)[-1].split())))
+                if line.startswith("flags"):
+                    break
+    return parts
 
-        resolved = shutil.which(compiler) or compiler
-        stat = Path(resolved).resolve().stat()
+
+def _compiler_identity(compiler: str) -> list[str]:
+    parts = [compiler]
+    with contextlib.suppress(OSError):
+        stat = Path(shutil.which(compiler) or compiler).resolve().stat()
         parts.append(f"{stat.st_size}:{stat.st_mtime_ns}")
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+    return parts
 
 
-def _probe(candidates: list[Any]) -> list[str]:
-    """Torch's own check for each candidate (``bool(isa)``: dry-compile and load), side by side."""
-    from torch._inductor import config
-
-    with config.patch({"cpp.vec_isa_ok": None}), ThreadPoolExecutor(max(1, len(candidates))) as pool:
-        passed = list(pool.map(bool, candidates))
-    return [str(isa) for isa, ok in zip(candidates, passed, strict=True) if ok]
+def _isa_flags(isa: Any) -> str:
+    """The ISA's compile flags now (AMX adds ``-mamx-fp16`` for one check and takes it back after)."""
+    flags = getattr(isa, "build_arch_flags", None)
+    return str(flags() if callable(flags) else getattr(isa, "_arch_flags", ""))
 
 
-def all_advertised_isas_pass(root: Path | None = None) -> bool:
-    """True when every vector ISA this CPU advertises passed torch's probe with the current compiler; the
-    verdict is computed once per machine (under a lock, so concurrent first processes wait for one probe)
-    and kept in ``<cache root>/toolchain/``. False where it did not, or cannot be known."""
-    candidates = _candidates()
-    if not candidates:
-        return False
-    compiler = _compiler()
-    directory = (root or default_cache_dir()) / _VERDICT_DIR
-    path = directory / f"vec-isa-{_fingerprint(candidates, compiler)}.json"
-    verdict = _read(path)
-    if verdict is None:
-        import fcntl
-
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(directory / f"{path.stem}.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            verdict = _read(path)
-            if verdict is None:
-                verdict = {
-                    "candidates": [str(isa) for isa in candidates],
-                    "passed": _probe(candidates),
-                    "compiler": compiler,
-                    "torch": torch.__version__,
-                }
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(verdict, indent=1))
-                os.replace(tmp, path)
-    return sorted(verdict["passed"]) == sorted(str(isa) for isa in candidates)
+def record_path(isa: Any, code: str, root: Path | None = None) -> Path:
+    """Where this machine's answer to ``isa.check_build(code)`` is kept."""
+    parts = [*_machine(), *_compiler_identity(_compiler()), str(isa), _isa_flags(isa), code]
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+    return (root or default_cache_dir()) / _RECORD_DIR / f"vec-isa-{digest}.json"
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def shared_check(isa: Any, code: str, check: Callable[[], bool], root: Path | None = None) -> bool:
+    """``check()``'s answer for ``isa`` and ``code``: recorded for this machine, or run (once: concurrent
+    callers wait on the record's lock, then read it) and recorded."""
+    path = record_path(isa, code, root)
+    answer = _read(path)
+    if answer is not None:
+        return answer
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        answer = _read(path)
+        if answer is None:
+            answer = bool(check())
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"isa": str(isa), "flags": _isa_flags(isa), "ok": answer}, indent=1))
+            os.replace(tmp, path)
+    return answer
+
+
+def _read(path: Path) -> bool | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and {"passed", "candidates"} <= set(data) else None
+    ok = data.get("ok") if isinstance(data, dict) else None
+    return ok if isinstance(ok, bool) else None
+
+
+_patch_lock = threading.Lock()
+_patch_depth = 0
 
 
 @contextlib.contextmanager
 def probed_once() -> Iterator[None]:
-    """Inside: inductor skips its per-process ISA probe where this machine's verdict says every advertised
-    ISA passes (the same ISA list either way). Enter it inside any ``cpp.cxx`` patch: the verdict is the
-    compiler's."""
+    """Inside: inductor's vector-ISA build checks are answered from this machine's record (run once and
+    recorded where missing). Enter it inside any ``cpp.cxx`` patch: the answers are the compiler's.
+    Re-entrant and thread-safe: the first in patches ``VecISA.check_build``, the last out restores it."""
+    global _patch_depth
     from torch._inductor import config
 
     try:
-        ok = config.cpp.vec_isa_ok is None and all_advertised_isas_pass()
-    except Exception:  # a torch whose internals moved: inductor's own probe, as before
-        ok = False
-    with config.patch({"cpp.vec_isa_ok": True}) if ok else contextlib.nullcontext():
+        from torch._inductor.cpu_vec_isa import VecISA
+
+        original = VecISA.__dict__["check_build"]
+    except (ImportError, KeyError):  # a torch whose internals moved: inductor's own checks, as before
+        original = None
+    if original is None or config.cpp.vec_isa_ok is not None:
         yield
+        return
+    with _patch_lock:
+        if _patch_depth == 0:
+            torch_check = original
+
+            def check_build(self: Any, code: str) -> bool:
+                return shared_check(self, code, lambda: torch_check(self, code))
+
+            check_build.torch_check = torch_check  # type: ignore[attr-defined]
+            VecISA.check_build = check_build  # type: ignore[method-assign]
+        _patch_depth += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_depth -= 1
+            if _patch_depth == 0:
+                VecISA.check_build = VecISA.check_build.torch_check  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
-"""The once-per-machine vector-ISA verdict (``reference_impl/lowering/vec_isa.py``): inductor picks the same
-ISAs with it as with its own per-process probe, a recorded verdict is reused without probing, and a failed
-probe leaves inductor probing as before."""
+"""Torch's vector-ISA build checks, once per machine (``reference_impl/lowering/vec_isa.py``): inductor
+picks the same ISAs with the recorded answers as with its own checks, a recorded answer (yes or no) is
+reused without checking again, concurrent first askers run one check, and the patch is undone on exit."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,58 +18,120 @@ from reference_impl.lowering import vec_isa
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(vec_isa._candidates() is None, reason="the verdict exists for x86-64 Linux")
-
 _CHILD = """
-import json
-from torch._inductor import config
-from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+import json, sys
+from torch._inductor import cpu_vec_isa
 from reference_impl.lowering.vec_isa import probed_once
-with probed_once():
-    print(json.dumps([config.cpp.vec_isa_ok, [str(i) for i in valid_vec_isa_list()]]))
+if sys.argv[1] == "torch":  # inductor's own checks, nothing shared
+    isas, picked = cpu_vec_isa.valid_vec_isa_list(), cpu_vec_isa.pick_vec_isa()
+else:
+    if sys.argv[1] == "forbid":  # every answer must come from the record
+        def refuse(self, code):
+            raise AssertionError(f"torch's check ran for {self}")
+        cpu_vec_isa.VecISA.check_build = refuse
+    with probed_once():
+        isas, picked = cpu_vec_isa.valid_vec_isa_list(), cpu_vec_isa.pick_vec_isa()
+print(json.dumps([[str(i) for i in isas], str(picked)]))
 """
 
 
 @pytest.mark.proof
-def test_the_verdict_gives_inductor_the_isas_its_own_probe_gives(tmp_path: Path) -> None:
-    """Torch's own probe (this process) and a fresh process reading the recorded verdict give inductor the
-    same ISA list; the verdict is claimed exactly when every advertised ISA passed."""
-    from torch._inductor import config
-    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
-
-    with config.patch({"cpp.vec_isa_ok": None}):
-        probed = [str(i) for i in valid_vec_isa_list()]
-    claimed = vec_isa.all_advertised_isas_pass(tmp_path)
-    assert claimed is (probed == [str(i) for i in vec_isa._candidates() or []])
+@pytest.mark.skipif(sys.platform != "linux", reason="inductor's vector-ISA checks are Linux/x86 and aarch64")
+def test_recorded_answers_give_inductor_what_its_own_checks_give(tmp_path: Path) -> None:
+    """Three fresh interpreters: torch's own checks; the first with the record (it checks and records);
+    a third in which torch's check raises, so every answer must come from the record. All three give
+    inductor the same ISA list and the same pick."""
     env = {**os.environ, "CONFORMANCE_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # fmt: skip
     env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True,
-                         check=True, cwd=ROOT, timeout=300).stdout  # fmt: skip
-    ok, isas = json.loads(out.strip().splitlines()[-1])
-    assert isas == probed
-    assert ok is (True if claimed else None)
+
+    def child(mode: str) -> list[object]:
+        done = subprocess.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True,
+                              text=True, cwd=ROOT, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    own = child("torch")
+    assert child("record") == own
+    assert list((tmp_path / "toolchain").glob("vec-isa-*.json")), "the first process recorded nothing"
+    assert child("forbid") == own
 
 
-def test_a_recorded_verdict_is_reused_without_probing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+class _Isa:
+    """Stands in for a torch ``VecISA``: its name and its compile flags, which AMX changes for one check."""
+
+    def __init__(self, name: str, flags: str) -> None:
+        self.name, self._arch_flags = name, flags
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def test_an_answer_is_checked_once_and_reused_yes_or_no(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def check(answer: bool) -> bool:
+        calls.append("checked")
+        return answer
+
+    avx2, amx = _Isa("avx2", "-mavx2"), _Isa("amx_tile", "-mamx-tile")
+    assert vec_isa.shared_check(avx2, "code", lambda: check(True), tmp_path) is True
+    assert vec_isa.shared_check(amx, "code", lambda: check(False), tmp_path) is False
+    assert vec_isa.shared_check(avx2, "code", lambda: check(False), tmp_path) is True
+    assert vec_isa.shared_check(amx, "code", lambda: check(True), tmp_path) is False
+    assert calls == ["checked", "checked"]
+
+
+def test_the_answer_depends_on_the_isa_its_flags_and_the_code(tmp_path: Path) -> None:
+    amx = _Isa("amx_tile", "-mamx-tile")
+    paths = {vec_isa.record_path(amx, "amx code", tmp_path), vec_isa.record_path(amx, "other code", tmp_path)}
+    amx._arch_flags += " -mamx-fp16"  # what torch does for its AMX-FP16 check
+    paths.add(vec_isa.record_path(amx, "amx code", tmp_path))
+    paths.add(vec_isa.record_path(_Isa("avx512", "-mamx-tile"), "amx code", tmp_path))
+    assert len(paths) == 4
+
+
+def test_concurrent_first_askers_run_one_check(tmp_path: Path) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(vec_isa, "_probe", lambda c: calls.append(1) or [str(i) for i in c])
-    assert vec_isa.all_advertised_isas_pass(tmp_path) is True
-    assert vec_isa.all_advertised_isas_pass(tmp_path) is True
+
+    def slow_check() -> bool:
+        calls.append(1)
+        time.sleep(0.3)
+        return True
+
+    isa = _Isa("avx512", "-mavx512f")
+    answers: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(vec_isa.shared_check(isa, "c", slow_check, tmp_path)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [True] * 4
     assert calls == [1]
 
 
-def test_a_failed_isa_leaves_inductor_probing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One advertised ISA failing its probe (a compiler without AVX-512, say): no verdict is claimed, so
-    inductor keeps probing every process and drops that ISA itself."""
+def test_probed_once_patches_torchs_check_and_restores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside (nested too): torch's check runs once per answer, through the record; outside, torch's own
+    method is back. With ``cpp.vec_isa_ok`` set, inductor asks no check and nothing is patched."""
     from torch._inductor import config
+    from torch._inductor.cpu_vec_isa import VecISA
 
-    monkeypatch.setattr(vec_isa, "_probe", lambda c: [str(i) for i in c][1:])
     monkeypatch.setattr(vec_isa, "default_cache_dir", lambda: tmp_path)
-    assert vec_isa.all_advertised_isas_pass() is False
-    verdict = json.loads(next((tmp_path / "toolchain").glob("vec-isa-*.json")).read_text())
-    assert verdict["passed"] == verdict["candidates"][1:]
+    calls: list[str] = []
+    monkeypatch.setattr(VecISA, "check_build", lambda self, code: calls.append(str(self)) or True)
+    torch_check = VecISA.__dict__["check_build"]
+    isa = _Isa("avx2", "-mavx2")
     with vec_isa.probed_once():
-        assert config.cpp.vec_isa_ok is None
+        assert VecISA.__dict__["check_build"] is not torch_check
+        with vec_isa.probed_once():
+            assert VecISA.check_build(isa, "code") is True
+        assert VecISA.check_build(isa, "code") is True
+    assert VecISA.__dict__["check_build"] is torch_check
+    assert len(calls) == 1
+    with config.patch({"cpp.vec_isa_ok": True}), vec_isa.probed_once():
+        assert VecISA.__dict__["check_build"] is torch_check
