@@ -395,6 +395,11 @@ def _child(device: str, progress_path: str, workdir: str) -> int:
         from reference_impl.format.blob import unpack_blob
         from reference_impl.lowering.preprocess import preprocess, resolve_device
         from reference_impl.lowering.trivial import trivial_linear
+        from reference_impl.lowering.vec_isa import warm_in_background
+
+        # First thing: the machine's vector-ISA answers, which every process's first compile waits for
+        # (the preflight starts with the run; the suite's compile processes are still exporting).
+        warm_in_background()
 
         target = resolve_device(device)
         progress.emit(stage=stage, event="done", device=str(target))

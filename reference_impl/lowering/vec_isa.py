@@ -147,3 +147,23 @@ def probed_once() -> Iterator[None]:
             _patch_depth -= 1
             if _patch_depth == 0:
                 VecISA.check_build = VecISA.check_build.torch_check  # type: ignore[attr-defined]
+
+
+def warm_in_background() -> threading.Thread:
+    """Ask inductor's vector-ISA questions now, in a daemon thread, recording the answers for the machine.
+
+    On a fresh machine the answers are a chain of about ten checks, one after the other (each waits for
+    the one before; 3-8 s each on torch 2.11), that every process's first compile waits for. A process
+    that will compile soon and has little else to do (the toolchain preflight's child) starts it first
+    thing, so that the chain runs while the machine's other processes still export. Errors are left to
+    the compile that asks the same questions (it reports them)."""
+
+    def ask() -> None:
+        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+        with contextlib.suppress(Exception), probed_once():
+            valid_vec_isa_list()
+
+    thread = threading.Thread(target=ask, name="vec-isa-warm", daemon=True)
+    thread.start()
+    return thread

@@ -29,6 +29,9 @@ else:
         def refuse(self, code):
             raise AssertionError(f"torch's check ran for {self}")
         cpu_vec_isa.VecISA.check_build = refuse
+    else:  # the first process: the answers are asked in the background first, as the preflight does
+        from reference_impl.lowering.vec_isa import warm_in_background
+        warm_in_background().join()
     with probed_once():
         isas, picked = cpu_vec_isa.valid_vec_isa_list(), cpu_vec_isa.pick_vec_isa()
 print(json.dumps([[str(i) for i in isas], str(picked)]))
@@ -38,9 +41,9 @@ print(json.dumps([[str(i) for i in isas], str(picked)]))
 @pytest.mark.proof
 @pytest.mark.skipif(sys.platform != "linux", reason="inductor's vector-ISA checks are Linux/x86 and aarch64")
 def test_recorded_answers_give_inductor_what_its_own_checks_give(tmp_path: Path) -> None:
-    """Three fresh interpreters: torch's own checks; the first with the record (it checks and records);
-    a third in which torch's check raises, so every answer must come from the record. All three give
-    inductor the same ISA list and the same pick."""
+    """Three fresh interpreters: torch's own checks; the first with the record (it asks in the background
+    first, then compiles: it checks and records); a third in which torch's check raises, so every answer
+    must come from the record. All three give inductor the same ISA list and the same pick."""
     env = {**os.environ, "CONFORMANCE_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # fmt: skip
     env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
