@@ -26,9 +26,11 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -152,18 +154,71 @@ def probed_once() -> Iterator[None]:
 def warm_in_background() -> threading.Thread:
     """Ask inductor's vector-ISA questions now, in a daemon thread, recording the answers for the machine.
 
-    On a fresh machine the answers are a chain of about ten checks, one after the other (each waits for
-    the one before; 3-8 s each on torch 2.11), that every process's first compile waits for. A process
-    that will compile soon and has little else to do (the toolchain preflight's child) starts it first
-    thing, so that the chain runs while the machine's other processes still export. Errors are left to
+    On a fresh machine inductor's answers are a chain of about ten checks (3-8 s each on torch 2.11), each
+    asked only once the one before passed, and every process's first compile waits for the chain. So the
+    thread first learns which checks the chain would ask if all passed (``_plan``, in a throwaway
+    interpreter) and runs them side by side, then lets inductor ask for real: it finds its answers
+    recorded. A check the chain would not have asked costs only its time. A process that will compile soon
+    and has little else to do (the toolchain preflight's child) starts it first thing. Errors are left to
     the compile that asks the same questions (it reports them)."""
 
     def ask() -> None:
         from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
+        with contextlib.suppress(Exception):
+            _speculate(_plan())
         with contextlib.suppress(Exception), probed_once():
             valid_vec_isa_list()
 
     thread = threading.Thread(target=ask, name="vec-isa-warm", daemon=True)
     thread.start()
     return thread
+
+
+def _ask_optimistically() -> list[list[str]]:
+    """(class, flags, code) of every check inductor's chain asks on this machine when each one passes. It
+    changes inductor's per-process state (cached answers, flags): run it only in a throwaway interpreter."""
+    from torch._inductor import config, cpu_vec_isa
+
+    asked: list[list[str]] = []
+
+    def optimistic(self: Any, code: str) -> bool:
+        asked.append([type(self).__name__, _isa_flags(self), code])
+        return True
+
+    cpu_vec_isa.VecISA.check_build = optimistic  # type: ignore[method-assign]
+    with config.patch({"cpp.vec_isa_ok": None}):
+        cpu_vec_isa.valid_vec_isa_list()
+    return asked
+
+
+def _plan(timeout_s: float = 180.0) -> list[list[str]]:
+    """``_ask_optimistically`` in a child interpreter (this module's ``--plan``)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-m", __name__, "--plan"], capture_output=True, text=True,
+                          env=env, timeout=timeout_s, check=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _speculate(plan: list[list[str]]) -> None:
+    """Run the checks of ``plan`` side by side, each recorded as the chain's own would be (same ISA name,
+    flags and code); one whose instance cannot be rebuilt with those flags is left to the chain."""
+    from torch._inductor import cpu_vec_isa
+
+    current = cpu_vec_isa.VecISA.__dict__["check_build"]
+    torch_check = getattr(current, "torch_check", current)  # torch's own, also while probed_once patches
+
+    def one(name: str, flags: str, code: str) -> None:
+        isa = getattr(cpu_vec_isa, name)()
+        isa._arch_flags = flags
+        if hasattr(isa, "_is_avx512_bf16_supported"):  # else build_arch_flags would add its flag again
+            isa._is_avx512_bf16_supported = False
+        if _isa_flags(isa) == flags:
+            shared_check(isa, code, lambda: torch_check(isa, code))
+
+    with ThreadPoolExecutor(max(1, len(plan))) as pool:
+        list(pool.map(lambda step: one(*step), plan))
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--plan"]:
+    print(json.dumps(_ask_optimistically()))
