@@ -1,4 +1,5 @@
-"""The phases after the shared one, started while it runs and held at their gate until their turn.
+"""The phases after the shared one, started while it runs and held at their gate until their turn; and
+the multi-GPU phase, started with the shared one and run beside it (``start_beside``).
 
 A pytest phase costs 5-10 s before its first case on the GPU image (the interpreter, torch's import,
 xdist's workers, the collection): for the GPU-alone and multi-GPU phases that was a tenth of a warm run,
@@ -58,6 +59,28 @@ def start_early(
     suffixes = (".json", ".junit.xml", ".json.journal.jsonl")
     files = tuple(results / f"{phase.shard}{suffix}" for suffix in suffixes)
     return EarlyPhase(phase, process, output, gate, files)
+
+
+def start_beside(
+    console: Console,
+    phase: PytestPhase,
+    cmd: list[str],
+    env: dict[str, str],
+    results: Path,
+) -> EarlyPhase:
+    """Start ``cmd`` now with its gate open: a phase whose cases may share the GPUs with the shared phase's
+    (they measure nothing) runs beside it instead of after the GPU-alone phase; ``release`` later shows
+    its output and waits for its exit."""
+    early = start_early(console, phase, cmd, env, results)
+    open_gate(early.gate)
+    return early
+
+
+def stop_keeping(early: EarlyPhase, wait_s: float) -> None:
+    """Stop a phase that ran, as a stopped run stops its pytest (SIGTERM, then SIGKILL after ``wait_s``):
+    what its cases recorded stays."""
+    _shut_down(early.process, [(signal.SIGTERM, wait_s)])
+    shutil.rmtree(early.gate.parent, ignore_errors=True)
 
 
 def release(console: Console, early: EarlyPhase, *, interrupt_s: float, terminate_s: float) -> int:

@@ -34,10 +34,10 @@ class RunRecord:
     #: Runnable tasks sampled through the run (a GPU run's): each step's row says how busy the cores were.
     busy: BusySampler | None = None
 
-    def add(self, name: str, start: float, detail: str) -> None:
-        """A step that began at ``start`` (``time.perf_counter()``) and ends now; with ``busy``, its
-        detail says how many tasks were runnable meanwhile."""
-        end = time.perf_counter()
+    def add(self, name: str, start: float, detail: str, end: float | None = None) -> None:
+        """A step that began at ``start`` (``time.perf_counter()``) and ended at ``end`` (default: now);
+        with ``busy``, its detail says how many tasks were runnable meanwhile."""
+        end = time.perf_counter() if end is None else end
         busy = self.busy.summary(start, end) if self.busy is not None else None
         if busy is not None:
             detail = f"{detail}; {busy.detail}" if detail else busy.detail

@@ -15,9 +15,10 @@ each pinned to its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts, beside 
 (``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why, and each
 row of the phase table how many tasks were runnable meanwhile); (3) once (2) is done and (1) stopped, the
 cases that need their GPU alone (``plan.EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the
-cases that need several at once, in one unpinned worker. (3) and (4) are started with (2) and wait,
-collected, at a gate until their turn (``early.py``, ``harness/start_gate.py``): their start-up overlaps
-(2) instead of following it. (0), (1) and the early start are skipped for a narrowed selection (``-k``,
+cases that need several at once, in one unpinned worker. (3) is started with (2) and waits, collected, at
+a gate until its turn (``early.py``, ``harness/start_gate.py``): its start-up overlaps (2) instead of
+following it. (4) measures nothing, so it runs beside (2) from the start (``early.start_beside``), and
+(3) waits for it too. (0), (1) and the early starts are skipped for a narrowed selection (``-k``,
 ``-m``, a file or a case id), (1) also where ``$CONFORMANCE_PRELOWER=0`` (``plan.prelowers``), where an
 earlier run already lowered everything (``conformance.prelower --is-done``: the cases then get the whole
 budget), or where the sizing leaves it no cores. Without a GPU, every case in one phase of
@@ -52,7 +53,7 @@ from harness.run_control import (
 )
 from harness.run_phases import plan, sizing
 from harness.run_phases.console import Console
-from harness.run_phases.early import EarlyPhase, cancel, release, start_early
+from harness.run_phases.early import EarlyPhase, cancel, release, start_beside, start_early, stop_keeping
 from harness.run_phases.plan import EXCLUSIVE, PytestPhase, SuiteRun
 from harness.run_phases.prelowering import (
     check_toolchain,
@@ -192,20 +193,27 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
     console.log(f"sized so: {'; '.join(size.reasons)}")
     alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
     later = [plan.exclusive_phase(run.name, gpus, pinned, alone)]
-    if gpus >= 2:
-        later.append(plan.multi_gpu_phase(run.name))
+    multi = plan.multi_gpu_phase(run.name) if gpus >= 2 else None
     preflight = None
     early: dict[str, EarlyPhase] = {}
+    beside: _Beside | None = None
     try:
         if run.prelower and not run.narrowed:
             preflight = _prelower_and_preflight(context, size.prelower_jobs, size.keep_within)
-            # The front door checks the toolchain: the later phases start now, held at their gates.
+            # The front door checks the toolchain: the later phases start now, held at their gates, and
+            # the multi-GPU cases (they measure nothing) run now, beside the shared phase.
             early = {phase.shard: _start_early(context, phase) for phase in later}
+            beside = None if multi is None else _start_beside(context, multi)
+        elif multi is not None:
+            later.append(multi)
         _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))
         if preflight is not None:  # the phases after the shared one need its verdict
             preflight.join()
         if record.prelowering is not None:  # its GPU work must end before the NVML measurements
             _end_prelowering(context)
+        if beside is not None:  # as must the multi-GPU cases'
+            _beside_turn(context, beside)
+            beside = None
         for phase in later:
             record.shards.append(phase.shard)
             started = early.pop(phase.shard, None)
@@ -216,6 +224,8 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
     finally:
         for left in early.values():  # the run stopped before their turn
             cancel(left)
+        if beside is not None:  # the run stopped before its row: its cases' records stay
+            stop_keeping(beside.early, TERMINATE_WAIT_S)
 
 
 def _prelower_and_preflight(context: _Context, jobs: int, budget: int | None) -> threading.Thread:
@@ -273,6 +283,60 @@ def _start_early(context: _Context, phase: PytestPhase) -> EarlyPhase:
     args = phase.args(context.run.selection, skip_preflight=True)
     cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
     return start_early(context.console, phase, cmd, {**context.env, **phase.env}, context.run.results)
+
+
+@dataclass
+class _Beside:
+    """A phase run beside the shared one: when it started, and when it ended (its thread notes that, so
+    that its row in the table ends with it, not with the shared phase)."""
+
+    early: EarlyPhase
+    started: float
+    ended: float | None = None
+
+    def __post_init__(self) -> None:
+        self._waiter = threading.Thread(target=self._wait, name=f"{self.early.phase.shard}-exit", daemon=True)
+        self._waiter.start()
+
+    def _wait(self) -> None:
+        self.early.process.wait()
+        self.ended = time.perf_counter()
+
+    def end(self) -> float | None:
+        """When it ended (None: not yet, or not within a second of its exit being seen)."""
+        self._waiter.join(1.0)
+        return self.ended
+
+
+def _start_beside(context: _Context, phase: PytestPhase) -> _Beside:
+    """Start a phase now, its gate open (``early.start_beside``): it runs beside the shared phase."""
+    args = phase.args(context.run.selection, skip_preflight=True)
+    cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
+    env = {**context.env, **phase.env}
+    return _Beside(start_beside(context.console, phase, cmd, env, context.run.results), time.perf_counter())
+
+
+def _beside_turn(context: _Context, beside: _Beside) -> None:
+    """The row of a phase run beside the shared one, after that phase: its output shown and its exit
+    waited for, or, where the run was stopped meanwhile, it stopped too, keeping what its cases recorded.
+    The row spans its own run, from its start to its exit."""
+    phase, record, door = beside.early.phase, context.record, context.door
+    record.shards.append(phase.shard)
+
+    def run() -> int:
+        return release(
+            context.console, beside.early, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S
+        )
+
+    if door.go_on:
+        detail = _phase_turn(
+            context, f"{phase.detail}; beside the shared phase (its cases measure nothing)", run
+        )
+    else:
+        stop_keeping(beside.early, TERMINATE_WAIT_S)
+        context.console.echo(beside.early.output.read_text(errors="replace"))
+        detail = f"stopped with the run: {door.stop[0] if door.stop else 'stopped'}"
+    record.add(phase.title, beside.started, detail, end=beside.end())
 
 
 def _released(context: _Context, early: EarlyPhase) -> str:

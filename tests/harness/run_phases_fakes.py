@@ -83,7 +83,7 @@ class FakeConsole:
         results = Path(next(a for a in cmd if a.startswith("--results-json=")).partition("=")[2])
         code = self.codes.get(results.stem, 0)
         gate = env[GATE_ENV].partition(":")[2]
-        return FakeStarted(self, (list(cmd), dict(env)), results, output, gate, int(code))
+        return FakeStarted(self, (list(cmd), dict(env)), results, output, gate, code)
 
     def echo(self, text: str) -> None:
         self.calls.append(("echo", text))
@@ -97,7 +97,8 @@ class FakeConsole:
 
 class FakeStarted:
     """A pytest phase started early: it ends with its code once its gate is open (writing its files and
-    a line of output then), and records what stopped it otherwise."""
+    a line of output then), or, with code ``"RUNNING"``, runs from then until a signal stops it; it
+    records what stopped it."""
 
     def __init__(
         self,
@@ -106,26 +107,33 @@ class FakeStarted:
         results: Path,
         output: Path,
         gate: str,
-        code: int,
+        code: int | str,
     ) -> None:
         self.console, self.started, self.results, self.output = console, started, results, output
         self.gate, self.code = gate, code
         self.pid = 0
         self.returncode: int | None = None
+        self.ran = False
 
     def poll(self) -> int | None:
-        if self.returncode is None and Path(self.gate).exists():
+        if not self.ran and Path(self.gate).exists():
+            self.ran = True
             self.console.calls.append(("pytest", self.started))
             self.results.write_text("{}")
             with self.output.open("a") as out:
                 out.write(f"{self.results.stem} ran\n")
-            self.returncode = self.code
+            if self.code != "RUNNING":
+                self.returncode = int(self.code)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        code = self.poll()
-        if code is None:
-            raise subprocess.TimeoutExpired("pytest", timeout or 0)
+        """Its code once it ended; with no ``timeout``, waits for that (10 s at most, as the console's
+        ``"WAIT"``)."""
+        deadline = time.monotonic() + (10.0 if timeout is None else timeout)
+        while (code := self.poll()) is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired("pytest", timeout or 0)
+            time.sleep(0.01)
         return code
 
     def send_signal(self, sig: int) -> None:

@@ -87,7 +87,7 @@ def test_without_a_gpu_the_run_is_one_phase_of_cpu_workers(tmp_path: Path) -> No
     assert not console.of("error")
 
 
-def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
+def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_alone_phase(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     background = FakeBackground(monkeypatch)
@@ -99,11 +99,13 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
         "start --backend my:BACKEND",
         "preflight",
     ]
-    (shared, shared_env), (alone, alone_env), (multi, multi_env) = console.of("pytest")  # type: ignore[misc]
-    # the later phases started before the shared one, held at their gates, then shown as they ran
-    shards = ["conformance-exclusive", "conformance-multi-gpu"]
+    # the multi-GPU phase ran beside the shared one from its start; the GPU-alone phase started before the
+    # shared one, held at its gate until after both; each one's output shown after the shared phase
+    (multi, multi_env), (shared, shared_env), (alone, alone_env) = console.of("pytest")  # type: ignore[misc]
+    shards = ["conformance-multi-gpu", "conformance-exclusive"]
     first_shared = console.calls.index(("pytest", (shared, shared_env)))
     assert console.calls.index(("started early", f"{shards[1]}.console.log")) < first_shared
+    assert console.calls.index(("pytest", (multi, multi_env))) < first_shared
     assert console.of("echo") == [f"collected, waiting at the gate\n{shard} ran\n" for shard in shards]
     assert alone_env[GATE_ENV].startswith(f"{os.getpid()}:")
     assert GATE_ENV not in shared_env
@@ -121,17 +123,20 @@ def test_two_gpus_get_the_shared_then_the_alone_then_the_multi_gpu_phase(
     assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
         shared_env["CONFORMANCE_RUN_ID"]
     }
-    names = [p.name for p in _table(console)]
+    table = _table(console)
+    names = [p.name for p in table]
     assert names == ["preflight (overlapped)", "cases (shared GPU)", "prelower (overlapped)",
-                     "cases (GPU alone)", "cases (multi-GPU)", "report"]  # fmt: skip
-    assert _table(console)[1].detail == "12 workers, 6 per GPU; 15 compiling beside"
+                     "cases (multi-GPU)", "cases (GPU alone)", "report"]  # fmt: skip
+    assert table[1].detail == "12 workers, 6 per GPU; 15 compiling beside"
+    assert table[3].detail == "1 worker, all GPUs; beside the shared phase (its cases measure nothing)"
+    assert table[3].start_s <= table[1].start_s + 0.5  # its row spans its own run, from the start
     header = "16 cores, 2 CUDA device(s), 125 GiB available: 12 case worker(s) (6 per GPU, 1 thread(s) each)"
     header += " and 15 compile processes; then 'traffic or timing' alone, one worker per GPU"
     assert ("log", header) in console.calls
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert "16 cores: a budget of 15" in str(why)
     (pages,) = [c for c in console.of("run") if "reports" in c]  # type: ignore[operator]
-    assert pages[3:6] == [str(tmp_path / "results" / f"{shard}.json") for shard in _suite(tmp_path).shards]
+    assert pages[3:6] == [str(tmp_path / "results" / f"{shard}.json") for shard in ["conformance", *shards]]
 
 
 def test_the_preflight_runs_beside_the_first_cases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,19 +253,24 @@ def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_co
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     background = FakeBackground(monkeypatch)
-    console = FakeConsole(gpus=2, codes={"conformance": "SIGTERM"})
+    console = FakeConsole(gpus=2, codes={"conformance": "SIGTERM", "conformance-multi-gpu": "RUNNING"})
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as stopped:
         run.run_suite(console, _suite(tmp_path))
     assert stopped.value.code == EXIT_SIGTERM
-    assert len(console.of("pytest")) == 1
-    # the later phases, started early, were ended at their gates and left no result file
-    shards = ["conformance-exclusive", "conformance-multi-gpu"]
-    assert console.of("signal") == [(shard, signal.SIGTERM) for shard in shards]
-    assert not any((tmp_path / "results" / f"{shard}.json").exists() for shard in shards)
+    assert len(console.of("pytest")) == 2  # the shared phase and the multi-GPU one beside it
+    # the GPU-alone phase, started early, was ended at its gate and left no result file; the multi-GPU
+    # phase, still running beside, was stopped and kept what its cases recorded
+    assert console.of("signal") == [
+        ("conformance-multi-gpu", signal.SIGTERM),
+        ("conformance-exclusive", signal.SIGTERM),
+    ]
+    assert not (tmp_path / "results" / "conformance-exclusive.json").exists()
+    assert (tmp_path / "results" / "conformance-multi-gpu.json").exists()
     assert background.events[-1] == "stop"  # before the table: its GPU work ends with the run
     details = {p.name: p.detail for p in _table(console)}
     assert details["cases (GPU alone)"] == "not started: the run was stopped by SIGTERM"
+    assert details["cases (multi-GPU)"] == "stopped with the run: the run was stopped by SIGTERM"
     assert console.calls[-1] == ("log", "conformance run stopped: the run was stopped by SIGTERM (exit 143)")
     assert signal.getsignal(signal.SIGTERM) is before  # the front door's handler is gone
 
