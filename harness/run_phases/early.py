@@ -1,5 +1,5 @@
 """The phases after the shared one, started while it runs and held at their gate until their turn; and
-the multi-GPU phase, started with the shared one and run beside it (``start_beside``).
+the multi-GPU phase, started with the shared one and run beside it (``held=False``).
 
 A pytest phase costs 5-10 s before its first case on the GPU image (the interpreter, torch's import,
 xdist's workers, the collection): for the GPU-alone and multi-GPU phases that was a tenth of a warm run,
@@ -51,29 +51,20 @@ def start_early(
     cmd: list[str],
     env: dict[str, str],
     results: Path,
+    *,
+    held: bool = True,
 ) -> EarlyPhase:
-    """Start ``cmd`` (the phase's pytest command) now, held at a new gate; ``env``: its environment."""
+    """Start ``cmd`` (the phase's pytest command) now, held at a new gate; ``env``: its environment.
+    ``held=False`` opens the gate at once: a phase whose cases may share the GPUs with the shared phase's
+    (they measure nothing) runs beside it; ``release`` later shows its output and waits for its exit."""
     gate = Path(tempfile.mkdtemp(prefix="conformance-gate-")) / "open"
+    if not held:
+        open_gate(gate)
     output = results / f"{phase.shard}.console.log"
     process = console.start(cmd, env={**env, GATE_ENV: gate_value(gate)}, output=output)
     suffixes = (".json", ".junit.xml", ".json.journal.jsonl")
     files = tuple(results / f"{phase.shard}{suffix}" for suffix in suffixes)
     return EarlyPhase(phase, process, output, gate, files)
-
-
-def start_beside(
-    console: Console,
-    phase: PytestPhase,
-    cmd: list[str],
-    env: dict[str, str],
-    results: Path,
-) -> EarlyPhase:
-    """Start ``cmd`` now with its gate open: a phase whose cases may share the GPUs with the shared phase's
-    (they measure nothing) runs beside it instead of after the GPU-alone phase; ``release`` later shows
-    its output and waits for its exit."""
-    early = start_early(console, phase, cmd, env, results)
-    open_gate(early.gate)
-    return early
 
 
 def stop_keeping(early: EarlyPhase, wait_s: float) -> None:

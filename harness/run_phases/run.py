@@ -17,7 +17,7 @@ row of the phase table how many tasks were runnable meanwhile); (3) once (2) is 
 cases that need their GPU alone (``plan.EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the
 cases that need several at once, in one unpinned worker. (3) is started with (2) and waits, collected, at
 a gate until its turn (``early.py``, ``harness/start_gate.py``): its start-up overlaps (2) instead of
-following it. (4) measures nothing, so it runs beside (2) from the start (``early.start_beside``), and
+following it. (4) measures nothing, so it runs beside (2) from the start (its gate open at once), and
 (3) waits for it too. (0), (1) and the early starts are skipped for a narrowed selection (``-k``,
 ``-m``, a file or a case id), (1) also where ``$CONFORMANCE_PRELOWER=0`` (``plan.prelowers``), where an
 earlier run already lowered everything (``conformance.prelower --is-done``: the cases then get the whole
@@ -53,7 +53,7 @@ from harness.run_control import (
 )
 from harness.run_phases import plan, sizing
 from harness.run_phases.console import Console
-from harness.run_phases.early import EarlyPhase, cancel, release, start_beside, start_early, stop_keeping
+from harness.run_phases.early import EarlyPhase, cancel, release, start_early, stop_keeping
 from harness.run_phases.plan import EXCLUSIVE, PytestPhase, SuiteRun
 from harness.run_phases.prelowering import (
     check_toolchain,
@@ -277,12 +277,13 @@ def _end_prelowering(context: _Context) -> None:
     context.record.prelowering = None
 
 
-def _start_early(context: _Context, phase: PytestPhase) -> EarlyPhase:
-    """Start a later phase now, held at its gate (``early.py``); it skips the preflight the front door
-    runs, and its deadline is what the run has left (the same end as the run's)."""
+def _start_early(context: _Context, phase: PytestPhase, *, held: bool = True) -> EarlyPhase:
+    """Start a later phase now, held at its gate unless ``held=False`` (``early.py``); it skips the
+    preflight the front door runs, and its deadline is what the run has left (the same end as the run's)."""
     args = phase.args(context.run.selection, skip_preflight=True)
     cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
-    return start_early(context.console, phase, cmd, {**context.env, **phase.env}, context.run.results)
+    env = {**context.env, **phase.env}
+    return start_early(context.console, phase, cmd, env, context.run.results, held=held)
 
 
 @dataclass
@@ -309,11 +310,8 @@ class _Beside:
 
 
 def _start_beside(context: _Context, phase: PytestPhase) -> _Beside:
-    """Start a phase now, its gate open (``early.start_beside``): it runs beside the shared phase."""
-    args = phase.args(context.run.selection, skip_preflight=True)
-    cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
-    env = {**context.env, **phase.env}
-    return _Beside(start_beside(context.console, phase, cmd, env, context.run.results), time.perf_counter())
+    """Start a phase now, its gate open: it runs beside the shared phase."""
+    return _Beside(_start_early(context, phase, held=False), time.perf_counter())
 
 
 def _beside_turn(context: _Context, beside: _Beside) -> None:

@@ -114,6 +114,7 @@ class FakeStarted:
         self.pid = 0
         self.returncode: int | None = None
         self.ran = False
+        self.poll()  # a phase started with its gate open runs from its start
 
     def poll(self) -> int | None:
         if not self.ran and Path(self.gate).exists():
