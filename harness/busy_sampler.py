@@ -67,10 +67,15 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
     return found
 
 
+def runnable_in(table: list[ProcessState]) -> int:
+    """Tasks in state ``R`` in ``table``, less the calling thread (it was running while it looked)."""
+    return max(0, sum(p.runnable for p in table) - 1)
+
+
 def runnable_tasks(proc: Path = PROC) -> int | None:
     """Tasks in state ``R`` now, less the calling thread; None where ``proc`` cannot be read."""
     table = processes(proc)
-    return None if table is None else max(0, sum(p.runnable for p in table) - 1)
+    return None if table is None else runnable_in(table)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.busy_sampler import PROC, ProcessState, processes
+from harness.busy_sampler import PROC, ProcessState, processes, runnable_in
 from harness.ticker import Ticker
 
 #: Seconds between two looks at the machine (one look reads every task's state: milliseconds): a compile
@@ -120,7 +120,7 @@ class CpuBudget:
         if table is None:
             return False
         now = self.clock()
-        runnable = max(0, sum(p.runnable for p in table) - 1)  # less this thread
+        runnable = runnable_in(table)
         ours = {p.pid: p for p in table if p.group == self.group and p.pid != self.group}
         for pid in [pid for pid in self.paused if pid not in ours]:
             del self.paused[pid]  # it ended (a stopped process can still be killed)

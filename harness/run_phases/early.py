@@ -98,8 +98,7 @@ def release(console: Console, early: EarlyPhase, *, interrupt_s: float, terminat
 def cancel(early: EarlyPhase) -> None:
     """End a phase that will not run, at its gate (SIGTERM, then SIGKILL), and remove what it wrote but
     its console output: it ran nothing."""
-    _shut_down(early.process, [(signal.SIGTERM, CANCEL_WAIT_S)])
-    shutil.rmtree(early.gate.parent, ignore_errors=True)
+    stop_keeping(early, CANCEL_WAIT_S)
     for path in early.files:
         path.unlink(missing_ok=True)
 

@@ -320,16 +320,9 @@ def _beside_turn(context: _Context, beside: _Beside) -> None:
     The row spans its own run, from its start to its exit."""
     phase, record, door = beside.early.phase, context.record, context.door
     record.shards.append(phase.shard)
-
-    def run() -> int:
-        return release(
-            context.console, beside.early, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S
-        )
-
     if door.go_on:
-        detail = _phase_turn(
-            context, f"{phase.detail}; beside the shared phase (its cases measure nothing)", run
-        )
+        detail = f"{phase.detail}; beside the shared phase (its cases measure nothing)"
+        detail = _phase_turn(context, detail, _releasing(context, beside.early))
     else:
         stop_keeping(beside.early, TERMINATE_WAIT_S)
         context.console.echo(beside.early.output.read_text(errors="replace"))
@@ -340,13 +333,16 @@ def _beside_turn(context: _Context, beside: _Beside) -> None:
 def _released(context: _Context, early: EarlyPhase) -> str:
     """A phase started early, on its turn: its gate opened; after a signal it is ended at its gate
     instead, as a phase not started."""
-    console = context.console
-
-    def run() -> int:
-        return release(console, early, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S)
-
     detail = f"{early.phase.detail}; started beside the shared phase, held until now"
-    return _phase_turn(context, detail, run, not_started=lambda: cancel(early))
+    return _phase_turn(context, detail, _releasing(context, early), not_started=lambda: cancel(early))
+
+
+def _releasing(context: _Context, early: EarlyPhase) -> Callable[[], int]:
+    """A started phase's run for ``_phase_turn``: released (``early.release``), stopped as the front
+    door stops the pytest it runs."""
+    return functools.partial(
+        release, context.console, early, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S
+    )
 
 
 def _timed(context: _Context, phase: PytestPhase) -> None:
