@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from harness import run_end, start_gate
+from harness import case_order, run_end, start_gate
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
 from harness.outcomes import FINAL, Outcome
@@ -73,6 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="command that starts each case's one-line repro (default: %(default)r)",
     )
     run_end.add_options(parser)
+    case_order.add_options(parser)
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -127,6 +128,16 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         set_case_params(item, dict(callspec.params))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    case_order.configure_node(node)  # pytest-xdist's controller, for each worker it starts
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    case_order.reorder(config, items)  # last: after any plugin's deselection
 
 
 @pytest.hookimpl(tryfirst=True)

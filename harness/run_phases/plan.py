@@ -25,6 +25,8 @@ EXCLUSIVE = " or ".join(EXCLUSIVE_MARKS)
 WORKER_GPUS_ENV = "CONFORMANCE_WORKER_GPUS"
 #: ``0`` turns the background pre-lowering off (a backend without an artifact cache only loses the time).
 PRELOWER_ENV = "CONFORMANCE_PRELOWER"
+#: The measured seconds of the suite's long cases, which the plugin starts first (harness/case_order.py).
+CASE_SECONDS = Path("conformance", "case_seconds.json")
 #: The shards of a run: ``results/<name><suffix>.json``, one per pytest phase.
 EXCLUSIVE_SUFFIX, MULTI_GPU_SUFFIX = "-exclusive", "-multi-gpu"
 
@@ -199,12 +201,15 @@ def multi_gpu_phase(name: str) -> PytestPhase:
 
 def pytest_command(run: SuiteRun, shard: str, args: Sequence[str], after: Sequence[str]) -> list[str]:
     """One pytest phase's command line: ``args`` (``PytestPhase.args``), the recording plugin writing
-    ``results/<shard>.json`` and ``.junit.xml``, then ``after`` (the user's arguments, the time left)."""
+    ``results/<shard>.json`` and ``.junit.xml``, the long cases first where the checkout has their
+    seconds, then ``after`` (the user's arguments, the time left)."""
+    seconds = run.root / CASE_SECONDS
     return [
         run.python, "-m", "pytest", *args,
         "-p", "harness.pytest_plugin",
         f"--results-json={run.results / f'{shard}.json'}",
         f"--repro-prefix={run.shown_python} -m pytest",
         f"--junitxml={run.results / f'{shard}.junit.xml'}",
+        *([f"--case-seconds={seconds}"] if seconds.is_file() else []),
         *after,
     ]  # fmt: skip
