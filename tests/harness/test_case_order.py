@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+
 import pytest
 from xdist.scheduler import WorkStealingScheduling
 
