@@ -5,7 +5,10 @@ Once a second a thread counts the tasks (threads of every process this machine s
 ``/proc/<pid>/task/<tid>/stat`` is ``R`` (running or waiting for a core), less itself. More runnable
 tasks than cores means work waited for a core. In a container ``/proc`` shows the container's processes
 only, on a VM the whole machine's: either way what competes with the run for its cores. A phase's row then
-says the median, the 95th percentile and the maximum of its samples (``BusySampler.summary``).
+says the median, the 95th percentile and the maximum of its samples (``BusySampler.summary``), and, where
+samples had more runnable tasks than cores, who they were: each task by its process's command name
+(``python3``, ``cc1plus``), or by the name given its process group (``BusySampler.groups``: the
+pre-lowering's compile processes and their compilers).
 
 Standard library only: the front door runs it in nox's interpreter. Where ``/proc`` is missing (not
 Linux) it samples nothing, and the table says nothing of it.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +40,18 @@ class ProcessState:
     group: int
     #: Its threads in state ``R``.
     runnable: int
+    #: Its command name (``comm``: ``python3``, ``cc1plus``).
+    comm: str = ""
 
 
 def _state_and_group(stat: bytes) -> tuple[bytes, int]:
     # "pid (comm) S ppid pgrp ...": comm may hold spaces and parentheses, the fields follow the last ")".
     fields = stat[stat.rfind(b")") + 2 :].split()
     return fields[0], int(fields[2])
+
+
+def _comm(stat: bytes) -> str:
+    return stat[stat.find(b"(") + 1 : stat.rfind(b")")].decode(errors="replace")
 
 
 def processes(proc: Path = PROC) -> list[ProcessState] | None:
@@ -53,7 +63,8 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
     found = []
     for pid in pids:
         try:
-            group = _state_and_group(Path(proc, pid, "stat").read_bytes())[1]
+            stat = Path(proc, pid, "stat").read_bytes()
+            group = _state_and_group(stat)[1]
             tasks = [entry.path for entry in os.scandir(proc / pid / "task")]
         except (OSError, IndexError, ValueError):  # the process ended between the reads
             continue
@@ -63,7 +74,7 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
                 running += _state_and_group(Path(task, "stat").read_bytes())[0] == b"R"
             except (OSError, IndexError, ValueError):
                 continue
-        found.append(ProcessState(int(pid), group, running))
+        found.append(ProcessState(int(pid), group, running, _comm(stat)))
     return found
 
 
@@ -87,32 +98,49 @@ class BusySummary:
     p95: int
     maximum: int
     cores: int
+    #: Samples with more runnable tasks than ``cores``.
+    over: int = 0
+    #: Over those samples, the runnable tasks per sample of each process name or group, most first.
+    over_mix: tuple[tuple[str, float], ...] = ()
 
     @property
     def detail(self) -> str:
         """The phase table's words for it."""
-        return (
+        words = (
             f"runnable p50 {self.median}, p95 {self.p95}, max {self.maximum} of {self.cores} cores "
             f"({self.samples} samples)"
         )
+        if not self.over:
+            return words
+        mix = ", ".join(f"{per:.1f} {who}" for who, per in self.over_mix[:MIX_SHOWN])
+        return f"{words}; over the cores in {self.over}, there on average {mix}"
+
+
+#: The phase table names this many of an over-the-cores mix's largest parts.
+MIX_SHOWN = 4
 
 
 class BusySampler:
-    """Samples ``runnable_tasks`` every ``interval_s`` in a daemon thread, from ``start`` to ``stop``."""
+    """Samples the runnable tasks (``processes``, ``runnable_in``) every ``interval_s`` in a daemon
+    thread, from ``start`` to ``stop``; where a sample has more than ``cores``, also who they were."""
 
     def __init__(
         self,
         interval_s: float = INTERVAL_S,
-        count: Callable[[], int | None] = runnable_tasks,
+        scan: Callable[[], list[ProcessState] | None] = processes,
         clock: Callable[[], float] = time.perf_counter,
         cores: int | None = None,
     ) -> None:
         self.interval_s = interval_s
-        self.count = count
+        self.scan = scan
         self.clock = clock
         self.cores = cores or os.cpu_count() or 1
+        #: Process group → the name its runnable tasks are counted under (``pre-lowering``).
+        self.groups: dict[int, str] = {}
         #: (clock time, runnable tasks), in order.
         self.samples: list[tuple[float, int]] = []
+        #: (clock time, runnable tasks per process name or group), for the samples over ``cores``.
+        self.over: list[tuple[float, Counter[str]]] = []
         self._ticker = Ticker("busy-sampler", interval_s, self._sample)
 
     def start(self) -> BusySampler:
@@ -123,10 +151,17 @@ class BusySampler:
         self._ticker.stop()
 
     def _sample(self) -> bool:
-        value = self.count()
-        if value is None:
+        table = self.scan()
+        if table is None:
             return False  # no /proc: nothing to sample
-        self.samples.append((self.clock(), value))
+        now, value = self.clock(), runnable_in(table)
+        self.samples.append((now, value))
+        if value > self.cores:
+            mix: Counter[str] = Counter()
+            for p in table:
+                if p.runnable:
+                    mix[self.groups.get(p.group) or p.comm or "?"] += p.runnable
+            self.over.append((now, mix))
         return True
 
     def summary(self, start: float, end: float) -> BusySummary | None:
@@ -138,4 +173,9 @@ class BusySampler:
         def rank(q: float) -> int:
             return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
-        return BusySummary(len(values), rank(0.5), rank(0.95), values[-1], self.cores)
+        over = [mix for t, mix in list(self.over) if start <= t <= end]
+        total: Counter[str] = Counter()
+        for mix in over:
+            total.update(mix)
+        over_mix = tuple((who, n / len(over)) for who, n in total.most_common())
+        return BusySummary(len(values), rank(0.5), rank(0.95), values[-1], self.cores, len(over), over_mix)

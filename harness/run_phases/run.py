@@ -240,6 +240,8 @@ def _prelower_and_preflight(context: _Context, jobs: int, budget: int | None) ->
     record.prelowering = start_prelowering(
         context.console, run.python, jobs, run.prelower_log, run.backend_args, budget
     )
+    if record.prelowering is not None and record.busy is not None:  # its tasks counted as one
+        record.busy.groups[record.prelowering.process.pid] = "pre-lowering"
     record.toolchain_checking = True
     started = time.perf_counter()
     thread = threading.Thread(

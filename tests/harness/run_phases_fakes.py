@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -184,7 +185,8 @@ class FakeBackground:
         if jobs == 0:  # as the real one: the sizing left it no process
             return None
         self.events.append(f"start {' '.join(backend)}".strip())
-        return Prelowering(None, log, time.perf_counter())  # type: ignore[arg-type]
+        # a process that is not this one's group: the busy sampler names its group "pre-lowering"
+        return Prelowering(SimpleNamespace(pid=-1), log, time.perf_counter())  # type: ignore[arg-type]
 
     def stop(self, console: object, job: Prelowering) -> str:
         self.events.append("stop")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import BusySampler, BusySummary, runnable_tasks
+from harness.busy_sampler import BusySampler, BusySummary, ProcessState, processes, runnable_tasks
 
 
 def _task(proc: Path, pid: int, tid: int, comm: str, state: str) -> None:
@@ -30,6 +30,14 @@ def test_runnable_tasks_counts_every_thread_in_state_r_less_the_caller(tmp_path:
     (tmp_path / "self").mkdir()  # not a pid
     (tmp_path / "40").mkdir()  # a process that ended: no task folder
     assert runnable_tasks(tmp_path) == 2  # 3 in R, less the sampling thread itself
+
+
+def test_processes_name_each_process_and_its_group(tmp_path: Path) -> None:
+    _task(tmp_path, 10, 10, "python3", "R")
+    _task(tmp_path, 10, 11, "pt_main) R (x", "R")
+    _task(tmp_path, 20, 20, "cc1plus", "S")
+    found = sorted(processes(tmp_path) or [], key=lambda p: p.pid)
+    assert found == [ProcessState(10, 2, 2, "python3"), ProcessState(20, 2, 0, "cc1plus")]
 
 
 def test_runnable_tasks_without_proc_is_none(tmp_path: Path) -> None:
@@ -55,8 +63,13 @@ def test_busy_loops_show_up_on_this_machine() -> None:
     assert seen >= 2 or (os.cpu_count() or 1) < 2
 
 
+def running(n: int) -> list[ProcessState]:
+    """A machine with ``n`` runnable tasks besides the sampler's own thread."""
+    return [ProcessState(1, 1, n + 1, "python3")]
+
+
 def test_a_window_gives_its_samples_percentiles() -> None:
-    sampler = BusySampler(count=lambda: None, cores=16)
+    sampler = BusySampler(scan=lambda: None, cores=16)
     sampler.samples = [(float(t), v) for t, v in enumerate([3, 9, 14, 15, 15, 15, 15, 15, 15, 15, 20, 2])]
     # t = 1..10: 9, 14, seven 15s, 20; the 95th percentile of ten samples is the highest
     assert sampler.summary(1.0, 10.0) == BusySummary(samples=10, median=15, p95=20, maximum=20, cores=16)
@@ -67,13 +80,46 @@ def test_a_window_gives_its_samples_percentiles() -> None:
 
 def test_the_sampler_samples_until_stopped_and_stops_without_proc() -> None:
     values = iter(range(1000))
-    sampler = BusySampler(0.001, count=lambda: next(values)).start()
+    sampler = BusySampler(0.001, scan=lambda: running(next(values))).start()
     time.sleep(0.05)
     sampler.stop()
     taken = len(sampler.samples)
     assert taken >= 3
     time.sleep(0.02)
     assert len(sampler.samples) == taken
-    idle = BusySampler(0.001, count=lambda: None).start()
+    idle = BusySampler(0.001, scan=lambda: None).start()
     idle.stop()
     assert idle.samples == []
+
+
+def test_samples_over_the_cores_say_who_was_runnable() -> None:
+    """Over the cores, each runnable task counts under its process group's name where the front door
+    named the group (the pre-lowering's compile processes and their compilers), else its command."""
+    tables = iter(
+        [
+            [ProcessState(1, 1, 1, "python3"), ProcessState(5, 5, 3, "python3")],  # 3 of 4 cores: not over
+            [
+                ProcessState(1, 1, 1, "python3"),  # the sampler itself
+                ProcessState(5, 5, 4, "python3"),
+                ProcessState(7, 9, 1, "cc1plus"),
+                ProcessState(9, 9, 0, "python3"),
+            ],
+            [
+                ProcessState(1, 1, 1, "python3"),
+                ProcessState(5, 5, 2, "python3"),
+                ProcessState(8, 9, 4, "cc1plus"),
+            ],
+        ]
+    )
+    clock = iter(range(3))
+    sampler = BusySampler(scan=lambda: next(tables), clock=lambda: float(next(clock)), cores=4)
+    sampler.groups[9] = "pre-lowering"
+    for _ in range(3):
+        assert sampler._sample()
+    summary = sampler.summary(0.0, 2.0)
+    assert summary is not None
+    assert (summary.over, summary.maximum) == (2, 6)
+    # the two samples over: 5 python3 + 1 pre-lowering, 3 python3 + 4 pre-lowering (the sampler included)
+    assert summary.over_mix == (("python3", 4.0), ("pre-lowering", 2.5))
+    assert summary.detail.endswith("over the cores in 2, there on average 4.0 python3, 2.5 pre-lowering")
+    assert sampler.summary(0.0, 0.0).detail == "runnable p50 3, p95 3, max 3 of 4 cores (1 samples)"  # type: ignore[union-attr]

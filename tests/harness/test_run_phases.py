@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import BusySampler
+from harness.busy_sampler import BusySampler, ProcessState
 from harness.phases import Phase, parse_phase
 from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
 from harness.run_phases import plan, prelowering, report, run, sizing
@@ -47,7 +47,7 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sizing, "cores", lambda: 16)
     monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
     # No /proc to sample: the tables' details are the phases' own (one test below samples).
-    monkeypatch.setattr(run, "BusySampler", lambda: BusySampler(count=lambda: None))
+    monkeypatch.setattr(run, "BusySampler", lambda: BusySampler(scan=lambda: None))
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
     yield
     signal.setitimer(signal.ITIMER_REAL, 0)
@@ -154,7 +154,11 @@ def test_the_preflight_runs_beside_the_first_cases(tmp_path: Path, monkeypatch: 
 def test_each_step_of_a_gpu_run_says_how_many_tasks_were_runnable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run, "BusySampler", lambda: BusySampler(0.005, count=lambda: 12, cores=16))
+    monkeypatch.setattr(
+        run,
+        "BusySampler",
+        lambda: BusySampler(0.005, scan=lambda: [ProcessState(1, 1, 13, "python3")], cores=16),
+    )
     console = FakeConsole(gpus=1)
     FakeBackground(monkeypatch, after=console.running)  # the preflight lasts a few samples
     run.run_suite(console, _suite(tmp_path))
