@@ -214,14 +214,18 @@ def _lower_all(spec: str, tasks: list[tuple[str, str, str]], jobs: int, targets:
             model, dtype, seconds, size, error = row
             where = f"{model:16} {futures[future]:4} {dtype:9}"
             print(f"  {where} {seconds:7.1f} s  {size / 2**20:7.2f} MiB  {error}", flush=True)
-    failed = [r for r in rows if r[4]]
-    total = time.perf_counter() - start
-    if not failed:
-        done.parent.mkdir(parents=True, exist_ok=True)
-        done.write_text(f"{len(rows)} programs for {targets} with {spec} in {total:.0f} s\n")
-    print(
-        f"prelower: {len(rows) - len(failed)} lowered, {len(failed)} failed, {total:.0f} s wall", flush=True
-    )
+        # The stamp and the summary before the pool's shutdown (its processes' exit takes seconds): the
+        # front door stops a pre-lowering still running when the cases end, and a run stopped there
+        # without its stamp made the next, warm run export every model again.
+        failed = [r for r in rows if r[4]]
+        total = time.perf_counter() - start
+        if not failed:
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.write_text(f"{len(rows)} programs for {targets} with {spec} in {total:.0f} s\n")
+        print(
+            f"prelower: {len(rows) - len(failed)} lowered, {len(failed)} failed, {total:.0f} s wall",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

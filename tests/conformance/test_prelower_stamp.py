@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,43 @@ def test_the_default_tasks_are_the_zoo_then_the_metamorphic_programs() -> None:
     assert tasks[: len(zoo)] == zoo  # the variants after the zoo, float32 only
     assert {d for m, d, _ in tasks[len(zoo) :]} == {"float32"}
     assert prelower.prelower_tasks(["cpu"], ["add", "asr"])[0][0] == "asr"  # the biggest program first
+
+
+class _Pool:
+    """A pool that lowers at once and notes, at its shutdown, what the pre-lowering had written by then."""
+
+    def __init__(self, done: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.done, self.capsys = done, capsys
+        self.seen_at_shutdown: dict[str, bool] = {}
+
+    def __call__(self, **kwargs: object) -> _Pool:
+        return self
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def submit(self, fn: object, spec: str, model: str, dtype: str, device: str) -> Future[tuple]:
+        future: Future[tuple] = Future()
+        future.set_result((model, dtype, 0.1, 1024, ""))
+        return future
+
+    def __exit__(self, *exc: object) -> None:
+        out = self.capsys.readouterr().out
+        self.seen_at_shutdown = {
+            "stamp": self.done.exists(),
+            "summary": "prelower: 1 lowered, 0 failed" in out,
+        }
+
+
+def test_the_stamp_is_written_before_the_pools_shutdown(
+    fake_backend: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The front door stops a pre-lowering still running when the cases end; stopped while its pool's
+    processes exit, it must have left its stamp and summary already (else the warm run lowers again)."""
+    spec = "stampbackend:BACKEND"
+    done = prelower.stamp_path(prelower.sources_stamp(spec, TASKS))
+    pool = _Pool(done, capsys)
+    monkeypatch.setattr(prelower, "ProcessPoolExecutor", pool)
+    args = ["--device", "cpu", "--model", "add", "--dtype", "float32", "--backend", spec, "--jobs", "1"]
+    assert prelower.main(args) == 0
+    assert pool.seen_at_shutdown == {"stamp": True, "summary": True}
