@@ -74,6 +74,7 @@ from conformance.pcie_checks import (
     check_savings,
     choose_runs,
     difference,
+    worth_measuring,
 )
 from conformance.pipelines import CallStats, pipeline_params, run_greedy
 from conformance.programs import (
@@ -408,7 +409,14 @@ def _savings(
     backend: RuntimeBackend, meter: TrafficMeter, host: MethodRun, kept: MethodRun, keep: str, call: str
 ) -> tuple[list[Saving], int]:
     """(h2d and d2h savings per execute, K): ``host`` and ``kept`` each executed K times in a window of
-    their own; expected savings from the host tensors each passes and gets back."""
+    their own; expected savings from the host tensors each passes and gets back. Where no saving can be
+    judged whatever NVML counts (``pcie_checks.worth_measuring``), nothing is measured (K = 0)."""
+    expected = {
+        "h2d": host_nbytes(host.inputs) - host_nbytes(kept.inputs),
+        "d2h": host_nbytes(host.outputs) - host_nbytes(kept.outputs),
+    }
+    if not worth_measuring(list(expected.values())):
+        return [Saving(d, expected[d], None, None) for d in ("h2d", "d2h")], 0
     start = time.perf_counter()
     _executes(backend, host)()
     torch.cuda.synchronize()
@@ -417,10 +425,6 @@ def _savings(
     on_host = _per_execute(meter, _executes(backend, host), runs, call)
     with _runtime_option(backend, keep):
         on_device = _per_execute(meter, _executes(backend, kept), runs, call)
-    expected = {
-        "h2d": host_nbytes(host.inputs) - host_nbytes(kept.inputs),
-        "d2h": host_nbytes(host.outputs) - host_nbytes(kept.outputs),
-    }
     savings = [Saving(d, expected[d], *difference(on_host, on_device, d)) for d in ("h2d", "d2h")]
     return savings, runs
 

@@ -6,11 +6,13 @@ they fill every core the workers leave, but beside the workers they made more ta
 are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its cores: several times a
 second it counts the machine's runnable tasks (``busy_sampler.processes``). Over the budget on
 ``OVER_LOOKS`` looks in a row, it pauses (SIGSTOP) runnable processes of the pre-lowering's process
-group; under it, it resumes (SIGCONT) paused ones at once, the longest paused first, as many as the tasks
-they had runnable when paused fit; and every ``ROTATE_S`` it swaps the longest paused for the longest
-running, so no program waits behind the others (a case may be waiting for it). Only the pre-lowering's
-processes are ever paused, never a case worker. ``stop`` resumes every process it paused; a guard process
-resumes the group should the front door be killed outright first.
+group; it resumes (SIGCONT) paused ones, the longest paused first, as many as the tasks they had runnable
+when paused fit beside the most the other processes had runnable over the last ``PEAK_S`` (the case
+workers' load flickers faster than a look: a worker waiting for its GPU spins); and every ``ROTATE_S``
+it swaps the longest paused for the longest running, so no program waits behind the others (a case may
+be waiting for it). Only the pre-lowering's processes are ever paused, never a case worker. ``stop``
+resumes every process it paused; a guard process resumes the group should the front door be killed
+outright first.
 
 Standard library only (the front door runs it in nox's interpreter); where ``/proc`` cannot be read it
 does nothing.
@@ -37,6 +39,10 @@ TICK_S = 0.2
 #: in 60 of 181 samples of one H100's cold run (issue 31). A compile paused for a worker's moment of
 #: work loses only that moment: it resumes at the next look under the budget.
 OVER_LOOKS = 1
+#: Seconds of the other processes' runnable tasks whose most a resumed compile process must fit beside.
+#: Resuming into the room of one look's lull put one H100's cold run over its cores in 39 of 157 samples
+#: (a quarter), with the case workers' runnable tasks changing between looks.
+PEAK_S = 1.0
 #: Seconds after which the longest paused compile process takes the place of the longest running one.
 ROTATE_S = 2.0
 #: A shell loop that resumes the group once the process that may have paused it is gone: killed outright,
@@ -77,6 +83,7 @@ class CpuBudget:
     budget: int
     tick_s: float = TICK_S
     rotate_s: float = ROTATE_S
+    peak_s: float = PEAK_S
     scan: Callable[[], list[ProcessState] | None] = field(default=lambda: processes(PROC))
     send: Callable[[int, int], bool] = _signal
     clock: Callable[[], float] = time.monotonic
@@ -91,6 +98,8 @@ class CpuBudget:
     resumes: int = 0
     _last_rotation: float = 0.0
     _over: int = 0
+    #: (clock, runnable tasks outside the group) of the looks of the last ``PEAK_S``.
+    _others: list[tuple[float, int]] = field(default_factory=list)
     _ticker: Ticker | None = None
     _guard: subprocess.Popen[bytes] | None = None
 
@@ -134,6 +143,10 @@ class CpuBudget:
             self.running_since.setdefault(p.pid, now)
         for pid in [pid for pid in self.running_since if pid not in ours]:
             del self.running_since[pid]
+        others = runnable - sum(p.runnable for p in ours.values())
+        self._others = [(t, n) for t, n in self._others if now - t < self.peak_s] + [(now, others)]
+        # what the group may run: the budget less the most the others ran lately
+        room = self.budget - max(n for _, n in self._others) - sum(p.runnable for p in running)
         self._over = self._over + 1 if runnable > self.budget else 0
         if self._over >= OVER_LOOKS:
             # the most recently resumed (then the newest) first: the longest running keep their turn
@@ -143,8 +156,7 @@ class CpuBudget:
                     break
                 self._pause(p.pid, now, p.runnable)
                 over -= p.runnable
-        elif runnable < self.budget and self.paused:  # a core is free now: no wait
-            room = self.budget - runnable
+        elif room > 0 and self.paused:  # a core is free now and lately: no wait
             for pid in list(self.paused):
                 if self.weights.get(pid, 1) > room:
                     break

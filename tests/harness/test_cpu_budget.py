@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.busy_sampler import ProcessState
-from harness.run_phases.cpu_budget import OVER_LOOKS, CpuBudget, resume_group, start_guard
+from harness.run_phases.cpu_budget import OVER_LOOKS, PEAK_S, CpuBudget, resume_group, start_guard
 
 GROUP = 100  # the pre-lowering's process group (its leader, the pool's parent, has this pid)
 WORKERS = [ProcessState(pid, 1, 1) for pid in (11, 12, 13)]  # case workers: another group
@@ -72,9 +72,25 @@ def test_freed_cores_resume_the_longest_paused_first() -> None:
     machine.now = 0.5
     machine.workers = WORKERS[:1]  # two workers wait for a program: 2 cores free
     keeper.step()
+    assert machine.stopped == {24, 25}  # not yet: the workers had them 0.5 s ago (PEAK_S)
+    machine.now = 0.5 + PEAK_S
+    keeper.step()
     assert machine.stopped == set()
     assert machine.sent[-2:] == [(25, "SIGCONT"), (24, "SIGCONT")]  # in the order they were paused
     assert keeper.pauses == keeper.resumes == 2
+
+
+def test_a_lull_shorter_than_the_peak_window_resumes_nothing() -> None:
+    """The case workers' runnable tasks flicker between looks (a worker waiting for its GPU spins): a
+    compile resumed into one look's lull put the machine over its cores at the next burst."""
+    machine = Machine(compiles=[21, 22, 23, 24, 25])
+    keeper = machine.keeper(budget=6)
+    _over(keeper)
+    for step in range(1, 10):  # the workers' load flickers: 1, 3, 1, 3, ... every 0.2 s
+        machine.now = 0.2 * step
+        machine.workers = WORKERS[:1] if step % 2 else list(WORKERS)
+        keeper.step()
+        assert machine.stopped == {24, 25}, step
 
 
 def test_a_paused_process_resumes_only_where_its_runnable_tasks_fit() -> None:
@@ -84,10 +100,12 @@ def test_a_paused_process_resumes_only_where_its_runnable_tasks_fit() -> None:
     keeper = machine.keeper(budget=6)  # 3 workers + 1 + 1 + 3 = 8 runnable
     _over(keeper)
     assert machine.stopped == {23}  # the newest, 3 tasks: 5 runnable now
-    machine.now = 0.5
+    machine.now = 2 * PEAK_S
     keeper.step()  # one core under the budget: it does not fit
     assert machine.stopped == {23}
-    machine.workers = WORKERS[:1]  # 3 runnable: 3 cores free
+    machine.workers = WORKERS[:1]  # 3 runnable: 3 cores free, and for PEAK_S
+    keeper.step()
+    machine.now = 3 * PEAK_S
     keeper.step()
     assert machine.stopped == set()
 

@@ -74,6 +74,24 @@ def test_nothing_expected_or_nothing_measured_is_never_judged() -> None:
     assert pc.Saving("d2h", EXPECTED, 95_000.0, NOISE).share == pytest.approx(0.95)
 
 
+@covers(pc.worth_measuring, pc.FLOOR, pc.Saving)
+def test_windows_are_worth_measuring_only_where_a_saving_can_be_judged() -> None:
+    """Both sides of the floor: one direction at it is worth a window pair; every direction under it (or
+    nothing expected) is not, and such a saving, unmeasured, says why."""
+    assert pc.FLOOR == pc.COMMAND_FACTOR * pc.COMMAND_ALLOWANCE
+    assert pc.worth_measuring([pc.FLOOR, 0])
+    assert pc.worth_measuring([0, pc.FLOOR])
+    assert not pc.worth_measuring([pc.FLOOR - 1, pc.FLOOR - 1])
+    assert not pc.worth_measuring([0, 0])
+    small = pc.Saving("d2h", 2_560, None, None)
+    assert pc.check_savings(RULE, CALL, [small]) == [small]
+    assert small.describe() == (
+        "d2h: expected 2,560 B saved per execute, under the 12,288 B the meter can ever judge: not measured"
+    )
+    # a saving the meter could judge, had it been measured, keeps the plain words
+    assert pc.Saving("d2h", pc.FLOOR, None, None).describe() == "d2h: expected 12,288 B saved, not measured"
+
+
 def _window(h2d: float, drift: float, rel: float = 0.05) -> pc.PerRunTraffic:
     return pc.PerRunTraffic(
         runs=1,
