@@ -42,6 +42,8 @@ class ProcessState:
     runnable: int
     #: Its command name (``comm``: ``python3``, ``cc1plus``).
     comm: str = ""
+    #: Stopped by a signal (state ``T``: a compile process the CPU budget paused).
+    stopped: bool = False
 
 
 def _state_and_group(stat: bytes) -> tuple[bytes, int]:
@@ -64,7 +66,7 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
     for pid in pids:
         try:
             stat = Path(proc, pid, "stat").read_bytes()
-            group = _state_and_group(stat)[1]
+            state, group = _state_and_group(stat)
             tasks = [entry.path for entry in os.scandir(proc / pid / "task")]
         except (OSError, IndexError, ValueError):  # the process ended between the reads
             continue
@@ -74,7 +76,7 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
                 running += _state_and_group(Path(task, "stat").read_bytes())[0] == b"R"
             except (OSError, IndexError, ValueError):
                 continue
-        found.append(ProcessState(int(pid), group, running, _comm(stat)))
+        found.append(ProcessState(int(pid), group, running, _comm(stat), state == b"T"))
     return found
 
 
@@ -102,6 +104,8 @@ class BusySummary:
     over: int = 0
     #: Over those samples, the runnable tasks per sample of each process name or group, most first.
     over_mix: tuple[tuple[str, float], ...] = ()
+    #: Over those samples, the stopped processes per sample of each named group (paused compiles).
+    over_paused: tuple[tuple[str, float], ...] = ()
 
     @property
     def detail(self) -> str:
@@ -113,7 +117,8 @@ class BusySummary:
         if not self.over:
             return words
         mix = ", ".join(f"{per:.1f} {who}" for who, per in self.over_mix[:MIX_SHOWN])
-        return f"{words}; over the cores in {self.over}, there on average {mix}"
+        paused = "".join(f", {per:.1f} {who} processes paused" for who, per in self.over_paused)
+        return f"{words}; over the cores in {self.over}, there on average {mix}{paused}"
 
 
 #: The phase table names this many of an over-the-cores mix's largest parts.
@@ -141,6 +146,8 @@ class BusySampler:
         self.samples: list[tuple[float, int]] = []
         #: (clock time, runnable tasks per process name or group), for the samples over ``cores``.
         self.over: list[tuple[float, Counter[str]]] = []
+        #: For each of ``over``, the stopped processes of each named group.
+        self.over_paused: list[Counter[str]] = []
         self._ticker = Ticker("busy-sampler", interval_s, self._sample)
 
     def start(self) -> BusySampler:
@@ -158,10 +165,14 @@ class BusySampler:
         self.samples.append((now, value))
         if value > self.cores:
             mix: Counter[str] = Counter()
+            paused: Counter[str] = Counter({name: 0 for name in self.groups.values()})
             for p in table:
                 if p.runnable:
                     mix[self.groups.get(p.group) or p.comm or "?"] += p.runnable
+                if p.stopped and p.group in self.groups:
+                    paused[self.groups[p.group]] += 1
             self.over.append((now, mix))
+            self.over_paused.append(paused)
         return True
 
     def summary(self, start: float, end: float) -> BusySummary | None:
@@ -173,9 +184,17 @@ class BusySampler:
         def rank(q: float) -> int:
             return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
-        over = [mix for t, mix in list(self.over) if start <= t <= end]
-        total: Counter[str] = Counter()
-        for mix in over:
-            total.update(mix)
-        over_mix = tuple((who, n / len(over)) for who, n in total.most_common())
-        return BusySummary(len(values), rank(0.5), rank(0.95), values[-1], self.cores, len(over), over_mix)
+        picked = [i for i, (t, _) in enumerate(list(self.over)) if start <= t <= end]
+        over_mix = _average([self.over[i][1] for i in picked])
+        over_paused = _average([self.over_paused[i] for i in picked])
+        return BusySummary(
+            len(values), rank(0.5), rank(0.95), values[-1], self.cores, len(picked), over_mix, over_paused
+        )
+
+
+def _average(counts: list[Counter[str]]) -> tuple[tuple[str, float], ...]:
+    """Each key's mean over ``counts`` (a key missing from one counts 0 there), the largest first."""
+    total: Counter[str] = Counter()
+    for count in counts:
+        total.update(count)
+    return tuple((who, n / len(counts)) for who, n in sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -96,6 +96,9 @@ class CpuBudget:
     #: Processes paused (SIGSTOP) and resumed (SIGCONT) so far.
     pauses: int = 0
     resumes: int = 0
+    #: Looks taken, and the seconds they took (reading /proc is most of it): how closely it kept up.
+    looks: int = 0
+    look_s: float = 0.0
     _last_rotation: float = 0.0
     _over: int = 0
     #: (clock, runnable tasks outside the group) of the looks of the last ``PEAK_S``.
@@ -125,10 +128,21 @@ class CpuBudget:
     @property
     def detail(self) -> str:
         """The phase table's words for what it did."""
-        return f"{self.pauses} pauses of compile processes to keep within {self.budget} busy"
+        kept = f"{self.pauses} pauses of compile processes to keep within {self.budget} busy"
+        if not self.looks:
+            return kept
+        return f"{kept} ({self.looks} looks, {1000 * self.look_s / self.looks:.0f} ms each)"
 
     def step(self) -> bool:
         """One look and what follows from it; False where the machine cannot be read."""
+        began = time.perf_counter()
+        try:
+            return self._step()
+        finally:
+            self.looks += 1
+            self.look_s += time.perf_counter() - began
+
+    def _step(self) -> bool:
         table = self.scan()
         if table is None:
             return False

@@ -36,8 +36,13 @@ def test_processes_name_each_process_and_its_group(tmp_path: Path) -> None:
     _task(tmp_path, 10, 10, "python3", "R")
     _task(tmp_path, 10, 11, "pt_main) R (x", "R")
     _task(tmp_path, 20, 20, "cc1plus", "S")
+    _task(tmp_path, 30, 30, "cc1plus", "T")
     found = sorted(processes(tmp_path) or [], key=lambda p: p.pid)
-    assert found == [ProcessState(10, 2, 2, "python3"), ProcessState(20, 2, 0, "cc1plus")]
+    assert found == [
+        ProcessState(10, 2, 2, "python3"),
+        ProcessState(20, 2, 0, "cc1plus"),
+        ProcessState(30, 2, 0, "cc1plus", stopped=True),
+    ]
 
 
 def test_runnable_tasks_without_proc_is_none(tmp_path: Path) -> None:
@@ -108,6 +113,8 @@ def test_samples_over_the_cores_say_who_was_runnable() -> None:
                 ProcessState(1, 1, 1, "python3"),
                 ProcessState(5, 5, 2, "python3"),
                 ProcessState(8, 9, 4, "cc1plus"),
+                ProcessState(9, 9, 0, "python3", stopped=True),  # paused by the CPU budget
+                ProcessState(6, 6, 0, "sleep", stopped=True),  # stopped, but not in a named group
             ],
         ]
     )
@@ -121,5 +128,9 @@ def test_samples_over_the_cores_say_who_was_runnable() -> None:
     assert (summary.over, summary.maximum) == (2, 6)
     # the two samples over: 5 python3 + 1 pre-lowering, 3 python3 + 4 pre-lowering (the sampler included)
     assert summary.over_mix == (("python3", 4.0), ("pre-lowering", 2.5))
-    assert summary.detail.endswith("over the cores in 2, there on average 4.0 python3, 2.5 pre-lowering")
+    assert summary.over_paused == (("pre-lowering", 0.5),)  # one paused in one of the two samples
+    assert summary.detail.endswith(
+        "over the cores in 2, there on average 4.0 python3, 2.5 pre-lowering, "
+        "0.5 pre-lowering processes paused"
+    )
     assert sampler.summary(0.0, 0.0).detail == "runnable p50 3, p95 3, max 3 of 4 cores (1 samples)"  # type: ignore[union-attr]

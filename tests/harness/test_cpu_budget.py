@@ -133,7 +133,12 @@ def test_stopping_resumes_every_paused_process_and_ended_ones_are_forgotten() ->
     assert 23 not in keeper.paused
     keeper.stop()
     assert machine.stopped == {23}  # only the one that is gone was not resumed
-    assert keeper.detail == "4 pauses of compile processes to keep within 4 busy"
+    assert keeper.detail.startswith("4 pauses of compile processes to keep within 4 busy (")
+    assert keeper.detail.endswith(
+        f"({keeper.looks} looks, {1000 * keeper.look_s / keeper.looks:.0f} ms each)"
+    )
+    assert keeper.looks == 2
+    assert CpuBudget(GROUP, 4).detail == "0 pauses of compile processes to keep within 4 busy"
 
 
 def test_without_proc_it_does_nothing() -> None:
