@@ -30,7 +30,7 @@ RUNS_DIR = "runs"
 KEEP_ENV = "CONFORMANCE_KEEP_RUNS"
 DEFAULT_KEEP = 10
 #: The files one session's run leaves in ``results/`` per shard name.
-SUFFIXES = (".json", ".json" + JOURNAL_SUFFIX, ".junit.xml", ".html", ".prelower.log")
+SUFFIXES = (".json", ".json" + JOURNAL_SUFFIX, ".junit.xml", ".html", ".prelower.log", ".prelower.budget.tsv")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

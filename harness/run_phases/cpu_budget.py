@@ -27,6 +27,8 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
 
 from harness.busy_sampler import PROC, ProcessState, processes, runnable_in
 from harness.ticker import Ticker
@@ -43,6 +45,10 @@ OVER_LOOKS = 1
 #: Resuming into the room of one look's lull put one H100's cold run over its cores in 39 of 157 samples
 #: (a quarter), with the case workers' runnable tasks changing between looks.
 PEAK_S = 1.0
+#: The columns of the trace (``CpuBudget.trace_path``): clock seconds; runnable tasks; those outside the
+#: group; their most over the last ``PEAK_S``; the group's running tasks; its processes paused after the
+#: look; processes paused and resumed at the look.
+TRACE_HEADER = "t_s\trunnable\tothers\tothers_peak\tcompiles_running\tpaused\tpaused_now\tresumed_now\n"
 #: Seconds after which the longest paused compile process takes the place of the longest running one.
 ROTATE_S = 2.0
 #: A shell loop that resumes the group once the process that may have paused it is gone: killed outright,
@@ -103,6 +109,9 @@ class CpuBudget:
     _over: int = 0
     #: (clock, runnable tasks outside the group) of the looks of the last ``PEAK_S``.
     _others: list[tuple[float, int]] = field(default_factory=list)
+    #: Where each look is written, a tab-separated line (``TRACE_HEADER``): the budget's own timeline.
+    trace_path: Path | None = None
+    _trace: TextIO | None = None
     _ticker: Ticker | None = None
     _guard: subprocess.Popen[bytes] | None = None
 
@@ -110,6 +119,9 @@ class CpuBudget:
         """Keep the budget from now on, with a guard that resumes the group should this process be killed
         before ``stop`` (``start_guard``)."""
         self._last_rotation = self.clock()
+        if self.trace_path is not None:
+            self._trace = open(self.trace_path, "w", buffering=1)  # noqa: SIM115 - closed by stop()
+            self._trace.write(TRACE_HEADER)
         self._guard = start_guard(self.group)
         self._ticker = Ticker("cpu-budget", self.tick_s, self.step)  # False: no /proc, nothing to keep
         self._ticker.start()
@@ -121,6 +133,8 @@ class CpuBudget:
             self._ticker.stop()
         for pid in list(self.paused):
             self._resume(pid)
+        if self._trace is not None:
+            self._trace.close()
         if self._guard is not None:
             self._guard.kill()
             self._guard.wait()
@@ -162,6 +176,8 @@ class CpuBudget:
         # what the group may run: the budget less the most the others ran lately
         room = self.budget - max(n for _, n in self._others) - sum(p.runnable for p in running)
         self._over = self._over + 1 if runnable > self.budget else 0
+        pauses, resumes, ours_running = self.pauses, self.resumes, sum(p.runnable for p in running)
+        peak = max(n for _, n in self._others)
         if self._over >= OVER_LOOKS:
             # the most recently resumed (then the newest) first: the longest running keep their turn
             over = runnable - self.budget
@@ -182,6 +198,10 @@ class CpuBudget:
             self._pause(longest.pid, now, longest.runnable)
         if now - self._last_rotation >= self.rotate_s:
             self._last_rotation = now
+        if self._trace is not None:
+            row = (now, runnable, others, peak, ours_running, len(self.paused))
+            done = (self.pauses - pauses, self.resumes - resumes)
+            self._trace.write("\t".join([f"{row[0]:.3f}", *map(str, row[1:]), *map(str, done)]) + "\n")
         return True
 
     def _pause(self, pid: int, now: float, runnable: int = 1) -> None:

@@ -123,7 +123,9 @@ def start_prelowering(
             start_new_session=True,  # its own process group: stopped as one, pool workers included
             preexec_fn=lambda: os.nice(NICENESS),
         )
-    keeper = None if budget is None else CpuBudget(process.pid, budget).start()
+    # its looks go beside the table (results/<run>.prelower.budget.tsv): the budget's own timeline
+    trace = log.with_suffix(".budget.tsv")
+    keeper = None if budget is None else CpuBudget(process.pid, budget, trace_path=trace).start()
     return Prelowering(process, log, started, keeper)
 
 

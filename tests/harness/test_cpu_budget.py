@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from harness.busy_sampler import ProcessState
-from harness.run_phases.cpu_budget import OVER_LOOKS, PEAK_S, CpuBudget, resume_group, start_guard
+from harness.run_phases.cpu_budget import (
+    OVER_LOOKS,
+    PEAK_S,
+    TRACE_HEADER,
+    CpuBudget,
+    resume_group,
+    start_guard,
+)
 
 GROUP = 100  # the pre-lowering's process group (its leader, the pool's parent, has this pid)
 WORKERS = [ProcessState(pid, 1, 1) for pid in (11, 12, 13)]  # case workers: another group
@@ -203,3 +210,26 @@ def test_a_guard_resumes_the_group_once_its_owner_is_killed() -> None:
             process.wait()
         if guard is not None and guard.poll() is None:
             guard.kill()
+
+
+def test_each_look_is_a_line_of_its_trace(tmp_path: Path) -> None:
+    """The budget's own timeline: what it saw and did at each look, beside the pre-lowering's table."""
+    machine = Machine(compiles=[21, 22, 23, 24, 25])
+    keeper = machine.keeper(budget=6)
+    keeper.trace_path = tmp_path / "conformance.prelower.budget.tsv"
+    keeper.tick_s = 3600.0  # one look from the ticker at start; the test takes the others
+    keeper.start()
+    deadline = time.monotonic() + 10
+    while keeper.looks < 1 and time.monotonic() < deadline:  # the ticker's first look, in its thread
+        time.sleep(0.01)
+    machine.now = 0.5
+    keeper.step()
+    keeper.stop()
+    header, *rows = keeper.trace_path.read_text().splitlines()
+    assert header.split("\t") == TRACE_HEADER.strip().split("\t")
+    assert [row.split("\t")[1:] for row in rows] == [
+        # 3 workers + 5 compiles: 8 runnable, 3 of them others; 2 compiles paused at this look
+        ["8", "3", "3", "5", "2", "2", "0"],
+        # 3 + 3 runnable: within the budget, no room beside the others' peak: nothing done
+        ["6", "3", "3", "3", "2", "0", "0"],
+    ]
