@@ -149,6 +149,7 @@ def test_rename_rejects_non_elf_and_compressed_members() -> None:
         routing.route_package(b"nope")
 
 
+@pytest.mark.proof  # a real AOTInductor compile (``cpu_package``): 63 s of the fast tier on two cores
 def test_apply_route_policy_on_this_machine(cpu_package: bytes) -> None:
     same, record = routing.apply_route(cpu_package, "cpu", None)
     assert same == cpu_package

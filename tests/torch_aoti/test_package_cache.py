@@ -89,6 +89,7 @@ def test_concurrent_builders_of_one_key_compile_once(tmp_path: Path) -> None:
     assert sorted(results) == [(b"the package", False)] + [(b"the package", True)] * 3
 
 
+@pytest.mark.proof  # a real AOTInductor compile: 36 s of the fast tier on two cores
 def test_lower_compiles_a_program_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The same methods lowered twice (another process, or the other check mode): one real compile, the same
     bytes; the package loads and runs."""
