@@ -115,6 +115,19 @@ def add_options(parser: pytest.Parser) -> None:
 _WORKSTEAL = "case_order_worksteal"
 
 
+def check_option(config: pytest.Config) -> None:
+    """In the controller (or the single process), before any worker starts: ``--case-seconds`` names a
+    readable file of case seconds, else a usage error that names the option (a worker's would be an
+    internal error of xdist's)."""
+    path = config.getoption("--case-seconds")
+    if not path or hasattr(config, "workerinput"):
+        return
+    try:
+        load_seconds(Path(path))
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        raise pytest.UsageError(f"--case-seconds {path}: not a file of case seconds ({exc})") from exc
+
+
 def configure_node(node: Any) -> None:
     """In the controller, for each xdist worker it starts (``pytest_configure_node``)."""
     node.workerinput[_WORKSTEAL] = node.config.getoption("dist", None) == "worksteal"

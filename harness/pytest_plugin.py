@@ -153,6 +153,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    case_order.check_option(config)
     path = config.getoption("--results-json")
     run_end.configure(config, Path(path) if path and not hasattr(config, "workerinput") else None)
     if not path or hasattr(config, "workerinput"):

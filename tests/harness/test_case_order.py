@@ -153,3 +153,10 @@ def test_a_real_worksteal_session_starts_the_long_case_first(
 
     assert rank(f"--case-seconds={seconds}") == 0
     assert rank() > 0
+    broken = pytester.path / "broken.json"
+    broken.write_text('{"schema": "something else"}')
+    result = pytester.runpytest_subprocess(
+        "-p", "harness.pytest_plugin", "-n", "2", "--dist", "worksteal", f"--case-seconds={broken}"
+    )  # fmt: skip
+    assert result.ret != 0
+    assert f"--case-seconds {broken}: not a file of case seconds" in result.stderr.str() + result.stdout.str()
