@@ -144,10 +144,9 @@ class BusySampler:
         self.groups: dict[int, str] = {}
         #: (clock time, runnable tasks), in order.
         self.samples: list[tuple[float, int]] = []
-        #: (clock time, runnable tasks per process name or group), for the samples over ``cores``.
-        self.over: list[tuple[float, Counter[str]]] = []
-        #: For each of ``over``, the stopped processes of each named group.
-        self.over_paused: list[Counter[str]] = []
+        #: For the samples over ``cores``: (clock time, runnable tasks per process name or group, stopped
+        #: processes of each named group).
+        self.over: list[tuple[float, Counter[str], Counter[str]]] = []
         self._ticker = Ticker("busy-sampler", interval_s, self._sample)
 
     def start(self) -> BusySampler:
@@ -171,8 +170,7 @@ class BusySampler:
                     mix[self.groups.get(p.group) or p.comm or "?"] += p.runnable
                 if p.stopped and p.group in self.groups:
                     paused[self.groups[p.group]] += 1
-            self.over.append((now, mix))
-            self.over_paused.append(paused)
+            self.over.append((now, mix, paused))
         return True
 
     def summary(self, start: float, end: float) -> BusySummary | None:
@@ -184,9 +182,9 @@ class BusySampler:
         def rank(q: float) -> int:
             return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
-        picked = [i for i, (t, _) in enumerate(list(self.over)) if start <= t <= end]
-        over_mix = _average([self.over[i][1] for i in picked])
-        over_paused = _average([self.over_paused[i] for i in picked])
+        picked = [(mix, paused) for t, mix, paused in list(self.over) if start <= t <= end]
+        over_mix = _average([mix for mix, _ in picked])
+        over_paused = _average([paused for _, paused in picked])
         return BusySummary(
             len(values), rank(0.5), rank(0.95), values[-1], self.cores, len(picked), over_mix, over_paused
         )

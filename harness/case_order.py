@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from harness.outcomes import Outcome
+
 #: Cases expected to take at least this long (seconds) are dealt to the slices' starts; the rest keep
 #: collection order. Below it, a case ending late costs less than what reordering it would scatter.
 LONG_S = 0.5
@@ -81,10 +83,14 @@ def measured_seconds(result_files: Sequence[Path]) -> dict[str, float]:
     """Each case's duration in these result files (``harness.results``), the median where several
     name it: a case is long in one run only where it paid its worker's first setup there. Cases that
     did not run to an outcome of their own (not-run, crashed, timeout) are left out."""
+    ran = {
+        o.value
+        for o in (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED, Outcome.XFAILED, Outcome.SHOULD_FAILED)
+    }
     seen: dict[str, list[float]] = {}
     for path in result_files:
         for case in json.loads(path.read_text())["cases"]:
-            if case.get("outcome") in ("passed", "failed", "skipped", "xfailed", "should-failed"):
+            if case.get("outcome") in ran:
                 seen.setdefault(case["id"], []).append(float(case["duration_s"]))
     return {case: statistics.median(durations) for case, durations in seen.items()}
 

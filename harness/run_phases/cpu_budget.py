@@ -93,10 +93,8 @@ class CpuBudget:
     scan: Callable[[], list[ProcessState] | None] = field(default=lambda: processes(PROC))
     send: Callable[[int, int], bool] = _signal
     clock: Callable[[], float] = time.monotonic
-    #: pid → when it was paused, in pausing order.
-    paused: dict[int, float] = field(default_factory=dict)
-    #: pid → its runnable tasks when it was paused: what resuming it adds.
-    weights: dict[int, int] = field(default_factory=dict)
+    #: pid → its runnable tasks when it was paused (what resuming it adds), in pausing order.
+    paused: dict[int, int] = field(default_factory=dict)
     #: pid → since when it has run (first seen running, or resumed).
     running_since: dict[int, float] = field(default_factory=dict)
     #: Processes paused (SIGSTOP) and resumed (SIGCONT) so far.
@@ -165,7 +163,6 @@ class CpuBudget:
         ours = {p.pid: p for p in table if p.group == self.group and p.pid != self.group}
         for pid in [pid for pid in self.paused if pid not in ours]:
             del self.paused[pid]  # it ended (a stopped process can still be killed)
-            self.weights.pop(pid, None)
         running = [p for p in ours.values() if p.pid not in self.paused and p.runnable]
         for p in running:
             self.running_since.setdefault(p.pid, now)
@@ -173,11 +170,10 @@ class CpuBudget:
             del self.running_since[pid]
         others = runnable - sum(p.runnable for p in ours.values())
         self._others = [(t, n) for t, n in self._others if now - t < self.peak_s] + [(now, others)]
-        # what the group may run: the budget less the most the others ran lately
-        room = self.budget - max(n for _, n in self._others) - sum(p.runnable for p in running)
+        peak, ours_running = max(n for _, n in self._others), sum(p.runnable for p in running)
+        room = self.budget - peak - ours_running  # the budget less the most the others ran lately
         self._over = self._over + 1 if runnable > self.budget else 0
-        pauses, resumes, ours_running = self.pauses, self.resumes, sum(p.runnable for p in running)
-        peak = max(n for _, n in self._others)
+        pauses, resumes = self.pauses, self.resumes
         if self._over >= OVER_LOOKS:
             # the most recently resumed (then the newest) first: the longest running keep their turn
             over = runnable - self.budget
@@ -187,10 +183,10 @@ class CpuBudget:
                 self._pause(p.pid, now, p.runnable)
                 over -= p.runnable
         elif room > 0 and self.paused:  # a core is free now and lately: no wait
-            for pid in list(self.paused):
-                if self.weights.get(pid, 1) > room:
+            for pid, weight in list(self.paused.items()):
+                if weight > room:
                     break
-                room -= self.weights.get(pid, 1)
+                room -= weight
                 self._resume(pid, now)
         elif self.paused and running and now - self._last_rotation >= self.rotate_s:
             longest = min(running, key=lambda p: (self.running_since[p.pid], p.pid))
@@ -206,14 +202,12 @@ class CpuBudget:
 
     def _pause(self, pid: int, now: float, runnable: int = 1) -> None:
         if self.send(pid, signal.SIGSTOP):
-            self.paused[pid] = now
-            self.weights[pid] = max(1, runnable)
+            self.paused[pid] = max(1, runnable)
             self.running_since.pop(pid, None)
             self.pauses += 1
 
     def _resume(self, pid: int, now: float | None = None) -> None:
         self.paused.pop(pid, None)
-        self.weights.pop(pid, None)
         if self.send(pid, signal.SIGCONT):
             self.resumes += 1
             self.running_since[pid] = self.clock() if now is None else now
