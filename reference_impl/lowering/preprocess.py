@@ -19,7 +19,8 @@ Before step 1, the **source memo** (``source_key.py``): a key taken from the mod
 inputs, known without exporting. When a full preprocess of an identical source stored its results (artifact
 key, view-pass report, I/O spec, delegation) and the artifact is still cached, steps 1-4 are skipped; a warm
 lowering of a Hugging Face model drops from seconds of ``torch.export`` to a tenth of a second. Steps 5-6
-run on every call.
+run on every call. Steps 1-4 run under the memo's lock: processes asking for one source at once trace it
+once, the others wait for the memo.
 
 Provided-kernel policy (``provided_kernels``):
 
@@ -334,14 +335,22 @@ def _source_key(source: _Source) -> str | None:
     )
 
 
+class _MemoNotStorable(Exception):
+    """A memo that cannot be pickled: raised out of the memo's build so that nothing is stored."""
+
+
+def _memo_bytes(memo: _SourceMemo) -> bytes:
+    try:
+        return pickle.dumps(memo)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise _MemoNotStorable(str(exc)) from exc
+
+
 def _store_memo(store: ArtifactCache, source_key: str, memo: _SourceMemo, name: str) -> None:
     """Store ``memo`` under ``source_key``; a memo that cannot be pickled is not stored (a shortcut lost,
     nothing else: the lowering itself succeeded)."""
-    try:
-        data = pickle.dumps(memo)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        return
-    store.put(source_key, data, describe={"kind": "source-memo", "method_name": name})
+    with contextlib.suppress(_MemoNotStorable):
+        store.put(source_key, _memo_bytes(memo), describe={"kind": "source-memo", "method_name": name})
 
 
 def _traced_from_source_key(store: ArtifactCache, source_key: str) -> tuple[_SourceMemo, bytes] | None:
@@ -491,15 +500,36 @@ def _memo_and_artifact(
     source: _Source, store: ArtifactCache | Literal[False]
 ) -> tuple[_SourceMemo, bytes, bool, float]:
     """(memo, artifact, cache hit, compile seconds): from the source memo where one is stored and its
-    artifact is still cached (steps 1-4 skipped), else traced and compiled, and the memo stored."""
+    artifact is still cached (steps 1-4 skipped), else traced and compiled, and the memo stored.
+
+    One process traces a source at a time: the memo is built under its key's lock, so the other processes
+    that ask for the same source meanwhile wait for its memo. Without it, every case worker of a cold run
+    that reached a program still compiling exported the model again (seconds of CPU each) only to learn
+    which artifact to wait for."""
     source_key = _source_key(source) if store is not False else None
-    traced = _traced_from_source_key(store, source_key) if source_key else None
+    if not source_key:
+        return _trace_and_compile(source, store)
+    traced = _traced_from_source_key(store, source_key)  # lock-free: a stored memo is immutable
     if traced is not None:
-        memo, artifact = traced
-        return memo, artifact, True, 0.0
+        return (*traced, True, 0.0)
+    assert store is not False  # a source key is taken only with a store
+    built: list[tuple[_SourceMemo, bytes, bool, float]] = []
+
+    def trace() -> bytes:
+        built.append(_trace_and_compile(source, store))
+        return _memo_bytes(built[0][0])
+
+    describe = {"kind": "source-memo", "method_name": source.name}
+    with contextlib.suppress(_MemoNotStorable):
+        store.get_or_build(source_key, trace, describe=describe)
+    if built:
+        return built[0]
+    traced = _traced_from_source_key(store, source_key)  # another process traced it while we waited
+    if traced is not None:
+        return (*traced, True, 0.0)
+    # A memo whose artifact is gone (the cache was pruned): trace again, and a new memo replaces it.
     memo, artifact, hit, seconds = _trace_and_compile(source, store)
-    if source_key:
-        _store_memo(store, source_key, memo, source.name)
+    _store_memo(store, source_key, memo, source.name)
     return memo, artifact, hit, seconds
 
 

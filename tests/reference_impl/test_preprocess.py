@@ -8,17 +8,21 @@ it goes through the suite's default artifact cache (``$CONFORMANCE_CACHE_DIR`` o
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import os
 import shutil
+import time
 import types
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 from torch import nn
 
 from conformance.models.zoo import get_model
+from reference_impl.artifact_cache import ArtifactCache
 from reference_impl.format.blob import unpack_blob
 from reference_impl.format.compile_spec import method_name_spec
 from reference_impl.format.errors import EmptyProgramError, InvalidMethodNameError, MethodNameMismatchError
@@ -297,6 +301,54 @@ def test_an_unchanged_source_is_served_without_export_and_a_changed_one_is_expor
         next(changed.parameters()).view(-1)[0] += 1.0
     with pytest.raises(AssertionError, match="exported again"):
         preprocess(changed, inputs, method_name="forward", device="cpu", cxx=CXX)
+
+
+def _source(module: nn.Module, inputs: tuple) -> preprocess_module._Source:
+    cpu = torch.device("cpu")
+    return preprocess_module._Source(module, inputs, "forward", (), cpu, True, None, None, CXX)
+
+
+def _fake_trace(store, calls: list, seconds: float = 0.3):
+    """A stand-in for export + compile that counts its calls and stores a made-up artifact."""
+
+    def trace(source, _store):
+        calls.append(source.name)
+        time.sleep(seconds)  # long enough for the other callers to arrive while it runs
+        key = hashlib.sha256(b"artifact of " + source.name.encode()).hexdigest()
+        store.put(key, b"artifact bytes")
+        memo = preprocess_module._SourceMemo(key, None, {}, {}, None)
+        return memo, b"artifact bytes", False, seconds
+
+    return trace
+
+
+def test_processes_asking_for_one_source_at_once_trace_it_once(linear_methods, tmp_path, monkeypatch) -> None:
+    """A cold run's case workers reach a program the pre-lowering is still compiling: the first traces it
+    (export, compile), the others wait for its memo instead of exporting the same model again. Threads stand
+    in for processes: each lock is an flock on a descriptor of its own."""
+    store = ArtifactCache(tmp_path)
+    calls: list[str] = []
+    monkeypatch.setattr(preprocess_module, "_trace_and_compile", _fake_trace(store, calls))
+    source = _source(*linear_methods["forward"])
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: preprocess_module._memo_and_artifact(source, store), range(4)))
+    assert calls == ["forward"]
+    assert sorted(hit for _, _, hit, _ in got) == [False, True, True, True]
+    assert {memo.artifact_key for memo, *_ in got} == {got[0][0].artifact_key}
+    assert {artifact for _, artifact, *_ in got} == {b"artifact bytes"}
+
+
+def test_a_memo_whose_artifact_is_gone_is_traced_again(linear_methods, tmp_path, monkeypatch) -> None:
+    store = ArtifactCache(tmp_path)
+    calls: list[str] = []
+    monkeypatch.setattr(preprocess_module, "_trace_and_compile", _fake_trace(store, calls, seconds=0.0))
+    source = _source(*linear_methods["forward"])
+    memo, *_ = preprocess_module._memo_and_artifact(source, store)
+    store.entry_path(memo.artifact_key).unlink()  # pruned
+    again = preprocess_module._memo_and_artifact(source, store)
+    assert calls == ["forward", "forward"]
+    assert again[1] == b"artifact bytes"
+    assert preprocess_module._memo_and_artifact(source, store)[2] is True  # the memo was stored again
 
 
 # --- argument checks (no compile)
