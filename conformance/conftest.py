@@ -15,7 +15,7 @@ from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
 from conformance.parts import part_fixture
 from conformance.protocol import Backend
 from conformance.toolchain import run_preflight
-from harness import progress
+from harness import cuda_sync, progress
 from harness.backend_loader import (
     BACKEND_PATH_ENV_VAR,
     DEFAULT_BACKEND,
@@ -102,6 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if torch.cuda.is_initialized():
             raise pytest.UsageError(f"{worker}: CUDA initialised before the worker could be pinned to a GPU")
         os.environ["CUDA_VISIBLE_DEVICES"] = worker_gpu(worker, gpu_ids)
+    if not torch.cuda.is_initialized():  # before the CUDA context, which takes its flags once
+        cuda_sync.apply_from_env()  # the front door's shared phase: GPU waits sleep (harness/cuda_sync.py)
     if config.pluginmanager.hasplugin("harness.pytest_plugin"):
         from harness.run_end import set_suite_rules
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import cuda_sync
 from harness.results import RUN_ID_ENV
 from harness.run_phases import sizing
 
@@ -97,10 +98,12 @@ class PytestPhase:
     env: Mapping[str, str] = field(default_factory=dict)
     #: What it collects instead of the run's selection (options included); None: the selection.
     paths: tuple[str, ...] | None = None
+    #: How xdist shares the cases out (``--dist``).
+    dist: str = "worksteal"
 
     def args(self, selection: Sequence[str], skip_preflight: bool) -> list[str]:
         """pytest's arguments before the plugin's and the user's: what to collect, workers, marks."""
-        args = [*(self.paths or selection), "-n", str(self.workers), "--dist", "worksteal", "-m", self.marks]
+        args = [*(self.paths or selection), "-n", str(self.workers), "--dist", self.dist, "-m", self.marks]
         return [*args, "--no-preflight"] if skip_preflight else args
 
 
@@ -172,15 +175,20 @@ def shared_env(
     pinned: Mapping[str, str], size: sizing.GpuSizing, env: Mapping[str, str] = os.environ
 ) -> dict[str, str]:
     """The shared phase's environment: GPU pinning, one inductor compile thread, each worker's share of
-    the cores (unless ``$OMP_NUM_THREADS`` says otherwise)."""
+    the cores (unless ``$OMP_NUM_THREADS`` says otherwise), and GPU waits that sleep instead of spinning on
+    a core (``harness/cuda_sync.py``; unless ``$CONFORMANCE_CUDA_SYNC`` says otherwise): nothing is timed
+    there, and twelve workers sharing a GPU spun on twelve cores while they waited for each other."""
     threads = env.get("OMP_NUM_THREADS", str(size.threads_per_worker))
-    return {**pinned, **sizing.COMPILE_ENV, "OMP_NUM_THREADS": threads}
+    sync = env.get(cuda_sync.SYNC_ENV, cuda_sync.BLOCKING)
+    return {**pinned, **sizing.COMPILE_ENV, "OMP_NUM_THREADS": threads, cuda_sync.SYNC_ENV: sync}
 
 
 def shared_phase(name: str, size: sizing.GpuSizing, env: Mapping[str, str]) -> PytestPhase:
     """Every case that may share its GPU, ``size.workers_per_gpu`` workers per GPU."""
     marks = f"not multi_gpu and not ({EXCLUSIVE})"
-    return PytestPhase("cases (shared GPU)", name, size.workers, marks, size.detail, env)
+    asleep = env.get(cuda_sync.SYNC_ENV, "").strip().lower() == cuda_sync.BLOCKING
+    detail = f"{size.detail}; GPU waits asleep" if asleep else size.detail
+    return PytestPhase("cases (shared GPU)", name, size.workers, marks, detail, env)
 
 
 def exclusive_phase(
@@ -188,10 +196,14 @@ def exclusive_phase(
 ) -> PytestPhase:
     """The cases that need their GPU alone (``EXCLUSIVE``), one worker per GPU; ``paths``: only the
     modules that mark such cases (``modules_marking``: collecting the whole suite again costs more than
-    they run)."""
+    they run). A module's cases stay on one worker (``loadfile``): each module pays a setup on its GPU
+    (the NVML calibration, a program's first load) that a split paid on both: on two H200s the split
+    took 14-16 s, the larger module alone about 11 s."""
     marks = f"not multi_gpu and ({EXCLUSIVE})"
     detail = f"{gpus} worker(s), one per GPU"
-    return PytestPhase("cases (GPU alone)", name + EXCLUSIVE_SUFFIX, gpus, marks, detail, pinned, paths)
+    env = {**pinned, cuda_sync.SYNC_ENV: "default"}  # what is measured here, with CUDA's own waits
+    shard = name + EXCLUSIVE_SUFFIX
+    return PytestPhase("cases (GPU alone)", shard, gpus, marks, detail, env, paths, dist="loadfile")
 
 
 def multi_gpu_phase(name: str) -> PytestPhase:

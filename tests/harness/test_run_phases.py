@@ -112,13 +112,16 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     # 16 cores, 2 GPUs: 12 case workers (6 per GPU) and 15 compile processes at a lower priority
     assert shared[3:10] == ["conformance", "-n", "12", "--dist", "worksteal", "-m",
                             "not multi_gpu and not (traffic or timing)"]  # fmt: skip
-    assert alone[3:10] == ["conformance", "-n", "2", "--dist", "worksteal", "-m",
+    assert alone[3:10] == ["conformance", "-n", "2", "--dist", "loadfile", "-m",
                            "not multi_gpu and (traffic or timing)"]  # fmt: skip
     assert multi[3:10] == ["conformance", "-n", "1", "--dist", "worksteal", "-m", "multi_gpu"]
     assert all("--no-preflight" in cmd for cmd in (shared, alone, multi))  # the front door checked it
     assert shared_env["CONFORMANCE_WORKER_GPUS"] == alone_env["CONFORMANCE_WORKER_GPUS"] == "0,1"
     assert shared_env["OMP_NUM_THREADS"] == "1"  # 16 cores over 12 workers
     assert shared_env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    # GPU waits asleep where workers share a GPU; CUDA's own where the GPU-alone cases measure
+    waits = (shared_env["CONFORMANCE_CUDA_SYNC"], alone_env["CONFORMANCE_CUDA_SYNC"])
+    assert waits == ("blocking", "default")
     assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
     assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
         shared_env["CONFORMANCE_RUN_ID"]
@@ -127,7 +130,7 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     names = [p.name for p in table]
     assert names == ["preflight (overlapped)", "cases (shared GPU)", "prelower (overlapped)",
                      "cases (multi-GPU)", "cases (GPU alone)", "report"]  # fmt: skip
-    assert table[1].detail == "12 workers, 6 per GPU; 15 compiling beside"
+    assert table[1].detail == "12 workers, 6 per GPU; 15 compiling beside; GPU waits asleep"
     assert table[3].detail == "1 worker, all GPUs; beside the shared phase (its cases measure nothing)"
     assert table[3].start_s <= table[1].start_s + 0.5  # its row spans its own run, from the start
     header = "16 cores, 2 CUDA device(s), 125 GiB available: 12 case worker(s) (6 per GPU, 1 thread(s) each)"
@@ -209,7 +212,7 @@ def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
     assert background.events == []  # nor asked whether it is done
     # without the pre-lowering: the same case workers, nothing compiling beside
     assert narrowed.pytest_args()[0][4:6] == ["-n", "12"]
-    assert _table(narrowed)[0].detail == "12 workers, 12 per GPU"
+    assert _table(narrowed)[0].detail == "12 workers, 12 per GPU; GPU waits asleep"
 
 
 def test_prelower_off_still_runs_the_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,7 +231,7 @@ def test_a_warm_cache_starts_no_prelowering(tmp_path: Path, monkeypatch: pytest.
     assert background.events == ["is-done", "preflight"]  # the preflight as ever, no pre-lowering
     assert console.pytest_args()[0][4:6] == ["-n", "12"]
     assert [p.name for p in _table(console)][:2] == ["preflight (overlapped)", "cases (shared GPU)"]
-    assert _table(console)[1].detail == "12 workers, 12 per GPU"
+    assert _table(console)[1].detail == "12 workers, 12 per GPU; GPU waits asleep"
     header = "16 cores, 1 CUDA device(s), 125 GiB available: 12 case worker(s) (12 per GPU, 1 thread(s) each)"
     header += " and no compile process; then 'traffic or timing' alone, one worker per GPU"
     assert ("log", header) in console.calls
@@ -245,7 +248,7 @@ def test_a_cold_cache_prelowers_beside_the_cases(tmp_path: Path, monkeypatch: py
     run.run_suite(console, _suite(tmp_path))
     assert background.events == ["is-done", "start", "preflight", "stop"]
     assert console.pytest_args()[0][4:6] == ["-n", "12"]
-    assert _table(console)[1].detail == "12 workers, 12 per GPU; 15 compiling beside"
+    assert _table(console)[1].detail == "12 workers, 12 per GPU; 15 compiling beside; GPU waits asleep"
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert str(why).endswith(
         "pre-lowering beside them at a lower priority: 15 compile processes; "
