@@ -1,42 +1,83 @@
-"""Throwaway: do case workers sharing one GPU spin while they wait? 12 processes, default vs blocking sync."""
-import multiprocessing as mp, os, sys, time, json
+"""Do processes sharing one GPU spin on a core while they wait for it? CUDA's default against blocking sync.
 
-def work(mode, q, barrier, seconds):
+    CXX=/usr/bin/g++ python3 examples/runs/2026-11-27-blocking-sync/spin.py   # writes $OUT/spin.json
+
+Twelve processes (a one-H100 run's case workers) each loop: four 2048² matmuls, then read a sum back (a
+wait for the GPU), for 8 s. Per mode, twice, interleaved: the loops done, the CPU seconds the processes
+used, and the machine's runnable tasks sampled meanwhile (``harness.busy_sampler``).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+from typing import Any
+
+PROCESSES = 12
+SECONDS = 8.0
+
+
+def _work(mode: str, results: Any, barrier: Any) -> None:
     from harness import cuda_sync
-    said = cuda_sync.block_while_waiting() if mode == "blocking" else "default"
-    import torch
-    a = torch.randn(2048, 2048, device="cuda"); b = torch.randn(2048, 2048, device="cuda")
-    (a @ b).sum().item()
-    sched = cuda_sync.scheduling(0)
-    barrier.wait()
-    c0, t0, n = time.process_time(), time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(4):
-            y = a @ b
-        y.sum().item(); n += 1
-    q.put((mode, n, time.process_time() - c0, time.perf_counter() - t0, said, sched))
 
-def main():
+    said = cuda_sync.block_while_waiting() if mode == "blocking" else "CUDA's default"
+    import torch
+
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    (a @ b).sum().item()
+    scheduling = cuda_sync.scheduling(0)
+    barrier.wait()
+    cpu, start, loops = time.process_time(), time.perf_counter(), 0
+    while time.perf_counter() - start < SECONDS:
+        for _ in range(4):
+            product = a @ b
+        product.sum().item()
+        loops += 1
+    results.put((loops, time.process_time() - cpu, time.perf_counter() - start, said, scheduling))
+
+
+def _one(context: Any, mode: str) -> dict[str, Any]:
     from harness.busy_sampler import processes, runnable_in
-    ctx = mp.get_context("spawn")
-    out = []
+
+    results, barrier = context.Queue(), context.Barrier(PROCESSES + 1)
+    workers = [context.Process(target=_work, args=(mode, results, barrier)) for _ in range(PROCESSES)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    samples, start = [], time.perf_counter()
+    while time.perf_counter() - start < SECONDS - 0.5:
+        table = processes()
+        samples.append(runnable_in(table) if table else -1)
+        time.sleep(0.25)
+    rows = [results.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    samples.sort()
+    return {
+        "mode": mode,
+        "iterations": sum(r[0] for r in rows),
+        "cpu_s": round(sum(r[1] for r in rows), 1),
+        "wall_s": round(max(r[2] for r in rows), 1),
+        "said": rows[0][3],
+        "sched": rows[0][4],
+        "runnable_p50": samples[len(samples) // 2],
+        "runnable_max": samples[-1],
+    }
+
+
+def main() -> None:
+    context = mp.get_context("spawn")
+    rows = []
     for mode in ("default", "blocking", "default", "blocking"):
-        q = ctx.Queue(); k = 12; barrier = ctx.Barrier(k + 1)
-        ps = [ctx.Process(target=work, args=(mode, q, barrier, 8.0)) for _ in range(k)]
-        [p.start() for p in ps]
-        barrier.wait()
-        samples = []
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 7.5:
-            t = processes(); samples.append(runnable_in(t) if t else -1); time.sleep(0.25)
-        rs = [q.get() for _ in ps]; [p.join() for p in ps]
-        it = sum(r[1] for r in rs); cpu = sum(r[2] for r in rs); wall = max(r[3] for r in rs)
-        samples.sort()
-        row = dict(mode=mode, iterations=it, cpu_s=round(cpu, 1), wall_s=round(wall, 1), said=rs[0][4], sched=rs[0][5],
-                   runnable_p50=samples[len(samples)//2], runnable_max=samples[-1])
-        out.append(row); print(json.dumps(row), flush=True)
-    os.makedirs(os.environ.get("OUT", "/tmp"), exist_ok=True)
-    json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "spin.json"), "w"), indent=1)
+        rows.append(_one(context, mode))
+        print(json.dumps(rows[-1]), flush=True)
+    out = os.environ.get("OUT", "/tmp")
+    with open(os.path.join(out, "spin.json"), "w") as handle:
+        json.dump(rows, handle, indent=1)
+
 
 if __name__ == "__main__":
     main()
