@@ -36,7 +36,7 @@ class ProcessState:
     """One process as ``/proc`` shows it now."""
 
     pid: int
-    #: Its process group (a job started with ``start_new_session``: every descendant shares it).
+    #: Its process group (a job started in a group of its own: every descendant shares it).
     group: int
     #: Its threads in state ``R``.
     runnable: int

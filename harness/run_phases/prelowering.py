@@ -21,6 +21,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from pathlib import Path
 from harness.run_control import EXIT_DEADLINE
 from harness.run_phases import sizing
 from harness.run_phases.console import Console
-from harness.run_phases.cpu_budget import CpuBudget, resume_group
+from harness.run_phases.cpu_budget import CpuBudget, resume_group, resume_margin
 
 #: Seconds the pre-lowering gets to end after SIGTERM before its process group is killed.
 STOP_WAIT_S = 30
@@ -102,6 +103,14 @@ def earlier_prelowering(
     return found["stamp"] if found else "unnamed"
 
 
+def _in_a_group_of_its_own() -> None:
+    """In the pre-lowering's process, before it runs: a process group of its own (stopped as one, pool
+    workers included; in the front door's session, so that the preflight can join it, ``check_toolchain``),
+    at a lower priority."""
+    os.setpgid(0, 0)
+    os.nice(NICENESS)
+
+
 def start_prelowering(
     console: Console, python: str, jobs: int, log: Path, backend: Sequence[str], budget: int | None = None
 ) -> Prelowering | None:
@@ -120,12 +129,13 @@ def start_prelowering(
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **sizing.COMPILE_ENV, **sizing.COMPILE_PROCESS_ENV},
-            start_new_session=True,  # its own process group: stopped as one, pool workers included
-            preexec_fn=lambda: os.nice(NICENESS),
+            preexec_fn=_in_a_group_of_its_own,
         )
     # its looks go beside the table (results/<run>.prelower.budget.tsv): the budget's own timeline
     trace = log.with_suffix(".budget.tsv")
-    keeper = None if budget is None else CpuBudget(process.pid, budget, trace_path=trace).start()
+    keeper = None
+    if budget is not None:
+        keeper = CpuBudget(process.pid, budget, margin=resume_margin(budget), trace_path=trace).start()
     return Prelowering(process, log, started, keeper)
 
 
@@ -164,14 +174,28 @@ def preflight_command(python: str, backend: Sequence[str]) -> list[str]:
 
 
 def check_toolchain(
-    python: str, backend: Sequence[str], env: Mapping[str, str], timeout: float | None
+    python: str,
+    backend: Sequence[str],
+    env: Mapping[str, str],
+    timeout: float | None,
+    group: int | None = None,
 ) -> int:
     """Run the preflight once, before any case (later phases then skip their own); its exit code, or
-    ``EXIT_DEADLINE`` when it outlived ``timeout`` (what is left of the run's deadline)."""
+    ``EXIT_DEADLINE`` when it outlived ``timeout`` (what is left of the run's deadline). ``group``: the
+    pre-lowering's process group, which the preflight joins: it is background work like the compiles (no
+    case waits for it), so the CPU budget may pause it too; beside the case workers' start it put the
+    machine over its cores."""
+
+    command, full_env = preflight_command(python, backend), {**os.environ, **env}
+    # Python 3.11's process_group (safe beside the front door's threads, unlike a preexec_fn).
+    joined = {"process_group": group} if group is not None and sys.version_info >= (3, 11) else {}
     try:
-        return subprocess.run(
-            preflight_command(python, backend), env={**os.environ, **env}, timeout=timeout
-        ).returncode
+        try:
+            return subprocess.run(command, env=full_env, timeout=timeout, **joined).returncode
+        except (OSError, subprocess.SubprocessError) as exc:  # the group has ended: run it in ours
+            if not joined or isinstance(exc, subprocess.TimeoutExpired):
+                raise
+            return subprocess.run(command, env=full_env, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         return EXIT_DEADLINE
 

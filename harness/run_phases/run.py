@@ -266,7 +266,9 @@ def _preflight_beside(context: _Context, started: float) -> None:
 def _check_toolchain(context: _Context) -> str:
     """The backend's preflight, once (later phases then skip their own)."""
     run = context.run
-    code = check_toolchain(run.python, run.backend_args, context.env, context.door.time_left())
+    job = context.record.prelowering  # its group: the CPU budget may pause the preflight's compile too
+    group = None if job is None else job.process.pid
+    code = check_toolchain(run.python, run.backend_args, context.env, context.door.time_left(), group)
     context.record.toolchain_code = code
     return toolchain_detail(code)
 

@@ -19,6 +19,7 @@ from harness.run_phases.cpu_budget import (
     TRACE_HEADER,
     CpuBudget,
     resume_group,
+    resume_margin,
     start_guard,
 )
 
@@ -98,6 +99,23 @@ def test_a_lull_shorter_than_the_peak_window_resumes_nothing() -> None:
         machine.workers = WORKERS[:1] if step % 2 else list(WORKERS)
         keeper.step()
         assert machine.stopped == {24, 25}, step
+
+
+def test_a_resume_leaves_the_margin_free() -> None:
+    """Resumed to the brim, any task that woke put the machine over its cores: a resume leaves a core per
+    16 free (one H100's 16: 1; two H200s' 32: 2)."""
+    assert [resume_margin(b) for b in (4, 16, 31, 32, 64)] == [1, 1, 1, 2, 4]
+    for margin, stopped in ((0, set()), (1, {24})):
+        machine = Machine(compiles=[21, 22, 23, 24, 25])
+        keeper = CpuBudget(
+            GROUP, 6, scan=machine.scan, send=machine.send, clock=lambda m=machine: m.now, margin=margin
+        )
+        _over(keeper)  # 24 and 25 paused
+        machine.workers = WORKERS[:1]  # two cores free, for PEAK_S
+        keeper.step()
+        machine.now = 2 * PEAK_S
+        keeper.step()
+        assert machine.stopped == stopped, margin
 
 
 def test_a_paused_process_resumes_only_where_its_runnable_tasks_fit() -> None:

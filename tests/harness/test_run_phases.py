@@ -97,7 +97,7 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     assert background.events[:3] == [
         "is-done --backend my:BACKEND",
         "start --backend my:BACKEND",
-        "preflight",
+        "preflight in group -1",  # the pre-lowering's (its fake process's pid): the budget may pause it
     ]
     # the multi-GPU phase ran beside the shared one from its start; the GPU-alone phase started before the
     # shared one, held at its gate until after both; each one's output shown after the shared phase
@@ -146,7 +146,7 @@ def test_the_preflight_runs_beside_the_first_cases(tmp_path: Path, monkeypatch: 
     console = FakeConsole(gpus=1)
     background = FakeBackground(monkeypatch, after=console.running)  # it ends only once the cases run
     run.run_suite(console, _suite(tmp_path))
-    assert background.events == ["is-done", "start", "preflight", "stop"]
+    assert background.events == ["is-done", "start", "preflight in group -1", "stop"]
     assert all("--no-preflight" in cmd for cmd in console.pytest_args())  # the front door checks
     table = {p.name: p for p in _table(console)}
     preflight, shared = table["preflight (overlapped)"], table["cases (shared GPU)"]
@@ -180,7 +180,7 @@ def test_a_failed_preflight_stops_the_running_cases_the_prelowering_and_the_run(
         run.run_suite(console, _suite(tmp_path))
     assert time.monotonic() - started < 5  # the running phase was stopped, not waited for
     assert stopped.value.code == EXIT_PREFLIGHT
-    assert background.events == ["is-done", "start", "preflight", "stop"]
+    assert background.events == ["is-done", "start", "preflight in group -1", "stop"]
     assert len(console.pytest_args()) == 1  # no later phase started
     details = {p.name: p.detail for p in _table(console)}
     assert details["preflight (overlapped)"] == "toolchain check failed (exit 3)"
@@ -246,7 +246,7 @@ def test_a_cold_cache_prelowers_beside_the_cases(tmp_path: Path, monkeypatch: py
     background = FakeBackground(monkeypatch, is_done=1)
     console = FakeConsole(gpus=1)
     run.run_suite(console, _suite(tmp_path))
-    assert background.events == ["is-done", "start", "preflight", "stop"]
+    assert background.events == ["is-done", "start", "preflight in group -1", "stop"]
     assert console.pytest_args()[0][4:6] == ["-n", "12"]
     assert _table(console)[1].detail == "12 workers, 12 per GPU; 15 compiling beside; GPU waits asleep"
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
@@ -396,6 +396,26 @@ def test_the_prelowering_summary_and_when_it_does_not_start(
     assert not plan.prelowers(suite, {"CONFORMANCE_PRELOWER": "0"})
     assert not plan.prelowers(_suite(tmp_path, "-k", "mm_out"), {})
     assert not plan.prelowers(_suite(tmp_path, prelower=False), {})
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="process_group needs Python 3.11")
+def test_the_preflight_runs_in_the_prelowerings_group_while_it_lasts(tmp_path: Path) -> None:
+    """The real call, a shell script standing in for the run's interpreter: it exits 0 only in the
+    process group it was asked to join (the CPU budget pauses that group's processes); once that group has
+    ended, the preflight still runs, in the front door's group."""
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\nset -- $(cat /proc/$$/stat)\n[ "$5" = "$WANT" ]\n')
+    python.chmod(0o755)
+    leader = subprocess.Popen(["sleep", "30"], process_group=0)  # as the pre-lowering: our session
+    try:
+        env = {"WANT": str(leader.pid)}
+        assert prelowering.check_toolchain(str(python), [], env, 10, group=leader.pid) == 0
+        assert prelowering.check_toolchain(str(python), [], env, 10) == 1  # not asked: ours
+    finally:
+        leader.kill()
+        leader.wait()
+    env = {"WANT": str(os.getpgid(0))}
+    assert prelowering.check_toolchain(str(python), [], env, 10, group=leader.pid) == 0  # gone: ours
 
 
 def test_asking_whether_an_earlier_run_lowered_everything(
