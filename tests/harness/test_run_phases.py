@@ -35,6 +35,7 @@ FRONT_DOOR_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",
     "CONFORMANCE_CPU_BUDGET",
+    "CONFORMANCE_CUDA_SYNC",
 )
 
 
@@ -366,6 +367,16 @@ def test_plan_helpers(tmp_path: Path) -> None:
     assert phase.args(["conformance"], skip_preflight=True) == [
         "a.py", "--dtype=x", "-n", "3", "--dist", "worksteal", "-m", "m", "--no-preflight"
     ]  # fmt: skip
+
+
+def test_the_shared_phase_waits_asleep_unless_the_user_says_otherwise() -> None:
+    size = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0)
+    env = plan.shared_env({}, size, {})
+    assert env["CONFORMANCE_CUDA_SYNC"] == "blocking"
+    assert plan.shared_phase("conformance", size, env).detail.endswith("; GPU waits asleep")
+    chosen = plan.shared_env({}, size, {"CONFORMANCE_CUDA_SYNC": "default"})
+    assert chosen["CONFORMANCE_CUDA_SYNC"] == "default"
+    assert "asleep" not in plan.shared_phase("conformance", size, chosen).detail
 
 
 def test_the_gpu_alone_phase_collects_only_the_modules_that_mark_such_cases() -> None:
