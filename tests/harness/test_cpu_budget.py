@@ -14,12 +14,14 @@ import pytest
 
 from harness.busy_sampler import ProcessState
 from harness.run_phases.cpu_budget import (
+    MIN_LOOK_S,
     OVER_LOOKS,
     PEAK_S,
     TRACE_HEADER,
     CpuBudget,
     resume_group,
     resume_margin,
+    runnable_now,
     start_guard,
 )
 
@@ -116,6 +118,40 @@ def test_a_resume_leaves_the_margin_free() -> None:
         machine.now = 2 * PEAK_S
         keeper.step()
         assert machine.stopped == stopped, margin
+
+
+def test_a_quick_read_over_the_budget_brings_the_next_look_forward() -> None:
+    """Between looks (every ``tick_s``) the kernel's runnable count alone is read: over the budget, the
+    look that pauses compiles comes at once (``MIN_LOOK_S`` after the last), not at the next tick."""
+    machine = Machine(compiles=[21, 22])
+    quick = iter([5, 9])  # within the budget of 6, then over it
+    keeper = CpuBudget(
+        GROUP, 6, scan=machine.scan, send=machine.send, clock=lambda: machine.now, quick=lambda: next(quick)
+    )
+    assert keeper.tick()  # the first look: 3 workers + 2 compiles + the keeper = 6, within
+    assert keeper.looks == 1
+    machine.now = MIN_LOOK_S / 2
+    assert keeper.tick()  # too soon even to read
+    machine.now = MIN_LOOK_S
+    assert keeper.tick()  # read 5: within, no look
+    assert keeper.looks == 1
+    machine.compiles += [23, 24, 25]  # a burst over the budget
+    machine.now = MIN_LOOK_S + 0.01
+    assert keeper.tick()  # read 9: over, a look now (not at tick_s), and it pauses
+    assert (keeper.looks, keeper.quick_looks) == (2, 1)
+    assert machine.stopped == {24, 25}  # as at any look over the budget
+    assert ", 1 brought forward by a quick read, " in keeper.detail
+
+
+def test_the_kernels_runnable_count_is_read_from_loadavg(tmp_path: Path) -> None:
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.20 0.18 0.12 7/80 11206\n")
+    assert runnable_now(loadavg) == 7
+    loadavg.write_text("garbage\n")
+    assert runnable_now(loadavg) is None
+    assert runnable_now(tmp_path / "missing") is None
+    if Path("/proc/loadavg").exists():
+        assert (runnable_now() or 0) >= 1  # this reader, at least
 
 
 def test_a_paused_process_resumes_only_where_its_runnable_tasks_fit() -> None:
