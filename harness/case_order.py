@@ -95,6 +95,11 @@ def measured_seconds(result_files: Sequence[Path]) -> dict[str, float]:
     return {case: statistics.median(durations) for case, durations in seen.items()}
 
 
+def named_cases(result_files: Sequence[Path]) -> set[str]:
+    """Every case these result files name, whatever its outcome: the suite's cases as one run saw them."""
+    return {case["id"] for path in result_files for case in json.loads(path.read_text())["cases"]}
+
+
 def write_seconds(seconds: Mapping[str, float], path: Path, source: str) -> int:
     """Write the cases of ``seconds`` at least ``LONG_S`` long to ``path``; returns how many."""
     kept = {k: round(v, 1) for k, v in sorted(seconds.items()) if v >= LONG_S}
@@ -161,8 +166,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results", nargs="+", type=Path, help="result files (results/conformance*.json)")
     parser.add_argument("-o", "--output", type=Path, default=Path("conformance/case_seconds.json"))
     parser.add_argument("--source", default="", help="where the durations were measured (device, commit)")
+    parser.add_argument(
+        "--current",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="RESULTS",
+        help="keep only the cases these result files (a run of the current suite) name: a case renamed or "
+        "split since the older runs is dropped (default: every case the results name)",
+    )
     args = parser.parse_args(argv)
-    kept = write_seconds(measured_seconds(args.results), args.output, args.source)
+    seconds = measured_seconds(args.results)
+    if args.current:
+        current = named_cases(args.current)
+        seconds = {case: s for case, s in seconds.items() if case in current}
+    kept = write_seconds(seconds, args.output, args.source)
     print(f"wrote {args.output}: {kept} cases of at least {LONG_S:g} s")
     return 0
 

@@ -10,7 +10,15 @@ from types import SimpleNamespace
 import pytest
 from xdist.scheduler import WorkStealingScheduling
 
-from harness.case_order import LONG_S, load_seconds, long_first, measured_seconds, slice_sizes, write_seconds
+from harness.case_order import (
+    LONG_S,
+    load_seconds,
+    long_first,
+    main,
+    measured_seconds,
+    slice_sizes,
+    write_seconds,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -105,6 +113,24 @@ def test_refresh_keeps_the_long_cases_median(tmp_path: Path) -> None:
     assert write_seconds(seconds, out, "test") == 2
     assert load_seconds(out) == {"w": 0.7, "x": 2.0}
     assert min(load_seconds(out).values()) >= LONG_S
+
+
+def test_refresh_drops_the_cases_the_current_run_no_longer_has(tmp_path: Path) -> None:
+    """A case split or renamed since the older runs (their medians still name it) leaves the file when
+    ``--current`` names a run of today's suite."""
+
+    def run(path: Path, cases: dict[str, float]) -> Path:
+        body = [{"id": i, "duration_s": d, "outcome": "passed"} for i, d in cases.items()]
+        path.write_text(json.dumps({"cases": body}))
+        return path
+
+    older = run(tmp_path / "older.json", {"whole": 9.0, "kept": 2.0})
+    today = run(tmp_path / "today.json", {"kept": 4.0, "part-1": 3.0})
+    out = tmp_path / "case_seconds.json"
+    assert main([str(older), str(today), "-o", str(out)]) == 0
+    assert set(load_seconds(out)) == {"whole", "kept", "part-1"}
+    assert main([str(older), str(today), "-o", str(out), "--current", str(today)]) == 0
+    assert load_seconds(out) == {"kept": 3.0, "part-1": 3.0}
 
 
 def test_the_committed_file_names_only_cases_the_suite_has() -> None:
