@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +88,20 @@ def measured_seconds(result_files: Sequence[Path]) -> dict[str, float]:
         for o in (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED, Outcome.XFAILED, Outcome.SHOULD_FAILED)
     }
     seen: dict[str, list[float]] = {}
-    for path in result_files:
-        for case in json.loads(path.read_text())["cases"]:
-            if case.get("outcome") in ran:
-                seen.setdefault(case["id"], []).append(float(case["duration_s"]))
+    for case in _cases(result_files):
+        if case.get("outcome") in ran:
+            seen.setdefault(case["id"], []).append(float(case["duration_s"]))
     return {case: statistics.median(durations) for case, durations in seen.items()}
 
 
 def named_cases(result_files: Sequence[Path]) -> set[str]:
     """Every case these result files name, whatever its outcome: the suite's cases as one run saw them."""
-    return {case["id"] for path in result_files for case in json.loads(path.read_text())["cases"]}
+    return {case["id"] for case in _cases(result_files)}
+
+
+def _cases(result_files: Sequence[Path]) -> Iterator[dict[str, Any]]:
+    for path in result_files:
+        yield from json.loads(path.read_text())["cases"]
 
 
 def write_seconds(seconds: Mapping[str, float], path: Path, source: str) -> int:

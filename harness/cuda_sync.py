@@ -74,8 +74,11 @@ def scheduling(index: int = 0) -> int | None:
     return flags.value & _SCHED_MASK
 
 
+def asks_blocking(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``$CONFORMANCE_CUDA_SYNC`` asks for GPU waits that sleep."""
+    return env.get(SYNC_ENV, "").strip().lower() == BLOCKING
+
+
 def apply_from_env(env: Mapping[str, str] = os.environ) -> str | None:
     """``block_while_waiting`` where ``$CONFORMANCE_CUDA_SYNC`` asks for it; None where it does not."""
-    if env.get(SYNC_ENV, "").strip().lower() != BLOCKING:
-        return None
-    return block_while_waiting()
+    return block_while_waiting() if asks_blocking(env) else None

@@ -186,8 +186,7 @@ def shared_env(
 def shared_phase(name: str, size: sizing.GpuSizing, env: Mapping[str, str]) -> PytestPhase:
     """Every case that may share its GPU, ``size.workers_per_gpu`` workers per GPU."""
     marks = f"not multi_gpu and not ({EXCLUSIVE})"
-    asleep = env.get(cuda_sync.SYNC_ENV, "").strip().lower() == cuda_sync.BLOCKING
-    detail = f"{size.detail}; GPU waits asleep" if asleep else size.detail
+    detail = f"{size.detail}; GPU waits asleep" if cuda_sync.asks_blocking(env) else size.detail
     return PytestPhase("cases (shared GPU)", name, size.workers, marks, detail, env)
 
 

@@ -346,11 +346,15 @@ def _memo_bytes(memo: _SourceMemo) -> bytes:
         raise _MemoNotStorable(str(exc)) from exc
 
 
+def _memo_description(name: str) -> dict[str, str]:
+    return {"kind": "source-memo", "method_name": name}
+
+
 def _store_memo(store: ArtifactCache, source_key: str, memo: _SourceMemo, name: str) -> None:
     """Store ``memo`` under ``source_key``; a memo that cannot be pickled is not stored (a shortcut lost,
     nothing else: the lowering itself succeeded)."""
     with contextlib.suppress(_MemoNotStorable):
-        store.put(source_key, _memo_bytes(memo), describe={"kind": "source-memo", "method_name": name})
+        store.put(source_key, _memo_bytes(memo), describe=_memo_description(name))
 
 
 def _traced_from_source_key(store: ArtifactCache, source_key: str) -> tuple[_SourceMemo, bytes] | None:
@@ -519,9 +523,8 @@ def _memo_and_artifact(
         built.append(_trace_and_compile(source, store))
         return _memo_bytes(built[0][0])
 
-    describe = {"kind": "source-memo", "method_name": source.name}
     with contextlib.suppress(_MemoNotStorable):
-        store.get_or_build(source_key, trace, describe=describe)
+        store.get_or_build(source_key, trace, describe=_memo_description(source.name))
     if built:
         return built[0]
     traced = _traced_from_source_key(store, source_key)  # another process traced it while we waited
