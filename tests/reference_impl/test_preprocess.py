@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import shutil
+import threading
 import time
 import types
 import zipfile
@@ -336,6 +337,33 @@ def test_processes_asking_for_one_source_at_once_trace_it_once(linear_methods, t
     assert sorted(hit for _, _, hit, _ in got) == [False, True, True, True]
     assert {memo.artifact_key for memo, *_ in got} == {got[0][0].artifact_key}
     assert {artifact for _, artifact, *_ in got} == {b"artifact bytes"}
+
+
+def test_two_sources_are_traced_side_by_side(linear_methods, tmp_path, monkeypatch) -> None:
+    """The lock is the source's own: a second source (another weight) is traced while the first one is,
+    not after it. Each trace waits until the other has begun; serialised, the first would time out."""
+    store = ArtifactCache(tmp_path)
+    module, inputs = linear_methods["forward"]
+    other = copy.deepcopy(module)
+    with torch.no_grad():
+        next(other.parameters()).view(-1)[0] += 1.0
+    began = {id(module): threading.Event(), id(other): threading.Event()}
+    partner = {id(module): id(other), id(other): id(module)}
+    stand_in = _fake_trace(store, [], seconds=0.0)
+
+    def trace(source, _store):
+        began[id(source.module)].set()
+        assert began[partner[id(source.module)]].wait(30), "traced one after the other"
+        return stand_in(source, _store)
+
+    monkeypatch.setattr(preprocess_module, "_trace_and_compile", trace)
+    with ThreadPoolExecutor(2) as pool:
+        done = list(
+            pool.map(
+                lambda m: preprocess_module._memo_and_artifact(_source(m, inputs), store), (module, other)
+            )
+        )
+    assert [hit for _, _, hit, _ in done] == [False, False]
 
 
 def test_a_memo_whose_artifact_is_gone_is_traced_again(linear_methods, tmp_path, monkeypatch) -> None:
