@@ -8,20 +8,28 @@ following it. ``$CONFORMANCE_START_GATE`` is ``<front door pid>:<path>``: each p
 runs before the GPU is its own. A front door that is gone ends the wait (``FrontDoorGone``): a phase
 nobody will open must not wait forever.
 
+While it waits, a held process imports what any case's first lowering imports (``WARM_IMPORTS``): in the
+GPU-alone phase that import was most of its first case's 6-10 s, paid while the GPU was the phase's.
+
 Standard library only: the front door (nox's interpreter) opens the gate, the pytest plugin waits.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 #: ``<pid>:<path>`` of the gate a phase started early waits for; unset: no gate (start at once).
 GATE_ENV = "CONFORMANCE_START_GATE"
 #: Seconds between looks at the gate: a phase's cases start within this of its opening.
 POLL_S = 0.05
+#: Imported by a held process before it waits: ``torch.export`` and dynamo (with sympy and the symbolic
+#: shapes) are what every backend's lowering and the zoo's dynamic shapes import first, whatever the
+#: backend (2-5 s of a first case on the GPU image). Torch's own modules, never a backend's.
+WARM_IMPORTS = ("torch._dynamo", "torch.export")
 
 
 class FrontDoorGone(RuntimeError):
@@ -48,18 +56,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def warm_imports(modules: Iterable[str] = WARM_IMPORTS) -> list[str]:
+    """Import ``modules``; those that failed, as ``name: error`` (a case importing them meets the same
+    error in its own time, named there)."""
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any failure is the case's to report, in its own time
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
+    return failed
+
+
 def wait_for_gate(
     env: Mapping[str, str] = os.environ,
     poll_s: float = POLL_S,
     alive: Callable[[int], bool] = _alive,
+    warm: Iterable[str] = WARM_IMPORTS,
 ) -> float | None:
-    """Wait until the gate in ``env`` is open; the seconds waited, or None without a gate (or one that
-    cannot be read: such a phase starts at once, as before gates). Raises ``FrontDoorGone`` when the
-    process that would open it ended first."""
+    """Wait until the gate in ``env`` is open, importing ``warm`` first; the seconds waited, or None
+    without a gate (or one that cannot be read: such a phase starts at once, as before gates, and imports
+    nothing ahead). Raises ``FrontDoorGone`` when the process that would open it ended first."""
     pid, sep, path = env.get(GATE_ENV, "").partition(":")
     if not sep or not pid.isdigit() or not path:
         return None
     started = time.monotonic()
+    warm_imports(warm)
     gate = Path(path)
     while not gate.exists():
         if not alive(int(pid)):

@@ -15,7 +15,15 @@ import pytest
 
 from harness.run_phases import early
 from harness.run_phases.plan import PytestPhase
-from harness.start_gate import GATE_ENV, FrontDoorGone, gate_value, open_gate, wait_for_gate
+from harness.start_gate import (
+    GATE_ENV,
+    WARM_IMPORTS,
+    FrontDoorGone,
+    gate_value,
+    open_gate,
+    wait_for_gate,
+    warm_imports,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +47,35 @@ def test_the_wait_ends_when_the_gate_opens(tmp_path: Path) -> None:
 def test_a_gate_whose_opener_is_gone_ends_the_wait(tmp_path: Path) -> None:
     with pytest.raises(FrontDoorGone, match="pid 4242"):
         wait_for_gate({GATE_ENV: gate_value(tmp_path / "gate", 4242)}, poll_s=0.01, alive=lambda pid: False)
+
+
+def test_a_held_process_imports_the_warm_modules_and_only_a_held_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "warm_probe_held.py").write_text("")
+    (tmp_path / "warm_probe_free.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gate = tmp_path / "gate"
+    open_gate(gate)
+    assert wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=["warm_probe_held"]) is not None
+    assert "warm_probe_held" in sys.modules
+    assert wait_for_gate({}, warm=["warm_probe_free"]) is None  # no gate: starts at once, imports nothing
+    assert "warm_probe_free" not in sys.modules
+
+
+def test_a_warm_import_that_fails_is_named_and_does_not_hold_the_phase(tmp_path: Path) -> None:
+    failed = warm_imports(["json", "no_such_module_for_the_gate"])
+    assert failed == [
+        "no_such_module_for_the_gate: ModuleNotFoundError: No module named 'no_such_module_for_the_gate'"
+    ]
+    gate = tmp_path / "gate"
+    open_gate(gate)
+    waited = wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=["no_such_module_for_the_gate"])
+    assert waited is not None
+
+
+def test_the_warm_modules_import_with_this_torch() -> None:
+    assert warm_imports(WARM_IMPORTS) == []
 
 
 class _Console:
