@@ -20,9 +20,10 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
+from hypothesis import seed
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
@@ -61,7 +62,9 @@ from conformance.protocol_strategies import (
 from conformance.rules import rule_id
 from conformance.strategies import NameVariant
 
-__all__ = ["HandlePair", "ProgramPair", "ProtocolMachine", "machine_for"]
+__all__ = ["HandlePair", "ProgramPair", "ProtocolMachine", "as_shard", "machine_for"]
+
+M = TypeVar("M", bound=type)
 
 # The rules this module checks (conformance/catalogue/rule_table.py); the checks of a call's results
 # name theirs in conformance/protocol_checks.py.
@@ -459,8 +462,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.held.clear()
 
 
-def machine_for(backend: Any, oracle: Any, device: str) -> type[ProtocolMachine]:
-    """The machine class for one backend, oracle and target ("cpu" or "cuda")."""
+def machine_for(
+    backend: Any, oracle: Any, device: str, *, shard: int = 0, run_seed: object = None
+) -> type[ProtocolMachine]:
+    """The machine class for one backend, oracle and target ("cpu" or "cuda"), as shard ``shard`` of a run
+    seeded ``run_seed`` (``--hypothesis-seed``, if any): see :func:`as_shard`."""
     keys = tuple(
         k for k in (SKIP_H2D, SKIP_D2H) if k in lower_options(backend) and k in lower_options(oracle)
     )
@@ -501,4 +507,15 @@ def machine_for(backend: Any, oracle: Any, device: str) -> type[ProtocolMachine]
                 "lacks (the oracle lowers it)",
             )
     machine.lowerable = frozenset(lowerable)
-    return machine
+    return as_shard(machine, shard, run_seed)
+
+
+def as_shard(machine: M, shard: int, run_seed: object = None) -> M:
+    """``machine`` drawing the examples of shard ``shard``: shard 0 is ``machine`` itself (it draws as an
+    unsharded machine); shard k > 0 a subclass named ``<name>_shard<k+1>``, because Hypothesis derives a
+    derandomized run's examples from the machine's name, and in a run with a seed (which every shard
+    would otherwise share) seeded ``<seed>:shard<k+1>``."""
+    if not shard:
+        return machine
+    sharded = type(f"{machine.__name__}_shard{shard + 1}", (machine,), {})
+    return seed(f"{run_seed}:shard{shard + 1}")(sharded) if run_seed is not None else sharded

@@ -137,29 +137,41 @@ def test_view_pass_generated_report_describes_the_result(
 # ============================================================================================== runtime
 
 
+#: The state machine's examples per target, drawn in shards that are cases of their own: on a GPU that a
+#: dozen workers share, the CUDA target's examples (many small synchronous calls) took 25-44 s warm in one
+#: case, the longest of a run and its end; shards run side by side. Each shard draws its own examples.
+PROTOCOL_EXAMPLES = 30
+PROTOCOL_SHARDS = 2
+SHARDS = [pytest.param(k, id=f"shard{k + 1}") for k in range(PROTOCOL_SHARDS)]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("shard", SHARDS)
 @pytest.mark.parametrize("device", TARGETS)
 def test_protocol_calls_agree_with_the_oracle(
-    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, shard: int, request: pytest.FixtureRequest
 ) -> None:
     """Sequences of lower / init / set_option / execute / execute_stats / destroy calls, generated, on the
     backend and the oracle side by side: the same calls are errors (of the same kind, naming the same
     argument), values match float64 eager, inputs are never written, provided outputs hold the result on
     success and are untouched on error, outputs land where the oracle puts them, counters and option
     read-backs agree, threads get their own results. Rules ``differential/*``."""
-    machine = _machine(runtime, oracle, device)
-    run_machine(machine, examples=30, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
+    machine = _machine(runtime, oracle, device, shard, request.config.getoption("--hypothesis-seed", None))
+    examples = PROTOCOL_EXAMPLES // PROTOCOL_SHARDS
+    run_machine(machine, examples=examples, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
 
 
-def _machine(runtime: LoweringRuntimeBackend, oracle: Backend, device: str) -> type[ProtocolMachine]:
-    """The machine class for this backend and target, or a skip saying which part or device is missing
-    (the ``runtime`` fixture has already required the backend's own parts)."""
+def _machine(
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, shard: int = 0, run_seed: object = None
+) -> type[ProtocolMachine]:
+    """The machine class for this backend, target and shard, or a skip saying which part or device is
+    missing (the ``runtime`` fixture has already required the backend's own parts)."""
     for part in ("lowering", "runtime"):
         if missing_attributes(oracle, part):
             pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")
     require_lowering_device(runtime, device)
     require_lowering_device(oracle, device)
-    return machine_for(runtime, oracle, device)
+    return machine_for(runtime, oracle, device, shard=shard, run_seed=run_seed)
 
 
 # ============================================================================================== options

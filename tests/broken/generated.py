@@ -408,14 +408,20 @@ SHARES_OUTPUT_ARENA_ACROSS_HANDLES = SharesOutputArenaAcrossHandles(
     Breaks(("streams/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and own-handles and cpu")),
 )
 STRIPS_METHOD_NAMES = StripsMethodNames(
-    "strips-method-names", Breaks(("differential/missing-error",), DIFFERENTIAL, PROTOCOL_CPU)
+    "strips-method-names",
+    # Accepts " forward" as "forward" (missing error); a program lowered with the name " forward" then has
+    # no method " forward" (spurious error): the CI examples draw both.
+    Breaks(("differential/missing-error", "differential/spurious-error"), DIFFERENTIAL, PROTOCOL_CPU),
 )
 VALIDATES_PLACEMENT_AFTER_COMPILING = ValidatesPlacementAfterCompiling(
     "validates-placement-after-compiling",
     Breaks(("differential/error-argument",), DIFFERENTIAL, PROTOCOL_CPU),
 )
 LEAKS_ITS_LOCK_ON_FAILURE = LeaksItsLockOnFailure(
-    "leaks-its-lock-on-failure", Breaks(("differential/spurious-error",), DIFFERENTIAL, PROTOCOL_CPU)
+    "leaks-its-lock-on-failure",
+    # A valid lower refused after a failed one (spurious error); the next shard, in the same process, finds
+    # even a plain model refused with a RuntimeError where a backend that cannot lower raises ValueError.
+    Breaks(("differential/spurious-error", "differential/error-class"), DIFFERENTIAL, PROTOCOL_CPU),
 )
 LEAKS_ITS_LOCK_ON_FAILURE_METAMORPHIC = LeaksItsLockOnFailure(
     "leaks-its-lock-on-failure",
