@@ -38,6 +38,16 @@ def _driver() -> ctypes.CDLL | None:
         return None
 
 
+def _primary_flags(driver: ctypes.CDLL, index: int) -> tuple[ctypes.c_int, int] | None:
+    """Device ``index`` and its primary context's flags; None where the driver cannot say."""
+    device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+    if driver.cuDeviceGet(ctypes.byref(device), index) != 0:
+        return None
+    if driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) != 0:
+        return None
+    return device, flags.value
+
+
 def block_while_waiting() -> str:
     """Make every visible GPU's primary context block, not spin, while a host thread waits for it; says
     what it did (the count of devices set, or why none was)."""
@@ -51,11 +61,11 @@ def block_while_waiting() -> str:
         return "cuDeviceGetCount failed: nothing set"
     done = 0
     for index in range(count.value):
-        device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
-        if driver.cuDeviceGet(ctypes.byref(device), index) != 0:
+        found = _primary_flags(driver, index)
+        if found is None:
             continue
-        driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active))
-        wanted = (flags.value & ~_SCHED_MASK) | _SCHED_BLOCKING_SYNC  # other flags kept
+        device, flags = found
+        wanted = (flags & ~_SCHED_MASK) | _SCHED_BLOCKING_SYNC  # other flags kept
         if driver.cuDevicePrimaryCtxSetFlags(device, ctypes.c_uint(wanted)) == 0:
             done += 1
     return f"blocking sync on {done} of {count.value} device(s)"
@@ -66,12 +76,8 @@ def scheduling(index: int = 0) -> int | None:
     driver = _driver()
     if driver is None or driver.cuInit(0) != 0:
         return None
-    device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
-    if driver.cuDeviceGet(ctypes.byref(device), index) != 0:
-        return None
-    if driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) != 0:
-        return None
-    return flags.value & _SCHED_MASK
+    found = _primary_flags(driver, index)
+    return None if found is None else found[1] & _SCHED_MASK
 
 
 def asks_blocking(env: Mapping[str, str] = os.environ) -> bool:
