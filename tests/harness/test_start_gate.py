@@ -57,8 +57,11 @@ def test_a_held_process_imports_the_warm_modules_and_only_a_held_one(
     monkeypatch.syspath_prepend(str(tmp_path))
     gate = tmp_path / "gate"
     open_gate(gate)
-    assert wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=["warm_probe_held"]) is not None
-    assert "warm_probe_held" in sys.modules
+    try:
+        assert wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=["warm_probe_held"]) is not None
+        assert "warm_probe_held" in sys.modules
+    finally:
+        sys.modules.pop("warm_probe_held", None)
     assert wait_for_gate({}, warm=["warm_probe_free"]) is None  # no gate: starts at once, imports nothing
     assert "warm_probe_free" not in sys.modules
 
