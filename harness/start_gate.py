@@ -30,6 +30,8 @@ POLL_S = 0.05
 #: shapes) are what every backend's lowering and the zoo's dynamic shapes import first, whatever the
 #: backend (2-5 s of a first case on the GPU image). Torch's own modules, never a backend's.
 WARM_IMPORTS = ("torch._dynamo", "torch.export")
+#: Comma-separated modules to import instead of ``WARM_IMPORTS`` (empty: none).
+WARM_ENV = "CONFORMANCE_WARM_IMPORTS"
 
 
 class FrontDoorGone(RuntimeError):
@@ -72,15 +74,19 @@ def wait_for_gate(
     env: Mapping[str, str] = os.environ,
     poll_s: float = POLL_S,
     alive: Callable[[int], bool] = _alive,
-    warm: Iterable[str] = WARM_IMPORTS,
+    warm: Iterable[str] | None = None,
 ) -> float | None:
-    """Wait until the gate in ``env`` is open, importing ``warm`` first; the seconds waited, or None
+    """Wait until the gate in ``env`` is open, importing ``warm`` first (default: the modules
+    ``$CONFORMANCE_WARM_IMPORTS`` lists where set, else ``WARM_IMPORTS``); the seconds waited, or None
     without a gate (or one that cannot be read: such a phase starts at once, as before gates, and imports
     nothing ahead). Raises ``FrontDoorGone`` when the process that would open it ended first."""
     pid, sep, path = env.get(GATE_ENV, "").partition(":")
     if not sep or not pid.isdigit() or not path:
         return None
     started = time.monotonic()
+    if warm is None:
+        listed = env.get(WARM_ENV)
+        warm = WARM_IMPORTS if listed is None else [m.strip() for m in listed.split(",") if m.strip()]
     warm_imports(warm)
     gate = Path(path)
     while not gate.exists():

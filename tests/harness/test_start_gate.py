@@ -17,6 +17,7 @@ from harness.run_phases import early
 from harness.run_phases.plan import PytestPhase
 from harness.start_gate import (
     GATE_ENV,
+    WARM_ENV,
     WARM_IMPORTS,
     FrontDoorGone,
     gate_value,
@@ -38,7 +39,7 @@ def test_the_wait_ends_when_the_gate_opens(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     timer = threading.Timer(0.3, open_gate, args=(gate,))
     timer.start()
-    waited = wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01)
+    waited = wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=[])
     assert waited is not None
     assert waited >= 0.25
     assert gate_value(gate, 7) == f"7:{gate}"
@@ -46,7 +47,9 @@ def test_the_wait_ends_when_the_gate_opens(tmp_path: Path) -> None:
 
 def test_a_gate_whose_opener_is_gone_ends_the_wait(tmp_path: Path) -> None:
     with pytest.raises(FrontDoorGone, match="pid 4242"):
-        wait_for_gate({GATE_ENV: gate_value(tmp_path / "gate", 4242)}, poll_s=0.01, alive=lambda pid: False)
+        wait_for_gate(
+            {GATE_ENV: gate_value(tmp_path / "gate", 4242)}, poll_s=0.01, alive=lambda pid: False, warm=[]
+        )
 
 
 def test_a_held_process_imports_the_warm_modules_and_only_a_held_one(
@@ -64,6 +67,20 @@ def test_a_held_process_imports_the_warm_modules_and_only_a_held_one(
         sys.modules.pop("warm_probe_held", None)
     assert wait_for_gate({}, warm=["warm_probe_free"]) is None  # no gate: starts at once, imports nothing
     assert "warm_probe_free" not in sys.modules
+
+
+def test_the_environment_names_the_warm_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "warm_probe_listed.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gate = tmp_path / "gate"
+    open_gate(gate)
+    try:
+        env = {GATE_ENV: gate_value(gate), WARM_ENV: " warm_probe_listed, "}
+        assert wait_for_gate(env, poll_s=0.01) is not None
+        assert "warm_probe_listed" in sys.modules
+    finally:
+        sys.modules.pop("warm_probe_listed", None)
+    assert wait_for_gate({GATE_ENV: gate_value(gate), WARM_ENV: ""}, poll_s=0.01) is not None  # none
 
 
 def test_a_warm_import_that_fails_is_named_and_does_not_hold_the_phase(tmp_path: Path) -> None:
@@ -118,7 +135,7 @@ def _phase(tmp_path: Path) -> tuple[PytestPhase, list[str], Path]:
 def test_a_phase_started_early_runs_its_cases_only_once_released(tmp_path: Path) -> None:
     phase, cmd, ran = _phase(tmp_path)
     console = _Console()
-    env = {"PYTHONPATH": str(ROOT)}
+    env = {"PYTHONPATH": str(ROOT), WARM_ENV: ""}  # the gate is tested here, not dynamo's import (4 s)
     started = early.start_early(console, phase, cmd, env, tmp_path / "results")  # type: ignore[arg-type]
     deadline = time.monotonic() + 60
     while not (tmp_path / "collected").exists() and time.monotonic() < deadline:
