@@ -127,14 +127,30 @@ def _suite_python(session: nox.Session) -> str:
             return str(python)
         session.log(f"building the venv the suite sessions share: {_shown(str(SUITE_VENV))}")
         session.run(sys.executable, "-m", "venv", "--clear", str(SUITE_VENV), external=True)
-        pip = (str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check")
+        pip = (str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile")
         session.run(*pip, *shlex.split(TORCH_SPEC), external=True)  # first: the project's torch is then met
         session.run(*pip, "-e", ".[test,hf]", external=True)
         # Upstream ExecuTorch and exactly what its AOT path imports (pyproject's ``executorch`` extra), with
         # --no-deps: its metadata would also pull coremltools, pandas, scikit-learn, torchao and more.
         session.run(*pip, "--no-deps", *_extra("executorch"), external=True)
+        _compile_bytecode(session, python)
         stamp.write_text(want)
     return str(python)
+
+
+def _compile_bytecode(session: nox.Session, python: Path) -> None:
+    """Byte-compile the venv's packages on every core: pip compiles what it installs one file at a time
+    (a fresh venv and the self-tests' collection on a two-core runner: 164 s that way, 146 s this way).
+    The bytecode must be there: where ``PYTHONDONTWRITEBYTECODE`` is set (CI images often set it) Python
+    never caches what it compiles on import, so every process would compile torch again. Exit 1 (a file
+    that does not compile, as some packages ship) is what pip ignores too."""
+    site = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    packages = subprocess.run(
+        [str(python), "-c", site], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    session.run(
+        str(python), "-m", "compileall", "-qq", "-j", "0", packages, external=True, success_codes=[0, 1]
+    )
 
 
 def _install_report(session: nox.Session) -> None:
