@@ -145,9 +145,8 @@ def _compile_bytecode(session: nox.Session, python: Path) -> None:
     never caches what it compiles on import, so every process would compile torch again. Exit 1 (a file
     that does not compile, as some packages ship) is what pip ignores too."""
     site = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    packages = subprocess.run(
-        [str(python), "-c", site], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    printed = session.run(str(python), "-c", site, external=True, silent=True, log=False)
+    packages = str(printed).splitlines()[-1]
     session.run(
         str(python), "-m", "compileall", "-qq", "-j", "0", packages, external=True, success_codes=[0, 1]
     )
