@@ -162,7 +162,7 @@ def test_protocol_calls_agree_with_the_oracle(
 
 
 def _machine(
-    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, shard: int, run_seed: object
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, shard: int = 0, run_seed: object = None
 ) -> type[ProtocolMachine]:
     """The machine class for this backend, target and shard, or a skip saying which part or device is
     missing (the ``runtime`` fixture has already required the backend's own parts)."""
