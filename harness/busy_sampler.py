@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from harness.ticker import Ticker
 
@@ -44,12 +45,14 @@ class ProcessState:
     comm: str = ""
     #: Stopped by a signal (state ``T``: a compile process the CPU budget paused).
     stopped: bool = False
+    #: Its parent's pid (0: unknown).
+    parent: int = 0
 
 
-def _state_and_group(stat: bytes) -> tuple[bytes, int]:
+def _state_parent_group(stat: bytes) -> tuple[bytes, int, int]:
     # "pid (comm) S ppid pgrp ...": comm may hold spaces and parentheses, the fields follow the last ")".
     fields = stat[stat.rfind(b")") + 2 :].split()
-    return fields[0], int(fields[2])
+    return fields[0], int(fields[1]), int(fields[2])
 
 
 def _comm(stat: bytes) -> str:
@@ -66,18 +69,85 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
     for pid in pids:
         try:
             stat = Path(proc, pid, "stat").read_bytes()
-            state, group = _state_and_group(stat)
+            state, parent, group = _state_parent_group(stat)
             tasks = [entry.path for entry in os.scandir(proc / pid / "task")]
         except (OSError, IndexError, ValueError):  # the process ended between the reads
             continue
         running = 0
         for task in tasks:
             try:
-                running += _state_and_group(Path(task, "stat").read_bytes())[0] == b"R"
+                running += _state_parent_group(Path(task, "stat").read_bytes())[0] == b"R"
             except (OSError, IndexError, ValueError):
                 continue
-        found.append(ProcessState(int(pid), group, running, _comm(stat), state == b"T"))
+        found.append(ProcessState(int(pid), group, running, _comm(stat), state == b"T", parent))
     return found
+
+
+#: The busy trace names this many of an over-the-cores sample's busiest processes.
+TRACE_TOP = 8
+#: A pytest phase's controller names its result file on its command line: ``--results-json=…/<shard>.json``.
+_RESULTS_FLAG = "--results-json="
+#: Ancestors looked through for one with a role of its own (a compiler < a case worker < its controller).
+_ANCESTORS = 4
+
+
+def command_line(pid: int, proc: Path = PROC) -> list[str]:
+    """``pid``'s arguments (empty where it ended or shows none: a kernel thread)."""
+    try:
+        raw = Path(proc, str(pid), "cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").removesuffix("\0").split("\0") if raw else []
+
+
+def own_role(args: list[str]) -> str | None:
+    """What a command line says its process is: a pytest phase's controller (``conformance-exclusive
+    controller``) or a module run with ``-m`` (``-m conformance.prelower``); None: nothing of its own."""
+    for arg in args:
+        if arg.startswith(_RESULTS_FLAG):
+            return f"{Path(arg[len(_RESULTS_FLAG) :]).stem} controller"
+    if "-m" in args[:-1]:
+        return f"-m {args[args.index('-m') + 1]}"
+    return None
+
+
+class Roles:
+    """Each process's part in the run, for the busy trace: its own (``own_role``) or its command name under
+    its nearest ancestor's (``python3 < conformance controller``: a case worker; ``cc1plus < python3 <
+    conformance controller``: a compiler it started). Command lines are read once per pid."""
+
+    def __init__(self, proc: Path = PROC) -> None:
+        self.proc = proc
+        self._own: dict[int, str | None] = {}
+
+    def _own_role(self, pid: int) -> str | None:
+        if pid not in self._own:
+            self._own[pid] = own_role(command_line(pid, self.proc))
+        return self._own[pid]
+
+    def of(self, process: ProcessState, table: dict[int, ProcessState]) -> str:
+        own = self._own_role(process.pid)
+        if own is not None:
+            return own
+        names, parent = [process.comm or "?"], table.get(process.parent)
+        for _ in range(_ANCESTORS):
+            if parent is None:
+                break
+            found = self._own_role(parent.pid)
+            if found is not None:
+                return " < ".join([*names, found])
+            names.append(parent.comm or "?")
+            parent = table.get(parent.parent)
+        return names[0]
+
+
+def busiest(table: list[ProcessState], roles: Roles, groups: dict[int, str], top: int = TRACE_TOP) -> str:
+    """A trace's words for a moment over the cores: the ``top`` processes with the most runnable tasks,
+    each by its group's name in ``groups`` or its role (``Roles``): ``3 python3 < conformance controller
+    [4242]; 2 pre-lowering [4300]``."""
+    by_pid = {p.pid: p for p in table}
+    chosen = sorted((p for p in table if p.runnable), key=lambda p: (-p.runnable, p.pid))[:top]
+    return "; ".join(f"{p.runnable} {groups.get(p.group) or roles.of(p, by_pid)} [{p.pid}]" for p in chosen)
 
 
 def runnable_in(table: list[ProcessState]) -> int:
@@ -123,6 +193,11 @@ class BusySummary:
 
 #: The phase table names this many of an over-the-cores mix's largest parts.
 MIX_SHOWN = 4
+#: A run's busy trace: ``results/<run>.busy.tsv``.
+BUSY_TRACE_SUFFIX = ".busy.tsv"
+#: The columns of the busy trace (``BusySampler.trace_path``): seconds from the run's start; runnable
+#: tasks; where over the cores, the busiest processes (``3 python3 < conformance controller [4242]``).
+TRACE_HEADER = "t_s\trunnable\tbusiest_over_the_cores\n"
 
 
 class BusySampler:
@@ -135,11 +210,20 @@ class BusySampler:
         scan: Callable[[], list[ProcessState] | None] = processes,
         clock: Callable[[], float] = time.perf_counter,
         cores: int | None = None,
+        trace_path: Path | None = None,
+        origin: float | None = None,
+        roles: Roles | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.scan = scan
         self.clock = clock
         self.cores = cores or os.cpu_count() or 1
+        #: Where each sample is written (``TRACE_HEADER``), seconds from ``origin`` (default: the start):
+        #: the run's own timeline of busy cores, and who was runnable where it had more than cores.
+        self.trace_path = trace_path
+        self.origin = origin
+        self.roles = roles or Roles()
+        self._trace: TextIO | None = None
         #: Process group → the name its runnable tasks are counted under (``pre-lowering``).
         self.groups: dict[int, str] = {}
         #: (clock time, runnable tasks), in order.
@@ -150,11 +234,19 @@ class BusySampler:
         self._ticker = Ticker("busy-sampler", interval_s, self._sample)
 
     def start(self) -> BusySampler:
+        if self.origin is None:
+            self.origin = self.clock()
+        if self.trace_path is not None:
+            self._trace = open(self.trace_path, "w", buffering=1)  # noqa: SIM115 - closed by stop()
+            self._trace.write(TRACE_HEADER)
         self._ticker.start()
         return self
 
     def stop(self) -> None:
         self._ticker.stop()
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
 
     def _sample(self) -> bool:
         table = self.scan()
@@ -171,6 +263,9 @@ class BusySampler:
                 if p.stopped and p.group in self.groups:
                     paused[self.groups[p.group]] += 1
             self.over.append((now, mix, paused))
+        if self._trace is not None:
+            who = busiest(table, self.roles, self.groups) if value > self.cores else ""
+            self._trace.write(f"{now - (self.origin or 0.0):.2f}\t{value}\t{who}\n")
         return True
 
     def summary(self, start: float, end: float) -> BusySummary | None:

@@ -24,13 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.busy_sampler import BUSY_TRACE_SUFFIX
 from harness.results import JOURNAL_SUFFIX, ResultFileError, load_results
 
 RUNS_DIR = "runs"
 KEEP_ENV = "CONFORMANCE_KEEP_RUNS"
 DEFAULT_KEEP = 10
 #: The files one session's run leaves in ``results/`` per shard name.
-SUFFIXES = (".json", ".json" + JOURNAL_SUFFIX, ".junit.xml", ".html", ".prelower.log", ".prelower.budget.tsv")
+SUFFIXES = (
+    ".json", ".json" + JOURNAL_SUFFIX, ".junit.xml", ".html", ".prelower.log", ".prelower.budget.tsv",
+    BUSY_TRACE_SUFFIX,
+)  # fmt: skip
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

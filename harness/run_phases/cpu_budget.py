@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from harness.busy_sampler import PROC, ProcessState, processes, runnable_in
+from harness.busy_sampler import PROC, ProcessState, Roles, busiest, processes, runnable_in
 from harness.ticker import Ticker
 
 #: Seconds between two looks at the machine (one look reads every task's state: milliseconds): a compile
@@ -64,8 +64,11 @@ PEAK_S = 2.0
 MARGIN_PER_CORES = 16
 #: The columns of the trace (``CpuBudget.trace_path``): clock seconds; runnable tasks; those outside the
 #: group; their most over the last ``PEAK_S``; the group's running tasks; its processes paused after the
-#: look; processes paused and resumed at the look.
-TRACE_HEADER = "t_s\trunnable\tothers\tothers_peak\tcompiles_running\tpaused\tpaused_now\tresumed_now\n"
+#: look; processes paused and resumed at the look; where over the budget, the busiest processes outside
+#: the group (``busy_sampler.busiest``).
+TRACE_HEADER = (
+    "t_s\trunnable\tothers\tothers_peak\tcompiles_running\tpaused\tpaused_now\tresumed_now\tbusiest_others\n"
+)
 #: Seconds after which the longest paused compile process takes the place of the longest running one.
 ROTATE_S = 2.0
 #: A shell loop that resumes the group once the process that may have paused it is gone: killed outright,
@@ -151,6 +154,8 @@ class CpuBudget:
     _others: list[tuple[float, int]] = field(default_factory=list)
     #: Where each look is written, a tab-separated line (``TRACE_HEADER``): the budget's own timeline.
     trace_path: Path | None = None
+    #: What names the busiest processes in the trace's looks over the budget.
+    roles: Roles = field(default_factory=Roles)
     _trace: TextIO | None = None
     _ticker: Ticker | None = None
     _guard: subprocess.Popen[bytes] | None = None
@@ -256,7 +261,9 @@ class CpuBudget:
         if self._trace is not None:
             row = (now, runnable, others, peak, ours_running, len(self.paused))
             done = (self.pauses - pauses, self.resumes - resumes)
-            self._trace.write("\t".join([f"{row[0]:.3f}", *map(str, row[1:]), *map(str, done)]) + "\n")
+            outside = [p for p in table if p.group != self.group]
+            who = busiest(outside, self.roles, {}) if runnable > self.budget else ""
+            self._trace.write("\t".join([f"{row[0]:.3f}", *map(str, row[1:]), *map(str, done), who]) + "\n")
         return True
 
     def _pause(self, pid: int, now: float, runnable: int = 1) -> None:

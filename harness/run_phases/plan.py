@@ -178,9 +178,15 @@ def shared_env(
     the cores (unless ``$OMP_NUM_THREADS`` says otherwise), and GPU waits that sleep instead of spinning on
     a core (``harness/cuda_sync.py``; unless ``$CONFORMANCE_CUDA_SYNC`` says otherwise): nothing is timed
     there, and twelve workers sharing a GPU spun on twelve cores while they waited for each other."""
-    threads = env.get("OMP_NUM_THREADS", str(size.threads_per_worker))
     sync = env.get(cuda_sync.SYNC_ENV, cuda_sync.BLOCKING)
-    return {**pinned, **sizing.COMPILE_ENV, "OMP_NUM_THREADS": threads, cuda_sync.SYNC_ENV: sync}
+    return {**pinned, **worker_threads(size, env), cuda_sync.SYNC_ENV: sync}
+
+
+def worker_threads(size: sizing.GpuSizing, env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The threads of a case worker that shares the cores with the shared phase's: one inductor compile
+    thread, and its share of the cores for torch's ops (unless ``$OMP_NUM_THREADS`` says otherwise)."""
+    threads = env.get("OMP_NUM_THREADS", str(size.threads_per_worker))
+    return {**sizing.COMPILE_ENV, "OMP_NUM_THREADS": threads}
 
 
 def shared_phase(name: str, size: sizing.GpuSizing, env: Mapping[str, str]) -> PytestPhase:
@@ -205,9 +211,12 @@ def exclusive_phase(
     return PytestPhase("cases (GPU alone)", shard, gpus, marks, detail, env, paths, dist="loadfile")
 
 
-def multi_gpu_phase(name: str) -> PytestPhase:
-    """The cases that need several GPUs at once, in one unpinned worker."""
-    return PytestPhase("cases (multi-GPU)", name + MULTI_GPU_SUFFIX, 1, "multi_gpu", "1 worker, all GPUs")
+def multi_gpu_phase(name: str, env: Mapping[str, str] | None = None) -> PytestPhase:
+    """The cases that need several GPUs at once, in one unpinned worker; ``env``: its threads where it runs
+    beside the shared phase (``worker_threads``: torch's default, a thread per core, made a burst of 32
+    runnable tasks beside 24 workers on two H200s)."""
+    detail = "1 worker, all GPUs"
+    return PytestPhase("cases (multi-GPU)", name + MULTI_GPU_SUFFIX, 1, "multi_gpu", detail, env or {})
 
 
 def pytest_command(run: SuiteRun, shard: str, args: Sequence[str], after: Sequence[str]) -> list[str]:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from harness.busy_sampler import BusySampler
+from harness.busy_sampler import BUSY_TRACE_SUFFIX, BusySampler
 from harness.results import RUN_ID_ENV
 from harness.run_control import (
     EXIT_DEADLINE,
@@ -186,14 +186,16 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
     compile, so no compile process starts)."""
     run, record, console = context.run, context.record, context.console
     # Each step's row says how many tasks were runnable: whether a phase had more than cores (issue 31).
-    record.busy = BusySampler().start()
+    # Its trace (results/<run>.busy.tsv): every second's count, and who was runnable where over the cores.
+    trace = run.results / f"{run.name}{BUSY_TRACE_SUFFIX}"
+    record.busy = BusySampler(trace_path=trace, origin=record.origin).start()
     pinned = plan.pinning(gpus)
     size = sizing.size_gpu_run(gpus, prelower=plan.prelowers(run), prelowered=prelowered)
     console.log(f"{size.sentence}; then {EXCLUSIVE!r} alone, one worker per GPU")
     console.log(f"sized so: {'; '.join(size.reasons)}")
     alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
     later = [plan.exclusive_phase(run.name, gpus, pinned, alone)]
-    multi = plan.multi_gpu_phase(run.name) if gpus >= 2 else None
+    multi = plan.multi_gpu_phase(run.name, plan.worker_threads(size)) if gpus >= 2 else None
     preflight = None
     early: dict[str, EarlyPhase] = {}
     beside: _Beside | None = None

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import BusySampler, BusySummary, ProcessState, processes, runnable_tasks
+from harness.busy_sampler import (
+    TRACE_HEADER,
+    BusySampler,
+    BusySummary,
+    ProcessState,
+    Roles,
+    processes,
+    runnable_tasks,
+)
 
 
 def _task(proc: Path, pid: int, tid: int, comm: str, state: str) -> None:
@@ -39,9 +47,9 @@ def test_processes_name_each_process_and_its_group(tmp_path: Path) -> None:
     _task(tmp_path, 30, 30, "cc1plus", "T")
     found = sorted(processes(tmp_path) or [], key=lambda p: p.pid)
     assert found == [
-        ProcessState(10, 2, 2, "python3"),
-        ProcessState(20, 2, 0, "cc1plus"),
-        ProcessState(30, 2, 0, "cc1plus", stopped=True),
+        ProcessState(10, 2, 2, "python3", parent=1),
+        ProcessState(20, 2, 0, "cc1plus", parent=1),
+        ProcessState(30, 2, 0, "cc1plus", stopped=True, parent=1),
     ]
 
 
@@ -134,3 +142,63 @@ def test_samples_over_the_cores_say_who_was_runnable() -> None:
         "0.5 pre-lowering processes paused"
     )
     assert sampler.summary(0.0, 0.0).detail == "runnable p50 3, p95 3, max 3 of 4 cores (1 samples)"  # type: ignore[union-attr]
+
+
+def _cmdline(proc: Path, pid: int, *args: str) -> None:
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "cmdline").write_bytes(b"".join(arg.encode() + b"\0" for arg in args))
+
+
+def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(tmp_path: Path) -> None:
+    _cmdline(
+        tmp_path, 2, "python3", "-m", "pytest", "-n", "12", "--results-json=/r/conformance-exclusive.json"
+    )
+    _cmdline(tmp_path, 3, "python3", "-c", "import sys;exec(eval(sys.stdin.readline()))")  # an xdist worker
+    _cmdline(tmp_path, 4, "/usr/lib/gcc/cc1plus", "-quiet", "x.cpp")
+    _cmdline(tmp_path, 5, "python3", "-m", "conformance.prelower", "--jobs=15")
+    table = [
+        ProcessState(2, 2, 1, "python3", parent=1),
+        ProcessState(3, 2, 1, "python3", parent=2),
+        ProcessState(4, 2, 1, "cc1plus", parent=3),
+        ProcessState(5, 5, 1, "python3", parent=1),
+        ProcessState(6, 6, 1, "kworker/0:1", parent=99),  # a kernel thread: no command line, no parent shown
+    ]
+    by_pid = {p.pid: p for p in table}
+    roles = Roles(tmp_path)
+    assert [roles.of(p, by_pid) for p in table] == [
+        "conformance-exclusive controller",
+        "python3 < conformance-exclusive controller",
+        "cc1plus < python3 < conformance-exclusive controller",
+        "-m conformance.prelower",
+        "kworker/0:1",
+    ]
+
+
+def test_the_trace_has_every_sample_and_names_the_busiest_where_over_the_cores(tmp_path: Path) -> None:
+    tables = iter(
+        [
+            [ProcessState(1, 1, 1, "python3"), ProcessState(5, 5, 2, "python3")],  # 2 of 2 cores: not over
+            [
+                ProcessState(1, 1, 1, "python3"),
+                ProcessState(5, 5, 2, "python3"),
+                ProcessState(8, 9, 3, "cc1plus"),
+            ],
+        ]
+    )
+    clock = iter([10.5, 11.5])
+    trace = tmp_path / "run.busy.tsv"
+    sampler = BusySampler(
+        3600.0, lambda: next(tables), lambda: next(clock), 2, trace, origin=10.0, roles=Roles(tmp_path)
+    )
+    sampler.groups[9] = "pre-lowering"
+    sampler.start()  # its first sample at once, the next an hour later
+    deadline = time.monotonic() + 10
+    while not sampler.samples and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sampler._sample()
+    sampler.stop()
+    assert trace.read_text().splitlines() == [
+        TRACE_HEADER.rstrip("\n"),
+        "0.50\t2\t",  # within the cores: the count alone
+        "1.50\t5\t3 pre-lowering [8]; 2 python3 [5]; 1 python3 [1]",
+    ]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import ProcessState
+from harness.busy_sampler import ProcessState, Roles
 from harness.run_phases.cpu_budget import (
     MIN_LOOK_S,
     OVER_LOOKS,
@@ -26,7 +26,7 @@ from harness.run_phases.cpu_budget import (
 )
 
 GROUP = 100  # the pre-lowering's process group (its leader, the pool's parent, has this pid)
-WORKERS = [ProcessState(pid, 1, 1) for pid in (11, 12, 13)]  # case workers: another group
+WORKERS = [ProcessState(pid, 1, 1, "python3") for pid in (11, 12, 13)]  # case workers: another group
 
 
 class Machine:
@@ -271,6 +271,7 @@ def test_each_look_is_a_line_of_its_trace(tmp_path: Path) -> None:
     machine = Machine(compiles=[21, 22, 23, 24, 25])
     keeper = machine.keeper(budget=6)
     keeper.trace_path = tmp_path / "conformance.prelower.budget.tsv"
+    keeper.roles = Roles(tmp_path)  # no command lines: each process by its command name
     keeper.tick_s = 3600.0  # one look from the ticker at start; the test takes the others
     keeper.start()
     deadline = time.monotonic() + 10
@@ -282,8 +283,9 @@ def test_each_look_is_a_line_of_its_trace(tmp_path: Path) -> None:
     header, *rows = keeper.trace_path.read_text().splitlines()
     assert header.split("\t") == TRACE_HEADER.strip().split("\t")
     assert [row.split("\t")[1:] for row in rows] == [
-        # 3 workers + 5 compiles: 8 runnable, 3 of them others; 2 compiles paused at this look
-        ["8", "3", "3", "5", "2", "2", "0"],
+        # 3 workers + 5 compiles: 8 runnable, 3 of them others (who: the keeper's own thread too); 2
+        # compiles paused at this look
+        ["8", "3", "3", "5", "2", "2", "0", "1 ? [1]; 1 python3 [11]; 1 python3 [12]; 1 python3 [13]"],
         # 3 + 3 runnable: within the budget, no room beside the others' peak: nothing done
-        ["6", "3", "3", "3", "2", "0", "0"],
+        ["6", "3", "3", "3", "2", "0", "0", ""],
     ]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import BusySampler, ProcessState
+from harness.busy_sampler import TRACE_HEADER, BusySampler, ProcessState
 from harness.phases import Phase, parse_phase
 from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
 from harness.run_phases import plan, prelowering, report, run, sizing
@@ -48,7 +48,7 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sizing, "cores", lambda: 16)
     monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
     # No /proc to sample: the tables' details are the phases' own (one test below samples).
-    monkeypatch.setattr(run, "BusySampler", lambda: BusySampler(scan=lambda: None))
+    monkeypatch.setattr(run, "BusySampler", lambda **kw: BusySampler(scan=lambda: None, **kw))
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
     yield
     signal.setitimer(signal.ITIMER_REAL, 0)
@@ -124,6 +124,8 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     waits = (shared_env["CONFORMANCE_CUDA_SYNC"], alone_env["CONFORMANCE_CUDA_SYNC"])
     assert waits == ("blocking", "default")
     assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
+    # beside the shared phase, a case worker's threads like the shared phase's (not one per core)
+    assert (multi_env["OMP_NUM_THREADS"], multi_env["TORCHINDUCTOR_COMPILE_THREADS"]) == ("1", "1")
     assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
         shared_env["CONFORMANCE_RUN_ID"]
     }
@@ -161,7 +163,7 @@ def test_each_step_of_a_gpu_run_says_how_many_tasks_were_runnable(
     monkeypatch.setattr(
         run,
         "BusySampler",
-        lambda: BusySampler(0.005, scan=lambda: [ProcessState(1, 1, 13, "python3")], cores=16),
+        lambda **kw: BusySampler(0.005, scan=lambda: [ProcessState(1, 1, 13, "python3")], cores=16, **kw),
     )
     console = FakeConsole(gpus=1)
     FakeBackground(monkeypatch, after=console.running)  # the preflight lasts a few samples
@@ -169,6 +171,10 @@ def test_each_step_of_a_gpu_run_says_how_many_tasks_were_runnable(
     details = {p.name: p.detail for p in _table(console)}
     busy = "runnable p50 12, p95 12, max 12 of 16 cores"
     assert details["preflight (overlapped)"].startswith(f"toolchain OK; {busy} (")
+    trace = (tmp_path / "results" / "conformance.busy.tsv").read_text().splitlines()  # the run's own timeline
+    assert trace[0] == TRACE_HEADER.rstrip("\n")
+    assert len(trace) > 2
+    assert all(row.split("\t")[1:] == ["12", ""] for row in trace[1:])
 
 
 def test_a_failed_preflight_stops_the_running_cases_the_prelowering_and_the_run(
