@@ -10,6 +10,9 @@ nobody will open must not wait forever.
 
 While it waits, a held process imports what any case's first lowering imports (``WARM_IMPORTS``): in the
 GPU-alone phase that import was most of its first case's 6-10 s, paid while the GPU was the phase's.
+It waits on one thread for torch's ops (``held_threads``): with torch's default, a thread per core, each
+of the GPU-alone phase's processes made bursts of 32 runnable tasks beside the shared phase's workers on
+two H200s. Once its gate opens it takes its own count again.
 
 Standard library only: the front door (nox's interpreter) opens the gate, the pytest plugin waits.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -32,6 +36,8 @@ POLL_S = 0.05
 WARM_IMPORTS = ("torch._dynamo", "torch.export")
 #: Comma-separated modules to import instead of ``WARM_IMPORTS`` (empty: none).
 WARM_ENV = "CONFORMANCE_WARM_IMPORTS"
+#: The threads for torch's ops a held process takes once its gate opens (``held_threads``).
+THREADS_ENV = "CONFORMANCE_THREADS_AT_GATE"
 
 
 class FrontDoorGone(RuntimeError):
@@ -56,6 +62,23 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by another user
         return True
     return True
+
+
+def held_threads(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a phase held at its gate, beside ``env`` (its own): one thread for torch's ops
+    while it waits, and its own count (``$OMP_NUM_THREADS`` in ``env``, else a thread per core, torch's
+    default) in ``THREADS_ENV`` for ``take_threads`` once the gate opens."""
+    return {"OMP_NUM_THREADS": "1", THREADS_ENV: env.get("OMP_NUM_THREADS") or str(os.cpu_count() or 1)}
+
+
+def take_threads(env: Mapping[str, str] = os.environ) -> int | None:
+    """Set torch's threads to ``THREADS_ENV``'s count where set and torch is imported; the count set, or
+    None (not set, not a positive integer, or torch not imported: nothing to change)."""
+    value, torch = env.get(THREADS_ENV, "").strip(), sys.modules.get("torch")
+    if not value.isdigit() or int(value) < 1 or torch is None:
+        return None
+    torch.set_num_threads(int(value))
+    return int(value)
 
 
 def warm_imports(modules: Iterable[str] = WARM_IMPORTS) -> list[str]:
@@ -93,4 +116,5 @@ def wait_for_gate(
         if not alive(int(pid)):
             raise FrontDoorGone(f"the front door (pid {pid}) that would open {gate} is gone")
         time.sleep(poll_s)
+    take_threads(env)
     return time.monotonic() - started

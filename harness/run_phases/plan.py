@@ -206,7 +206,10 @@ def exclusive_phase(
     took 14-16 s, the larger module alone about 11 s."""
     marks = f"not multi_gpu and ({EXCLUSIVE})"
     detail = f"{gpus} worker(s), one per GPU"
-    env = {**pinned, cuda_sync.SYNC_ENV: "default"}  # what is measured here, with CUDA's own waits
+    # what is measured here, with CUDA's own waits, and each worker's share of the cores for torch's ops
+    # (torch's default, a thread per core in each, put 64 threads on 32 cores with two GPUs)
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, sizing.cores() // gpus))
+    env = {**pinned, cuda_sync.SYNC_ENV: "default", "OMP_NUM_THREADS": threads}
     shard = name + EXCLUSIVE_SUFFIX
     return PytestPhase("cases (GPU alone)", shard, gpus, marks, detail, env, paths, dist="loadfile")
 

@@ -64,6 +64,7 @@ from harness.run_phases.prelowering import (
 )
 from harness.run_phases.record import RunRecord
 from harness.run_phases.report import report_run
+from harness.start_gate import held_threads
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,11 @@ def _check_toolchain(context: _Context) -> str:
     run = context.run
     job = context.record.prelowering  # its group: the CPU budget may pause the preflight's compile too
     group = None if job is None else job.process.pid
-    code = check_toolchain(run.python, run.backend_args, context.env, context.door.time_left(), group)
+    # background work beside the cases, like a compile process: one thread for torch's ops and one for
+    # inductor's compiles (torch's defaults, a thread and a compile process per core, made bursts of 32
+    # runnable tasks per process on two H200s)
+    env = {**context.env, **sizing.COMPILE_ENV, **sizing.COMPILE_PROCESS_ENV}
+    code = check_toolchain(run.python, run.backend_args, env, context.door.time_left(), group)
     context.record.toolchain_code = code
     return toolchain_detail(code)
 
@@ -289,6 +294,8 @@ def _start_early(context: _Context, phase: PytestPhase, *, held: bool = True) ->
     args = phase.args(context.run.selection, skip_preflight=True)
     cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
     env = {**context.env, **phase.env}
+    if held:  # one thread while it waits beside the shared phase, its own count once its gate opens
+        env.update(held_threads(env))
     return start_early(context.console, phase, cmd, env, context.run.results, held=held)
 
 

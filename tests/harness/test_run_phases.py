@@ -124,7 +124,9 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     waits = (shared_env["CONFORMANCE_CUDA_SYNC"], alone_env["CONFORMANCE_CUDA_SYNC"])
     assert waits == ("blocking", "default")
     assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
-    # beside the shared phase, a case worker's threads like the shared phase's (not one per core)
+    # held at its gate, the GPU-alone phase waits on one thread for torch's ops, then takes its share of
+    # the cores (16 over 2 GPUs); beside the shared phase, the multi-GPU worker has a shared-phase worker's
+    assert (alone_env["OMP_NUM_THREADS"], alone_env["CONFORMANCE_THREADS_AT_GATE"]) == ("1", "8")
     assert (multi_env["OMP_NUM_THREADS"], multi_env["TORCHINDUCTOR_COMPILE_THREADS"]) == ("1", "1")
     assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
         shared_env["CONFORMANCE_RUN_ID"]
@@ -259,7 +261,8 @@ def test_a_cold_cache_prelowers_beside_the_cases(tmp_path: Path, monkeypatch: py
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert str(why).endswith(
         "pre-lowering beside them at a lower priority: 15 compile processes; "
-        "compile processes paused while more than 16 tasks are runnable"
+        "compile processes paused while more than 14 tasks are runnable (2 of the cores kept for the case "
+        "workers' bursts)"
     )
 
 

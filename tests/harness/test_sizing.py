@@ -80,9 +80,10 @@ def test_the_override_sets_the_workers_and_the_compiles_keep_the_budget() -> Non
     assert size.reasons[-3:] == (
         "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers",
         "pre-lowering beside them at a lower priority: 15 compile processes",
-        "compile processes paused while more than 16 tasks are runnable",
+        "compile processes paused while more than 14 tasks are runnable (2 of the cores kept for the case "
+        "workers' bursts)",
     )
-    assert size.keep_within == 16
+    assert size.keep_within == 14  # 2 of the 16 cores for the workers' bursts
     unkept = _sizing(16, 1, CONFORMANCE_CPU_BUDGET="0")
     assert unkept.keep_within is None
     assert (
@@ -164,3 +165,8 @@ def test_the_other_counts_and_the_memory_read(tmp_path: Path) -> None:
     meminfo.write_text("MemTotal:       131072000 kB\n")
     assert READ_MEMORY(meminfo) is None
     assert READ_MEMORY(tmp_path / "absent") is None
+
+
+def test_the_budget_keeps_a_core_in_eight_for_the_workers_bursts() -> None:
+    assert [sizing.burst_headroom(cores) for cores in (2, 8, 16, 32, 64)] == [1, 1, 2, 4, 8]
+    assert _sizing(32, 2).keep_within == 28

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,11 +18,14 @@ from harness.run_phases import early
 from harness.run_phases.plan import PytestPhase
 from harness.start_gate import (
     GATE_ENV,
+    THREADS_ENV,
     WARM_ENV,
     WARM_IMPORTS,
     FrontDoorGone,
     gate_value,
+    held_threads,
     open_gate,
+    take_threads,
     wait_for_gate,
     warm_imports,
 )
@@ -43,6 +47,35 @@ def test_the_wait_ends_when_the_gate_opens(tmp_path: Path) -> None:
     assert waited is not None
     assert waited >= 0.25
     assert gate_value(gate, 7) == f"7:{gate}"
+
+
+def test_a_held_process_waits_on_one_thread_and_takes_its_own_count_once_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert held_threads({"OMP_NUM_THREADS": "8"}) == {"OMP_NUM_THREADS": "1", THREADS_ENV: "8"}
+    assert held_threads({}) == {"OMP_NUM_THREADS": "1", THREADS_ENV: str(os.cpu_count())}  # torch's default
+    gate, taken = tmp_path / "gate", []
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(set_num_threads=taken.append))
+    timer = threading.Timer(0.2, open_gate, args=(gate,))
+    timer.start()
+    wait_for_gate({GATE_ENV: gate_value(gate), THREADS_ENV: "8"}, poll_s=0.01, warm=[])
+    assert taken == [8]  # after the gate opened
+    assert wait_for_gate({THREADS_ENV: "8"}) is None
+    assert taken == [8]  # no gate: no wait, nothing changed
+    assert take_threads({THREADS_ENV: "none"}) is None
+    monkeypatch.delitem(sys.modules, "torch")
+    assert take_threads({THREADS_ENV: "8"}) is None  # torch not imported: nothing to set
+    assert taken == [8]
+
+
+def test_the_count_taken_at_the_gate_is_torchs() -> None:
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    try:
+        assert take_threads({THREADS_ENV: "3"}) == 3
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_gate_whose_opener_is_gone_ends_the_wait(tmp_path: Path) -> None:
