@@ -6,9 +6,10 @@ Once a second a thread counts the tasks (threads of every process this machine s
 tasks than cores means work waited for a core. In a container ``/proc`` shows the container's processes
 only, on a VM the whole machine's: either way what competes with the run for its cores. A phase's row then
 says the median, the 95th percentile and the maximum of its samples (``BusySampler.summary``), and, where
-samples had more runnable tasks than cores, who they were: each task by its process's command name
-(``python3``, ``cc1plus``), or by the name given its process group (``BusySampler.groups``: the
-pre-lowering's compile processes and their compilers).
+samples had more runnable tasks than cores, who they were: each task by its process's part in the run
+(``Roles``: ``conformance worker``, ``cc1plus of g++ of conformance worker``, ``-m nox``), or by the name
+given its process group (``BusySampler.groups``: the pre-lowering's compile processes and their
+compilers). Its trace (``trace_path``) has every sample, and where over the cores who it was.
 
 Standard library only: the front door runs it in nox's interpreter. Where ``/proc`` is missing (not
 Linux) it samples nothing, and the table says nothing of it.
@@ -83,12 +84,11 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
     return found
 
 
-#: The busy trace names this many of an over-the-cores sample's busiest processes.
-TRACE_TOP = 8
 #: A pytest phase's controller names its result file on its command line: ``--results-json=…/<shard>.json``.
 _RESULTS_FLAG = "--results-json="
 #: Ancestors looked through for one with a role of its own (a compiler < a case worker < its controller).
 _ANCESTORS = 4
+_CONTROLLER = " controller"
 
 
 def command_line(pid: int, proc: Path = PROC) -> list[str]:
@@ -105,16 +105,17 @@ def own_role(args: list[str]) -> str | None:
     controller``) or a module run with ``-m`` (``-m conformance.prelower``); None: nothing of its own."""
     for arg in args:
         if arg.startswith(_RESULTS_FLAG):
-            return f"{Path(arg[len(_RESULTS_FLAG) :]).stem} controller"
+            return f"{Path(arg[len(_RESULTS_FLAG) :]).stem}{_CONTROLLER}"
     if "-m" in args[:-1]:
         return f"-m {args[args.index('-m') + 1]}"
     return None
 
 
 class Roles:
-    """Each process's part in the run, for the busy trace: its own (``own_role``) or its command name under
-    its nearest ancestor's (``python3 < conformance controller``: a case worker; ``cc1plus < python3 <
-    conformance controller``: a compiler it started). Command lines are read once per pid."""
+    """Each process's part in the run: its own (``own_role``); a Python process under a phase's controller
+    is that phase's worker (``conformance worker``); any other, its command name of its parent's role
+    (``cc1plus of g++ of conformance worker``: a compiler a case worker started), or its command name
+    alone where no ancestor has a role (a kernel thread). Command lines are read once per pid."""
 
     def __init__(self, proc: Path = PROC) -> None:
         self.proc = proc
@@ -125,29 +126,43 @@ class Roles:
             self._own[pid] = own_role(command_line(pid, self.proc))
         return self._own[pid]
 
-    def of(self, process: ProcessState, table: dict[int, ProcessState]) -> str:
+    def of(self, process: ProcessState, table: dict[int, ProcessState], depth: int = 0) -> str:
         own = self._own_role(process.pid)
         if own is not None:
             return own
-        names, parent = [process.comm or "?"], table.get(process.parent)
-        for _ in range(_ANCESTORS):
-            if parent is None:
-                break
-            found = self._own_role(parent.pid)
-            if found is not None:
-                return " < ".join([*names, found])
-            names.append(parent.comm or "?")
-            parent = table.get(parent.parent)
-        return names[0]
+        comm, parent = process.comm or "?", table.get(process.parent)
+        if parent is None or depth >= _ANCESTORS:
+            return comm
+        above = self.of(parent, table, depth + 1)
+        if above == (parent.comm or "?"):  # no role above: the command name alone
+            return comm
+        if above.endswith(_CONTROLLER) and comm.startswith("python"):
+            return above.removesuffix(_CONTROLLER) + " worker"
+        return f"{comm} of {above}"
+
+    def name(self, process: ProcessState, table: dict[int, ProcessState], groups: dict[int, str]) -> str:
+        """``process``'s name in a busy count: its group's in ``groups`` (``pre-lowering``), else its role."""
+        return groups.get(process.group) or self.of(process, table)
 
 
-def busiest(table: list[ProcessState], roles: Roles, groups: dict[int, str], top: int = TRACE_TOP) -> str:
-    """A trace's words for a moment over the cores: the ``top`` processes with the most runnable tasks,
-    each by its group's name in ``groups`` or its role (``Roles``): ``3 python3 < conformance controller
-    [4242]; 2 pre-lowering [4300]``."""
+def busiest(table: list[ProcessState], roles: Roles, groups: dict[int, str]) -> str:
+    """A trace's words for a moment over the cores: the runnable tasks of each name (``Roles.name``), most
+    first, with how many processes had them and the most one had: ``12 conformance worker (11 processes,
+    up to 2 each); 3 pre-lowering (3 processes)``."""
     by_pid = {p.pid: p for p in table}
-    chosen = sorted((p for p in table if p.runnable), key=lambda p: (-p.runnable, p.pid))[:top]
-    return "; ".join(f"{p.runnable} {groups.get(p.group) or roles.of(p, by_pid)} [{p.pid}]" for p in chosen)
+    tasks: Counter[str] = Counter()
+    per_process: dict[str, list[int]] = {}
+    for p in table:
+        if p.runnable:
+            name = roles.name(p, by_pid, groups)
+            tasks[name] += p.runnable
+            per_process.setdefault(name, []).append(p.runnable)
+    words = []
+    for name, n in sorted(tasks.items(), key=lambda kv: (-kv[1], kv[0])):
+        counts = per_process[name]
+        most = f", up to {max(counts)} each" if max(counts) > 1 and len(counts) > 1 else ""
+        words.append(f"{n} {name} ({len(counts)} process{'es' if len(counts) > 1 else ''}{most})")
+    return "; ".join(words)
 
 
 def runnable_in(table: list[ProcessState]) -> int:
@@ -196,7 +211,7 @@ MIX_SHOWN = 4
 #: A run's busy trace: ``results/<run>.busy.tsv``.
 BUSY_TRACE_SUFFIX = ".busy.tsv"
 #: The columns of the busy trace (``BusySampler.trace_path``): seconds from the run's start; runnable
-#: tasks; where over the cores, the busiest processes (``3 python3 < conformance controller [4242]``).
+#: tasks; where over the cores, who they were (``busiest``).
 TRACE_HEADER = "t_s\trunnable\tbusiest_over_the_cores\n"
 
 
@@ -257,9 +272,10 @@ class BusySampler:
         if value > self.cores:
             mix: Counter[str] = Counter()
             paused: Counter[str] = Counter({name: 0 for name in self.groups.values()})
+            by_pid = {p.pid: p for p in table}
             for p in table:
                 if p.runnable:
-                    mix[self.groups.get(p.group) or p.comm or "?"] += p.runnable
+                    mix[self.roles.name(p, by_pid, self.groups)] += p.runnable
                 if p.stopped and p.group in self.groups:
                     paused[self.groups[p.group]] += 1
             self.over.append((now, mix, paused))

@@ -16,6 +16,7 @@ from harness.busy_sampler import (
     BusySummary,
     ProcessState,
     Roles,
+    busiest,
     processes,
     runnable_tasks,
 )
@@ -105,9 +106,10 @@ def test_the_sampler_samples_until_stopped_and_stops_without_proc() -> None:
     assert idle.samples == []
 
 
-def test_samples_over_the_cores_say_who_was_runnable() -> None:
+def test_samples_over_the_cores_say_who_was_runnable(tmp_path: Path) -> None:
     """Over the cores, each runnable task counts under its process group's name where the front door
-    named the group (the pre-lowering's compile processes and their compilers), else its command."""
+    named the group (the pre-lowering's compile processes and their compilers), else its role (here, without
+    command lines, its command name)."""
     tables = iter(
         [
             [ProcessState(1, 1, 1, "python3"), ProcessState(5, 5, 3, "python3")],  # 3 of 4 cores: not over
@@ -127,7 +129,8 @@ def test_samples_over_the_cores_say_who_was_runnable() -> None:
         ]
     )
     clock = iter(range(3))
-    sampler = BusySampler(scan=lambda: next(tables), clock=lambda: float(next(clock)), cores=4)
+    roles = Roles(tmp_path)  # no command lines: each process by its command name
+    sampler = BusySampler(scan=lambda: next(tables), clock=lambda: float(next(clock)), cores=4, roles=roles)
     sampler.groups[9] = "pre-lowering"
     for _ in range(3):
         assert sampler._sample()
@@ -154,24 +157,38 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
         tmp_path, 2, "python3", "-m", "pytest", "-n", "12", "--results-json=/r/conformance-exclusive.json"
     )
     _cmdline(tmp_path, 3, "python3", "-c", "import sys;exec(eval(sys.stdin.readline()))")  # an xdist worker
-    _cmdline(tmp_path, 4, "/usr/lib/gcc/cc1plus", "-quiet", "x.cpp")
-    _cmdline(tmp_path, 5, "python3", "-m", "conformance.prelower", "--jobs=15")
+    _cmdline(tmp_path, 4, "g++", "x.cpp")
+    _cmdline(tmp_path, 5, "/usr/lib/gcc/cc1plus", "-quiet", "x.cpp")
+    _cmdline(tmp_path, 6, "python3", "-m", "conformance.prelower", "--jobs=15")
     table = [
         ProcessState(2, 2, 1, "python3", parent=1),
         ProcessState(3, 2, 1, "python3", parent=2),
-        ProcessState(4, 2, 1, "cc1plus", parent=3),
-        ProcessState(5, 5, 1, "python3", parent=1),
-        ProcessState(6, 6, 1, "kworker/0:1", parent=99),  # a kernel thread: no command line, no parent shown
+        ProcessState(4, 2, 1, "g++", parent=3),
+        ProcessState(5, 2, 1, "cc1plus", parent=4),
+        ProcessState(6, 6, 1, "python3", parent=1),
+        ProcessState(7, 6, 1, "python3", parent=6),  # a pool process of a module's
+        ProcessState(8, 8, 1, "kworker/0:1", parent=99),  # a kernel thread: no command line, no parent shown
+        ProcessState(9, 8, 1, "sleep", parent=8),  # under a process of no role: its command name
     ]
     by_pid = {p.pid: p for p in table}
     roles = Roles(tmp_path)
     assert [roles.of(p, by_pid) for p in table] == [
         "conformance-exclusive controller",
-        "python3 < conformance-exclusive controller",
-        "cc1plus < python3 < conformance-exclusive controller",
+        "conformance-exclusive worker",
+        "g++ of conformance-exclusive worker",
+        "cc1plus of g++ of conformance-exclusive worker",
         "-m conformance.prelower",
+        "python3 of -m conformance.prelower",
         "kworker/0:1",
+        "sleep",
     ]
+    # a trace's words: tasks per name, most first; a named group's processes under its name
+    assert busiest([*table, ProcessState(10, 2, 2, "python3", parent=2)], roles, {6: "pre-lowering"}) == (
+        "3 conformance-exclusive worker (2 processes, up to 2 each); 2 pre-lowering (2 processes); "
+        "1 cc1plus of g++ of conformance-exclusive worker (1 process); 1 conformance-exclusive controller "
+        "(1 process); 1 g++ of conformance-exclusive worker (1 process); 1 kworker/0:1 (1 process); "
+        "1 sleep (1 process)"
+    )
 
 
 def test_the_trace_has_every_sample_and_names_the_busiest_where_over_the_cores(tmp_path: Path) -> None:
@@ -200,5 +217,5 @@ def test_the_trace_has_every_sample_and_names_the_busiest_where_over_the_cores(t
     assert trace.read_text().splitlines() == [
         TRACE_HEADER.rstrip("\n"),
         "0.50\t2\t",  # within the cores: the count alone
-        "1.50\t5\t3 pre-lowering [8]; 2 python3 [5]; 1 python3 [1]",
+        "1.50\t5\t3 pre-lowering (1 process); 3 python3 (2 processes, up to 2 each)",
     ]

@@ -285,7 +285,7 @@ def test_each_look_is_a_line_of_its_trace(tmp_path: Path) -> None:
     assert [row.split("\t")[1:] for row in rows] == [
         # 3 workers + 5 compiles: 8 runnable, 3 of them others (who: the keeper's own thread too); 2
         # compiles paused at this look
-        ["8", "3", "3", "5", "2", "2", "0", "1 ? [1]; 1 python3 [11]; 1 python3 [12]; 1 python3 [13]"],
+        ["8", "3", "3", "5", "2", "2", "0", "3 python3 (3 processes); 1 ? (1 process)"],
         # 3 + 3 runnable: within the budget, no room beside the others' peak: nothing done
         ["6", "3", "3", "3", "2", "0", "0", ""],
     ]
