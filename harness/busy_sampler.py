@@ -48,6 +48,9 @@ class ProcessState:
     stopped: bool = False
     #: Its parent's pid (0: unknown).
     parent: int = 0
+    #: Where more than one of its threads is runnable, their names (``comm`` of each task: ``python3``
+    #: for a Python thread, ``cuda-EvtHandlr`` for one of CUDA's): whose threads put it over one core.
+    threads: tuple[str, ...] = ()
 
 
 def _state_parent_group(stat: bytes) -> tuple[bytes, int, int]:
@@ -74,13 +77,16 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
             tasks = [entry.path for entry in os.scandir(proc / pid / "task")]
         except (OSError, IndexError, ValueError):  # the process ended between the reads
             continue
-        running = 0
+        names = []
         for task in tasks:
             try:
-                running += _state_parent_group(Path(task, "stat").read_bytes())[0] == b"R"
+                task_stat = Path(task, "stat").read_bytes()
+                if _state_parent_group(task_stat)[0] == b"R":
+                    names.append(_comm(task_stat))
             except (OSError, IndexError, ValueError):
                 continue
-        found.append(ProcessState(int(pid), group, running, _comm(stat), state == b"T", parent))
+        threads = tuple(sorted(names)) if len(names) > 1 else ()
+        found.append(ProcessState(int(pid), group, len(names), _comm(stat), state == b"T", parent, threads))
     return found
 
 
@@ -89,6 +95,8 @@ _RESULTS_FLAG = "--results-json="
 #: Ancestors looked through for one with a role of its own (a compiler < a case worker < its controller).
 _ANCESTORS = 4
 _CONTROLLER = " controller"
+#: The thread names a trace shows per name where processes had several runnable threads.
+THREADS_SHOWN = 4
 
 
 def command_line(pid: int, proc: Path = PROC) -> list[str]:
@@ -102,11 +110,12 @@ def command_line(pid: int, proc: Path = PROC) -> list[str]:
 
 def own_role(args: list[str]) -> str | None:
     """What a command line says its process is: a pytest phase's controller (``conformance-exclusive
-    controller``) or a module run with ``-m`` (``-m conformance.prelower``); None: nothing of its own."""
+    controller``) or a module Python runs with ``-m`` (``-m conformance.prelower``; a linker's ``-m
+    elf_x86_64`` is no module); None: nothing of its own."""
     for arg in args:
         if arg.startswith(_RESULTS_FLAG):
             return f"{Path(arg[len(_RESULTS_FLAG) :]).stem}{_CONTROLLER}"
-    if "-m" in args[:-1]:
+    if args and Path(args[0]).name.startswith("python") and "-m" in args[:-1]:
         return f"-m {args[args.index('-m') + 1]}"
     return None
 
@@ -152,16 +161,20 @@ def busiest(table: list[ProcessState], roles: Roles, groups: dict[int, str]) -> 
     by_pid = {p.pid: p for p in table}
     tasks: Counter[str] = Counter()
     per_process: dict[str, list[int]] = {}
+    threads: dict[str, Counter[str]] = {}
     for p in table:
         if p.runnable:
             name = roles.name(p, by_pid, groups)
             tasks[name] += p.runnable
             per_process.setdefault(name, []).append(p.runnable)
+            threads.setdefault(name, Counter()).update(p.threads)
     words = []
     for name, n in sorted(tasks.items(), key=lambda kv: (-kv[1], kv[0])):
         counts = per_process[name]
         most = f", up to {max(counts)} each" if max(counts) > 1 and len(counts) > 1 else ""
-        words.append(f"{n} {name} ({len(counts)} process{'es' if len(counts) > 1 else ''}{most})")
+        named = ", ".join(f"{k} {thread}" for thread, k in threads[name].most_common(THREADS_SHOWN))
+        several = f"; threads of those with several: {named}" if named else ""
+        words.append(f"{n} {name} ({len(counts)} process{'es' if len(counts) > 1 else ''}{most}{several})")
     return "; ".join(words)
 
 

@@ -48,7 +48,9 @@ def test_processes_name_each_process_and_its_group(tmp_path: Path) -> None:
     _task(tmp_path, 30, 30, "cc1plus", "T")
     found = sorted(processes(tmp_path) or [], key=lambda p: p.pid)
     assert found == [
-        ProcessState(10, 2, 2, "python3", parent=1),
+        ProcessState(
+            10, 2, 2, "python3", parent=1, threads=("pt_main) R (x", "python3")
+        ),  # its threads' names
         ProcessState(20, 2, 0, "cc1plus", parent=1),
         ProcessState(30, 2, 0, "cc1plus", stopped=True, parent=1),
     ]
@@ -159,7 +161,8 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
     _cmdline(tmp_path, 3, "python3", "-c", "import sys;exec(eval(sys.stdin.readline()))")  # an xdist worker
     _cmdline(tmp_path, 4, "g++", "x.cpp")
     _cmdline(tmp_path, 5, "/usr/lib/gcc/cc1plus", "-quiet", "x.cpp")
-    _cmdline(tmp_path, 6, "python3", "-m", "conformance.prelower", "--jobs=15")
+    _cmdline(tmp_path, 6, "/venv/bin/python3", "-m", "conformance.prelower", "--jobs=15")
+    _cmdline(tmp_path, 11, "/usr/bin/ld", "-m", "elf_x86_64", "-o", "x.so")  # a linker's -m: no module
     table = [
         ProcessState(2, 2, 1, "python3", parent=1),
         ProcessState(3, 2, 1, "python3", parent=2),
@@ -169,6 +172,7 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
         ProcessState(7, 6, 1, "python3", parent=6),  # a pool process of a module's
         ProcessState(8, 8, 1, "kworker/0:1", parent=99),  # a kernel thread: no command line, no parent shown
         ProcessState(9, 8, 1, "sleep", parent=8),  # under a process of no role: its command name
+        ProcessState(11, 2, 1, "ld", parent=4),
     ]
     by_pid = {p.pid: p for p in table}
     roles = Roles(tmp_path)
@@ -181,10 +185,13 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
         "python3 of -m conformance.prelower",
         "kworker/0:1",
         "sleep",
+        "ld of g++ of conformance-exclusive worker",
     ]
     # a trace's words: tasks per name, most first; a named group's processes under its name
-    assert busiest([*table, ProcessState(10, 2, 2, "python3", parent=2)], roles, {6: "pre-lowering"}) == (
-        "3 conformance-exclusive worker (2 processes, up to 2 each); 2 pre-lowering (2 processes); "
+    several = ProcessState(10, 2, 2, "python3", parent=2, threads=("cuda-EvtHandlr", "python3"))
+    assert busiest([*table[:-1], several], roles, {6: "pre-lowering"}) == (
+        "3 conformance-exclusive worker (2 processes, up to 2 each; threads of those with several: "
+        "1 cuda-EvtHandlr, 1 python3); 2 pre-lowering (2 processes); "
         "1 cc1plus of g++ of conformance-exclusive worker (1 process); 1 conformance-exclusive controller "
         "(1 process); 1 g++ of conformance-exclusive worker (1 process); 1 kworker/0:1 (1 process); "
         "1 sleep (1 process)"
