@@ -1,36 +1,31 @@
 """One CPU budget for a run's case workers and its compile processes, kept from moment to moment.
 
-The pre-lowering's compile processes take the cores the case workers leave: a cold run is bound by compiling,
-and a worker waiting for a program sleeps. Started as many as the budget (at a lower priority) they fill every
-core the workers leave, but beside the workers they made more tasks runnable than there are cores (one H100,
-16 cores: p95 29). ``CpuBudget`` keeps the run within its cores: several times a second it counts the
-machine's runnable tasks (``busy_sampler.processes``), and twenty times a second it reads the kernel's count
-alone (``runnable_now``), taking its next look at once where that is over the budget. Over the budget on
-``OVER_LOOKS`` looks in a row, it pauses (SIGSTOP) runnable processes of the pre-lowering's process group; it
-resumes (SIGCONT) paused ones, the longest paused first, as many as the tasks they had runnable when paused
-fit beside the most the other processes had runnable over the last ``PEAK_S`` (the case workers' load flickers
-faster than a look) and a margin below the budget (``resume_margin``); and every ``ROTATE_S`` it swaps the
-longest paused for the longest running, so no program waits behind the others (a case may be waiting for it).
-Only the pre-lowering's processes are ever paused (the compiles, and the front door's toolchain preflight,
-started in their group), never a case worker. ``stop`` resumes every process it paused; a guard process
-resumes the group should the front door be killed outright first. A process started by one of the group's in a
-session or group of its own (the reference's preflight runs its compile so, to kill its compilers on a
-timeout; its vector-ISA checks then ran ten compiles outside the group on one H100) is the group's work all
-the same: the budget follows descendants by their parent (``members``), and the guard resumes those it paused
-by their pids (``paused_path``).
+The pre-lowering's compile processes take the cores the case workers leave: a cold run is bound by
+compiling, and a worker waiting for a program sleeps. Started as many as the budget (at a lower priority)
+they fill every core the workers leave, but beside the workers they made more tasks runnable than there
+are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its cores: several times a
+second it counts the machine's runnable tasks (``busy_sampler.processes``), and twenty times a second it
+reads the kernel's count alone (``runnable_now``), taking its next look at once where that is over the
+budget. Over the budget on
+``OVER_LOOKS`` looks in a row, it pauses (SIGSTOP) runnable processes of the pre-lowering's process
+group; it resumes (SIGCONT) paused ones, the longest paused first, as many as the tasks they had runnable
+when paused fit beside the most the other processes had runnable over the last ``PEAK_S`` (the case
+workers' load flickers faster than a look) and a margin below the budget (``resume_margin``); and every
+``ROTATE_S`` it swaps the longest paused for the longest running, so no program waits behind the others
+(a case may be waiting for it). Only the pre-lowering's processes are ever paused (the compiles, and the
+front door's toolchain preflight, started in their group), never a case worker. ``stop`` resumes every
+process it paused; a guard process resumes the group should the front door be killed outright first.
 
-Standard library only (the front door runs it in nox's interpreter); where ``/proc`` cannot be read it does
-nothing.
+Standard library only (the front door runs it in nox's interpreter); where ``/proc`` cannot be read it
+does nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,12 +73,7 @@ TRACE_HEADER = (
 ROTATE_S = 2.0
 #: A shell loop that resumes the group once the process that may have paused it is gone: killed outright,
 #: it ran no ``stop``, and a compile process left stopped would hold a cache lock that a later run waits on.
-_GUARD = (
-    "while kill -0 {owner} 2>/dev/null; do sleep 1; done; kill -CONT -{group} 2>/dev/null; "
-    "for pid in $(cat {paused} 2>/dev/null); do kill -CONT $pid 2>/dev/null; done; rm -f {paused}"
-)
-#: Parents followed up from a process to find whether it descends from the group (``members``).
-_DEPTH = 16
+_GUARD = "while kill -0 {owner} 2>/dev/null; do sleep 1; done; kill -CONT -{group} 2>/dev/null"
 
 
 def resume_margin(budget: int) -> int:
@@ -103,31 +93,10 @@ def runnable_now(loadavg: Path = LOADAVG) -> int | None:
         return None
 
 
-def members(table: list[ProcessState], group: int) -> set[int]:
-    """The pids in ``table`` of process group ``group`` or descended from one of its processes (through
-    their parents, ``_DEPTH`` at most): the group's work, in whatever group or session it runs."""
-    by_pid = {p.pid: p for p in table}
-    known: dict[int, bool] = {}
-
-    def belongs(pid: int, depth: int) -> bool:
-        if pid not in known:
-            process = by_pid.get(pid)
-            if process is None or depth > _DEPTH:
-                return False
-            known[pid] = process.group == group or belongs(process.parent, depth + 1)
-        return known[pid]
-
-    return {p.pid for p in table if belongs(p.pid, 0)}
-
-
-def start_guard(
-    group: int, owner: int | None = None, paused: Path | None = None
-) -> subprocess.Popen[bytes] | None:
-    """A process of its own (``_GUARD``) that resumes process group ``group``, and the pids listed in
-    ``paused`` (paused outside the group), once ``owner`` (default: this process) has ended; None where no
-    shell could be started."""
-    listed = shlex.quote(str(paused)) if paused is not None else "/dev/null/none"
-    command = _GUARD.format(owner=os.getpid() if owner is None else owner, group=group, paused=listed)
+def start_guard(group: int, owner: int | None = None) -> subprocess.Popen[bytes] | None:
+    """A process of its own (``_GUARD``) that resumes process group ``group`` once ``owner`` (default:
+    this process) has ended; None where no shell could be started."""
+    command = _GUARD.format(owner=os.getpid() if owner is None else owner, group=group)
     try:
         return subprocess.Popen(
             ["sh", "-c", command],
@@ -187,8 +156,6 @@ class CpuBudget:
     trace_path: Path | None = None
     #: What names the busiest processes in the trace's looks over the budget.
     roles: Roles = field(default_factory=Roles)
-    #: Where the pids it paused outside the group are listed, for the guard (None: a file of its own).
-    paused_path: Path | None = None
     _trace: TextIO | None = None
     _ticker: Ticker | None = None
     _guard: subprocess.Popen[bytes] | None = None
@@ -200,11 +167,7 @@ class CpuBudget:
         if self.trace_path is not None:
             self._trace = open(self.trace_path, "w", buffering=1)  # noqa: SIM115 - closed by stop()
             self._trace.write(TRACE_HEADER)
-        if self.paused_path is None:
-            handle, name = tempfile.mkstemp(prefix="conformance-paused-", suffix=".pids")
-            os.close(handle)
-            self.paused_path = Path(name)
-        self._guard = start_guard(self.group, paused=self.paused_path)
+        self._guard = start_guard(self.group)
         # False from a look: no /proc, nothing to keep
         self._ticker = Ticker("cpu-budget", min(self.quick_s, self.tick_s), self.tick)
         self._ticker.start()
@@ -221,8 +184,6 @@ class CpuBudget:
         if self._guard is not None:
             self._guard.kill()
             self._guard.wait()
-        if self.paused_path is not None:
-            self.paused_path.unlink(missing_ok=True)
 
     @property
     def detail(self) -> str:
@@ -262,8 +223,7 @@ class CpuBudget:
             return False
         now = self.clock()
         runnable = runnable_in(table)
-        group = members(table, self.group)
-        ours = {p.pid: p for p in table if p.pid in group and p.pid != self.group}
+        ours = {p.pid: p for p in table if p.group == self.group and p.pid != self.group}
         for pid in [pid for pid in self.paused if pid not in ours]:
             del self.paused[pid]  # it ended (a stopped process can still be killed)
         running = [p for p in ours.values() if p.pid not in self.paused and p.runnable]
@@ -301,7 +261,7 @@ class CpuBudget:
         if self._trace is not None:
             row = (now, runnable, others, peak, ours_running, len(self.paused))
             done = (self.pauses - pauses, self.resumes - resumes)
-            outside = [p for p in table if p.pid not in group]
+            outside = [p for p in table if p.group != self.group]
             who = busiest(outside, self.roles, {}) if runnable > self.budget else ""
             self._trace.write("\t".join([f"{row[0]:.3f}", *map(str, row[1:]), *map(str, done), who]) + "\n")
         return True
@@ -311,20 +271,12 @@ class CpuBudget:
             self.paused[pid] = max(1, runnable)
             self.running_since.pop(pid, None)
             self.pauses += 1
-            self._list_paused()
 
     def _resume(self, pid: int, now: float | None = None) -> None:
         self.paused.pop(pid, None)
         if self.send(pid, signal.SIGCONT):
             self.resumes += 1
             self.running_since[pid] = self.clock() if now is None else now
-        self._list_paused()
-
-    def _list_paused(self) -> None:
-        """The paused pids for the guard (those of the group it resumes as a group, the others by pid)."""
-        if self.paused_path is not None:
-            with contextlib.suppress(OSError):
-                self.paused_path.write_text(" ".join(map(str, self.paused)))
 
 
 def resume_group(group: int) -> None:
