@@ -98,8 +98,7 @@ class GpuSizing:
     reasons: tuple[str, ...]
     #: Runnable tasks the machine keeps within while the compile processes run beside the case workers
     #: (``cpu_budget.CpuBudget`` pauses compile processes beyond it): the cores less ``burst_headroom``;
-    #: None: not kept
-    #: (``$CONFORMANCE_CPU_BUDGET=0``, or nothing compiles).
+    #: None: not kept (``$CONFORMANCE_CPU_BUDGET=0``, or nothing compiles).
     keep_within: int | None = None
 
     @property
