@@ -214,12 +214,11 @@ def exclusive_phase(
     return PytestPhase("cases (GPU alone)", shard, gpus, marks, detail, env, paths, dist="loadfile")
 
 
-def multi_gpu_phase(name: str, env: Mapping[str, str] | None = None) -> PytestPhase:
-    """The cases that need several GPUs at once, in one unpinned worker; ``env``: its threads where it runs
-    beside the shared phase (``worker_threads``: torch's default, a thread per core, made a burst of 32
-    runnable tasks beside 24 workers on two H200s)."""
-    detail = "1 worker, all GPUs"
-    return PytestPhase("cases (multi-GPU)", name + MULTI_GPU_SUFFIX, 1, "multi_gpu", detail, env or {})
+def multi_gpu_phase(name: str) -> PytestPhase:
+    """The cases that need several GPUs at once, in one unpinned worker (beside the shared phase, with a case
+    worker's threads, ``worker_threads``: torch's default, a thread per core, made a burst of 32 runnable
+    tasks beside 24 workers on two H200s)."""
+    return PytestPhase("cases (multi-GPU)", name + MULTI_GPU_SUFFIX, 1, "multi_gpu", "1 worker, all GPUs")
 
 
 def pytest_command(run: SuiteRun, shard: str, args: Sequence[str], after: Sequence[str]) -> list[str]:

@@ -34,6 +34,7 @@ session exits with the run's code (``harness/run_control.py``'s ``FrontDoor``, R
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -196,7 +197,7 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
     console.log(f"sized so: {'; '.join(size.reasons)}")
     alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
     later = [plan.exclusive_phase(run.name, gpus, pinned, alone)]
-    multi = plan.multi_gpu_phase(run.name, plan.worker_threads(size)) if gpus >= 2 else None
+    multi = plan.multi_gpu_phase(run.name) if gpus >= 2 else None
     preflight = None
     early: dict[str, EarlyPhase] = {}
     beside: _Beside | None = None
@@ -206,7 +207,8 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
             # The front door checks the toolchain: the later phases start now, held at their gates, and
             # the multi-GPU cases (they measure nothing) run now, beside the shared phase.
             early = {phase.shard: _start_early(context, phase) for phase in later}
-            beside = None if multi is None else _start_beside(context, multi)
+            if multi is not None:  # beside the shared phase: a case worker's threads
+                beside = _start_beside(context, dataclasses.replace(multi, env=plan.worker_threads(size)))
         elif multi is not None:
             later.append(multi)
         _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))

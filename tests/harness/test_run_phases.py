@@ -222,6 +222,11 @@ def test_a_narrowed_selection_and_a_cell_skip_the_prelowering(
     # without the pre-lowering: the same case workers, nothing compiling beside
     assert narrowed.pytest_args()[0][4:6] == ["-n", "12"]
     assert _table(narrowed)[0].detail == "12 workers, 12 per GPU; GPU waits asleep"
+    # on two GPUs the multi-GPU phase then runs after the shared one, alone: torch's own thread count
+    two = FakeConsole(gpus=2)
+    run.run_suite(two, _suite(tmp_path, "-k", "mm_out"))
+    (multi_env,) = [env for cmd, env in two.of("pytest") if "multi_gpu" in cmd]  # type: ignore[misc]
+    assert "OMP_NUM_THREADS" not in multi_env
 
 
 def test_prelower_off_still_runs_the_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
