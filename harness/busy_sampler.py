@@ -21,7 +21,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -154,28 +154,50 @@ class Roles:
         return groups.get(process.group) or self.of(process, table)
 
 
-def busiest(table: list[ProcessState], roles: Roles, groups: dict[int, str]) -> str:
-    """A trace's words for a moment over the cores: the runnable tasks of each name (``Roles.name``), most
-    first, with how many processes had them and the most one had: ``12 conformance worker (11 processes,
-    up to 2 each); 3 pre-lowering (3 processes)``."""
+@dataclass
+class BusyPart:
+    """One name's share of a moment's runnable tasks (``busy_parts``)."""
+
+    tasks: int = 0
+    #: The runnable tasks of each of its processes that had any.
+    processes: list[int] = field(default_factory=list)
+    #: The names of the runnable threads of those of its processes that had several.
+    threads: Counter[str] = field(default_factory=Counter)
+
+
+def busy_parts(table: list[ProcessState], roles: Roles, groups: dict[int, str]) -> dict[str, BusyPart]:
+    """A moment's runnable tasks by name (``Roles.name``): what the phase table's over-the-cores mix and the
+    traces' words (``describe``) are made of."""
     by_pid = {p.pid: p for p in table}
-    tasks: Counter[str] = Counter()
-    per_process: dict[str, list[int]] = {}
-    threads: dict[str, Counter[str]] = {}
+    parts: dict[str, BusyPart] = {}
     for p in table:
         if p.runnable:
-            name = roles.name(p, by_pid, groups)
-            tasks[name] += p.runnable
-            per_process.setdefault(name, []).append(p.runnable)
-            threads.setdefault(name, Counter()).update(p.threads)
+            part = parts.setdefault(roles.name(p, by_pid, groups), BusyPart())
+            part.tasks += p.runnable
+            part.processes.append(p.runnable)
+            part.threads.update(p.threads)
+    return parts
+
+
+def describe(parts: dict[str, BusyPart]) -> str:
+    """A trace's words for a moment over the cores: each name's runnable tasks, most first, with how many
+    processes had them and the most one had: ``12 conformance worker (11 processes, up to 2 each); 3
+    pre-lowering (3 processes)``."""
     words = []
-    for name, n in sorted(tasks.items(), key=lambda kv: (-kv[1], kv[0])):
-        counts = per_process[name]
+    for name, part in sorted(parts.items(), key=lambda kv: (-kv[1].tasks, kv[0])):
+        counts = part.processes
         most = f", up to {max(counts)} each" if max(counts) > 1 and len(counts) > 1 else ""
-        named = ", ".join(f"{k} {thread}" for thread, k in threads[name].most_common(THREADS_SHOWN))
+        named = ", ".join(f"{k} {thread}" for thread, k in part.threads.most_common(THREADS_SHOWN))
         several = f"; threads of those with several: {named}" if named else ""
-        words.append(f"{n} {name} ({len(counts)} process{'es' if len(counts) > 1 else ''}{most}{several})")
+        words.append(
+            f"{part.tasks} {name} ({len(counts)} process{'es' if len(counts) > 1 else ''}{most}{several})"
+        )
     return "; ".join(words)
+
+
+def busiest(table: list[ProcessState], roles: Roles, groups: dict[int, str]) -> str:
+    """``describe`` of ``table``'s runnable tasks (``busy_parts``)."""
+    return describe(busy_parts(table, roles, groups))
 
 
 def runnable_in(table: list[ProcessState]) -> int:
@@ -282,18 +304,17 @@ class BusySampler:
             return False  # no /proc: nothing to sample
         now, value = self.clock(), runnable_in(table)
         self.samples.append((now, value))
+        who = ""
         if value > self.cores:
-            mix: Counter[str] = Counter()
+            parts = busy_parts(table, self.roles, self.groups)
+            mix = Counter({name: part.tasks for name, part in parts.items()})
             paused: Counter[str] = Counter({name: 0 for name in self.groups.values()})
-            by_pid = {p.pid: p for p in table}
             for p in table:
-                if p.runnable:
-                    mix[self.roles.name(p, by_pid, self.groups)] += p.runnable
                 if p.stopped and p.group in self.groups:
                     paused[self.groups[p.group]] += 1
             self.over.append((now, mix, paused))
+            who = describe(parts) if self._trace is not None else ""
         if self._trace is not None:
-            who = busiest(table, self.roles, self.groups) if value > self.cores else ""
             self._trace.write(f"{now - (self.origin or 0.0):.2f}\t{value}\t{who}\n")
         return True
 

@@ -261,8 +261,9 @@ class CpuBudget:
         if self._trace is not None:
             row = (now, runnable, others, peak, ours_running, len(self.paused))
             done = (self.pauses - pauses, self.resumes - resumes)
-            outside = [p for p in table if p.group != self.group]
-            who = busiest(outside, self.roles, {}) if runnable > self.budget else ""
+            who = ""
+            if runnable > self.budget:  # who, outside the group: only where over (a look is milliseconds)
+                who = busiest([p for p in table if p.group != self.group], self.roles, {})
             self._trace.write("\t".join([f"{row[0]:.3f}", *map(str, row[1:]), *map(str, done), who]) + "\n")
         return True
 
