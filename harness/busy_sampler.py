@@ -1,9 +1,12 @@
-"""How many threads were ready to run while a run went on: the evidence that no phase had more busy
-processes than cores (issue 31), from the run's own timeline rather than from its sizing's intent.
+"""How many processes and threads were ready to run while a run went on: the evidence that no phase had
+more busy processes than cores (issue 31), from the run's own timeline rather than from its sizing's intent.
 
 Once a second a thread counts the tasks (threads of every process this machine shows) whose state in
-``/proc/<pid>/task/<tid>/stat`` is ``R`` (running or waiting for a core), less itself. More runnable
-tasks than cores means work waited for a core. In a container ``/proc`` shows the container's processes
+``/proc/<pid>/task/<tid>/stat`` is ``R`` (running or waiting for a core), less itself, and the busy
+processes: those with a task in ``R``, its own process only where another of its threads is (the sampler
+is running only because it samples). The busy processes are what issue 31 counts against the cores; the
+tasks are stricter (a process with two runnable threads wants two cores): more runnable tasks than cores
+means work waited for a core. In a container ``/proc`` shows the container's processes
 only, on a VM the whole machine's: either way what competes with the run for its cores. A phase's row then
 says the median, the 95th percentile and the maximum of its samples (``BusySampler.summary``), and, where
 samples had more runnable tasks than cores, who they were: each task by its process's part in the run
@@ -205,6 +208,13 @@ def runnable_in(table: list[ProcessState]) -> int:
     return max(0, sum(p.runnable for p in table) - 1)
 
 
+def busy_processes_in(table: list[ProcessState], own: int | None = None) -> int:
+    """Processes in ``table`` with a task in state ``R``; process ``own`` (default: this one, whose calling
+    thread was running while it looked) only where it had two."""
+    me = os.getpid() if own is None else own
+    return sum(1 for p in table if p.runnable > (1 if p.pid == me else 0))
+
+
 def runnable_tasks(proc: Path = PROC) -> int | None:
     """Tasks in state ``R`` now, less the calling thread; None where ``proc`` cannot be read."""
     table = processes(proc)
@@ -212,33 +222,58 @@ def runnable_tasks(proc: Path = PROC) -> int | None:
 
 
 @dataclass(frozen=True)
-class BusySummary:
-    """Runnable tasks over one window of the run."""
+class Spread:
+    """One count's median, 95th percentile and most over a window's samples."""
 
-    samples: int
     median: int
     p95: int
     maximum: int
+
+    @classmethod
+    def of(cls, values: list[int]) -> Spread:
+        ordered = sorted(values)
+
+        def rank(q: float) -> int:
+            return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+        return cls(rank(0.5), rank(0.95), ordered[-1])
+
+    def __str__(self) -> str:
+        return f"p50 {self.median}, p95 {self.p95}, max {self.maximum}"
+
+
+@dataclass(frozen=True)
+class BusySummary:
+    """Runnable tasks and busy processes over one window of the run."""
+
+    samples: int
+    #: Runnable tasks per sample.
+    tasks: Spread
+    #: Busy processes per sample (``busy_processes_in``).
+    processes: Spread
     cores: int
     #: Samples with more runnable tasks than ``cores``.
     over: int = 0
-    #: Over those samples, the runnable tasks per sample of each process name or group, most first.
+    #: Samples with more busy processes than ``cores``.
+    processes_over: int = 0
+    #: Over the samples with more tasks than cores, the runnable tasks per sample of each process name or
+    #: group, most first.
     over_mix: tuple[tuple[str, float], ...] = ()
     #: Over those samples, the stopped processes per sample of each named group (paused compiles).
     over_paused: tuple[tuple[str, float], ...] = ()
 
     @property
     def detail(self) -> str:
-        """The phase table's words for it."""
+        """The phase table's words for it: busy processes (issue 31's count) first, then runnable tasks."""
         words = (
-            f"runnable p50 {self.median}, p95 {self.p95}, max {self.maximum} of {self.cores} cores "
-            f"({self.samples} samples)"
+            f"busy processes {self.processes} of {self.cores} cores, over them in {self.processes_over} "
+            f"of {self.samples} samples; runnable tasks {self.tasks}"
         )
         if not self.over:
             return words
         mix = ", ".join(f"{per:.1f} {who}" for who, per in self.over_mix[:MIX_SHOWN])
         paused = "".join(f", {per:.1f} {who} processes paused" for who, per in self.over_paused)
-        return f"{words}; over the cores in {self.over}, there on average {mix}{paused}"
+        return f"{words}, over the cores in {self.over}, there on average {mix}{paused}"
 
 
 #: The phase table names this many of an over-the-cores mix's largest parts.
@@ -246,13 +281,15 @@ MIX_SHOWN = 4
 #: A run's busy trace: ``results/<run>.busy.tsv``.
 BUSY_TRACE_SUFFIX = ".busy.tsv"
 #: The columns of the busy trace (``BusySampler.trace_path``): seconds from the run's start; runnable
-#: tasks; where over the cores, who they were (``busiest``).
-TRACE_HEADER = "t_s\trunnable\tbusiest_over_the_cores\n"
+#: tasks; busy processes (``busy_processes_in``); where the tasks were over the cores, who they were
+#: (``busiest``).
+TRACE_HEADER = "t_s\trunnable\tbusy_processes\tbusiest_over_the_cores\n"
 
 
 class BusySampler:
-    """Samples the runnable tasks (``processes``, ``runnable_in``) every ``interval_s`` in a daemon
-    thread, from ``start`` to ``stop``; where a sample has more than ``cores``, also who they were."""
+    """Samples the runnable tasks and busy processes (``processes``, ``runnable_in``, ``busy_processes_in``)
+    every ``interval_s`` in a daemon thread, from ``start`` to ``stop``; where a sample has more tasks than
+    ``cores``, also who they were. ``own``: the sampling process's pid (default: this one)."""
 
     def __init__(
         self,
@@ -263,8 +300,10 @@ class BusySampler:
         trace_path: Path | None = None,
         origin: float | None = None,
         roles: Roles | None = None,
+        own: int | None = None,
     ) -> None:
         self.interval_s = interval_s
+        self.own = os.getpid() if own is None else own
         self.scan = scan
         self.clock = clock
         self.cores = cores or os.cpu_count() or 1
@@ -276,8 +315,8 @@ class BusySampler:
         self._trace: TextIO | None = None
         #: Process group → the name its runnable tasks are counted under (``pre-lowering``).
         self.groups: dict[int, str] = {}
-        #: (clock time, runnable tasks), in order.
-        self.samples: list[tuple[float, int]] = []
+        #: (clock time, runnable tasks, busy processes), in order.
+        self.samples: list[tuple[float, int, int]] = []
         #: For the samples over ``cores``: (clock time, runnable tasks per process name or group, stopped
         #: processes of each named group).
         self.over: list[tuple[float, Counter[str], Counter[str]]] = []
@@ -302,8 +341,8 @@ class BusySampler:
         table = self.scan()
         if table is None:
             return False  # no /proc: nothing to sample
-        now, value = self.clock(), runnable_in(table)
-        self.samples.append((now, value))
+        now, value, busy = self.clock(), runnable_in(table), busy_processes_in(table, self.own)
+        self.samples.append((now, value, busy))
         who = ""
         if value > self.cores:
             parts = busy_parts(table, self.roles, self.groups)
@@ -315,23 +354,21 @@ class BusySampler:
             self.over.append((now, mix, paused))
             who = describe(parts) if self._trace is not None else ""
         if self._trace is not None:
-            self._trace.write(f"{now - (self.origin or 0.0):.2f}\t{value}\t{who}\n")
+            self._trace.write(f"{now - (self.origin or 0.0):.2f}\t{value}\t{busy}\t{who}\n")
         return True
 
     def summary(self, start: float, end: float) -> BusySummary | None:
         """Over the samples taken from ``start`` to ``end`` (clock times); None with none."""
-        values = sorted(v for t, v in list(self.samples) if start <= t <= end)
-        if not values:
+        window = [(v, n) for t, v, n in list(self.samples) if start <= t <= end]
+        if not window:
             return None
-
-        def rank(q: float) -> int:
-            return values[min(len(values) - 1, round(q * (len(values) - 1)))]
-
+        tasks, busy = Spread.of([v for v, _ in window]), Spread.of([n for _, n in window])
+        processes_over = sum(1 for _, n in window if n > self.cores)
         picked = [(mix, paused) for t, mix, paused in list(self.over) if start <= t <= end]
         over_mix = _average([mix for mix, _ in picked])
         over_paused = _average([paused for _, paused in picked])
         return BusySummary(
-            len(values), rank(0.5), rank(0.95), values[-1], self.cores, len(picked), over_mix, over_paused
+            len(window), tasks, busy, self.cores, len(picked), processes_over, over_mix, over_paused
         )
 
 

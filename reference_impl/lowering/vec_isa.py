@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -157,10 +158,12 @@ def warm_in_background() -> threading.Thread:
     On a fresh machine inductor's answers are a chain of about ten checks (3-8 s each on torch 2.11), each
     asked only once the one before passed, and every process's first compile waits for the chain. So the
     thread first learns which checks the chain would ask if all passed (``_plan``, in a throwaway
-    interpreter) and runs them side by side, then lets inductor ask for real: it finds its answers
-    recorded. A check the chain would not have asked costs only its time. A process that will compile soon
-    and has little else to do (the toolchain preflight's child) starts it first thing. Errors are left to
-    the compile that asks the same questions (it reports them)."""
+    interpreter) and runs them side by side, as many at once as the machine has cores free
+    (``CoreRoom``), then lets inductor ask for real: it finds its answers recorded. A check the chain
+    would not have asked costs only its time. A process that will compile soon and has little else to
+    do (the toolchain preflight's child) starts it first thing. Errors are left to the compile that asks
+    the same questions (it reports them).
+    """
 
     def ask() -> None:
         from torch._inductor.cpu_vec_isa import valid_vec_isa_list
@@ -200,21 +203,84 @@ def _plan(timeout_s: float = 180.0) -> list[list[str]]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _speculate(plan: list[list[str]]) -> None:
-    """Run the checks of ``plan`` side by side, each recorded as the chain's own would be (same ISA name,
-    flags and code); one whose instance cannot be rebuilt with those flags is left to the chain."""
+#: Where Linux says how many tasks are runnable right now (the fourth field: runnable/total).
+LOADAVG = Path("/proc/loadavg")
+#: Seconds between two looks for a free core.
+ROOM_POLL_S = 0.05
+#: Seconds a started check gets to show up as runnable before the next one is let in on the count.
+ROOM_SETTLE_S = 0.2
+#: The longest a check waits for a free core while none of the others runs: the chain must go on.
+ROOM_WAIT_S = 5.0
+
+
+def runnable_now(loadavg: Path = LOADAVG) -> int | None:
+    """The machine's runnable tasks right now, less the reader; None where it cannot be read."""
+    try:
+        return max(0, int(loadavg.read_text().split()[3].partition("/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class CoreRoom:
+    """Lets checks start only while the machine has a core free: fewer runnable tasks than ``limit`` (its
+    cores less one in eight, what a burst of the suite's case workers may take at once). Side by side
+    beside a run's twelve busy case workers, ten checks put 24 runnable tasks on 16 cores (issue 31). A
+    check waits at most ``wait_s`` while none of its siblings runs, so the chain goes on on a full
+    machine. Where the count cannot be read, every check starts at once, as before."""
+
+    def __init__(self, limit: int | None = None, count: Callable[[], int | None] = runnable_now,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 wait_s: float = ROOM_WAIT_S) -> None:  # fmt: skip
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.limit = limit if limit is not None else max(1, cores - max(1, cores // 8))
+        self.count, self.clock, self.sleep, self.wait_s = count, clock, sleep, wait_s
+        self.running = 0
+        self._lock = threading.Lock()
+        self._admit = threading.Lock()  # one admission at a time: each sees the one before it
+
+    @contextlib.contextmanager
+    def core(self) -> Iterator[None]:
+        """Hold a core for the block: entered once the machine has one free."""
+        with self._admit:
+            since = self.clock()
+            while True:
+                busy = self.count()
+                if busy is None or busy < self.limit:
+                    break
+                with self._lock:
+                    alone = self.running == 0
+                if alone and self.clock() - since >= self.wait_s:
+                    break
+                self.sleep(ROOM_POLL_S)
+            with self._lock:
+                self.running += 1
+            if busy is not None:
+                self.sleep(ROOM_SETTLE_S)  # its compiler shows in the next count
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def _speculate(plan: list[list[str]], room: CoreRoom | None = None) -> None:
+    """Run the checks of ``plan`` side by side, as ``room`` lets them start (default: a ``CoreRoom`` of
+    this machine's), each recorded as the chain's own would be (same ISA name, flags and code); one whose
+    instance cannot be rebuilt with those flags is left to the chain."""
     from torch._inductor import cpu_vec_isa
 
     current = cpu_vec_isa.VecISA.__dict__["check_build"]
     torch_check = getattr(current, "torch_check", current)  # torch's own, also while probed_once patches
+    room = room or CoreRoom()
 
     def one(name: str, flags: str, code: str) -> None:
         isa = getattr(cpu_vec_isa, name)()
         isa._arch_flags = flags
         if hasattr(isa, "_is_avx512_bf16_supported"):  # else build_arch_flags would add its flag again
             isa._is_avx512_bf16_supported = False
-        if _isa_flags(isa) == flags:
-            shared_check(isa, code, lambda: torch_check(isa, code))
+        if _isa_flags(isa) == flags and _read(record_path(isa, code)) is None:  # recorded: no core needed
+            with room.core():
+                shared_check(isa, code, lambda: torch_check(isa, code))
 
     with ThreadPoolExecutor(max(1, len(plan))) as pool:
         list(pool.map(lambda step: one(*step), plan))

@@ -16,7 +16,9 @@ from harness.busy_sampler import (
     BusySummary,
     ProcessState,
     Roles,
+    Spread,
     busiest,
+    busy_processes_in,
     processes,
     runnable_tasks,
 )
@@ -56,6 +58,19 @@ def test_processes_name_each_process_and_its_group(tmp_path: Path) -> None:
     ]
 
 
+def test_busy_processes_count_a_process_once_and_the_samplers_own_only_with_another_thread() -> None:
+    table = [
+        ProcessState(1, 1, 1, "python3"),  # the sampler's process, its sampling thread alone runnable
+        ProcessState(5, 5, 3, "python3"),  # three runnable threads: one busy process
+        ProcessState(7, 5, 1, "cc1plus"),
+        ProcessState(9, 9, 0, "python3"),  # asleep
+        ProcessState(11, 9, 0, "cc1plus", stopped=True),  # paused
+    ]
+    assert busy_processes_in(table, own=1) == 2
+    assert busy_processes_in([*table[1:], ProcessState(1, 1, 2, "python3")], own=1) == 3  # it has work too
+    assert busy_processes_in(table, own=99) == 3  # seen from another process, pid 1 is busy
+
+
 def test_runnable_tasks_without_proc_is_none(tmp_path: Path) -> None:
     assert runnable_tasks(tmp_path / "missing") is None
 
@@ -86,12 +101,21 @@ def running(n: int) -> list[ProcessState]:
 
 def test_a_window_gives_its_samples_percentiles() -> None:
     sampler = BusySampler(scan=lambda: None, cores=16)
-    sampler.samples = [(float(t), v) for t, v in enumerate([3, 9, 14, 15, 15, 15, 15, 15, 15, 15, 20, 2])]
+    tasks = [3, 9, 14, 15, 15, 15, 15, 15, 15, 15, 20, 2]
+    busy = [2, 8, 12, 13, 13, 13, 13, 13, 13, 13, 17, 1]
+    sampler.samples = [(float(t), v, n) for t, (v, n) in enumerate(zip(tasks, busy, strict=True))]
     # t = 1..10: 9, 14, seven 15s, 20; the 95th percentile of ten samples is the highest
-    assert sampler.summary(1.0, 10.0) == BusySummary(samples=10, median=15, p95=20, maximum=20, cores=16)
-    assert sampler.summary(1.0, 9.0) == BusySummary(samples=9, median=15, p95=15, maximum=15, cores=16)
+    assert sampler.summary(1.0, 10.0) == BusySummary(
+        samples=10, tasks=Spread(15, 20, 20), processes=Spread(13, 17, 17), cores=16, processes_over=1
+    )
+    assert sampler.summary(1.0, 9.0) == BusySummary(
+        samples=9, tasks=Spread(15, 15, 15), processes=Spread(13, 13, 13), cores=16
+    )
     assert sampler.summary(100.0, 200.0) is None  # no sample in the window
-    assert sampler.summary(0.0, 0.0).detail == "runnable p50 3, p95 3, max 3 of 16 cores (1 samples)"  # type: ignore[union-attr]
+    assert sampler.summary(0.0, 0.0).detail == (  # type: ignore[union-attr]
+        "busy processes p50 2, p95 2, max 2 of 16 cores, over them in 0 of 1 samples; "
+        "runnable tasks p50 3, p95 3, max 3"
+    )
 
 
 def test_the_sampler_samples_until_stopped_and_stops_without_proc() -> None:
@@ -132,21 +156,28 @@ def test_samples_over_the_cores_say_who_was_runnable(tmp_path: Path) -> None:
     )
     clock = iter(range(3))
     roles = Roles(tmp_path)  # no command lines: each process by its command name
-    sampler = BusySampler(scan=lambda: next(tables), clock=lambda: float(next(clock)), cores=4, roles=roles)
+    sampler = BusySampler(
+        scan=lambda: next(tables), clock=lambda: float(next(clock)), cores=4, roles=roles, own=1
+    )
     sampler.groups[9] = "pre-lowering"
     for _ in range(3):
         assert sampler._sample()
     summary = sampler.summary(0.0, 2.0)
     assert summary is not None
-    assert (summary.over, summary.maximum) == (2, 6)
+    assert (summary.over, summary.tasks.maximum) == (2, 6)
+    assert (summary.processes_over, summary.processes.maximum) == (0, 2)  # 6 tasks, but in 2 processes
     # the two samples over: 5 python3 + 1 pre-lowering, 3 python3 + 4 pre-lowering (the sampler included)
     assert summary.over_mix == (("python3", 4.0), ("pre-lowering", 2.5))
     assert summary.over_paused == (("pre-lowering", 0.5),)  # one paused in one of the two samples
-    assert summary.detail.endswith(
-        "over the cores in 2, there on average 4.0 python3, 2.5 pre-lowering, "
-        "0.5 pre-lowering processes paused"
+    assert summary.detail == (
+        "busy processes p50 2, p95 2, max 2 of 4 cores, over them in 0 of 3 samples; "
+        "runnable tasks p50 5, p95 6, max 6, over the cores in 2, there on average 4.0 python3, "
+        "2.5 pre-lowering, 0.5 pre-lowering processes paused"
     )
-    assert sampler.summary(0.0, 0.0).detail == "runnable p50 3, p95 3, max 3 of 4 cores (1 samples)"  # type: ignore[union-attr]
+    assert sampler.summary(0.0, 0.0).detail == (  # type: ignore[union-attr]
+        "busy processes p50 1, p95 1, max 1 of 4 cores, over them in 0 of 1 samples; "
+        "runnable tasks p50 3, p95 3, max 3"
+    )
 
 
 def _cmdline(proc: Path, pid: int, *args: str) -> None:
@@ -212,7 +243,7 @@ def test_the_trace_has_every_sample_and_names_the_busiest_where_over_the_cores(t
     clock = iter([10.5, 11.5])
     trace = tmp_path / "run.busy.tsv"
     sampler = BusySampler(
-        3600.0, lambda: next(tables), lambda: next(clock), 2, trace, origin=10.0, roles=Roles(tmp_path)
+        3600.0, lambda: next(tables), lambda: next(clock), 2, trace, 10.0, Roles(tmp_path), own=1
     )
     sampler.groups[9] = "pre-lowering"
     sampler.start()  # its first sample at once, the next an hour later
@@ -223,6 +254,6 @@ def test_the_trace_has_every_sample_and_names_the_busiest_where_over_the_cores(t
     sampler.stop()
     assert trace.read_text().splitlines() == [
         TRACE_HEADER.rstrip("\n"),
-        "0.50\t2\t",  # within the cores: the count alone
-        "1.50\t5\t3 pre-lowering (1 process); 3 python3 (2 processes, up to 2 each)",
+        "0.50\t2\t1\t",  # within the cores: the counts alone
+        "1.50\t5\t2\t3 pre-lowering (1 process); 3 python3 (2 processes, up to 2 each)",
     ]

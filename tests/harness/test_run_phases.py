@@ -171,12 +171,14 @@ def test_each_step_of_a_gpu_run_says_how_many_tasks_were_runnable(
     FakeBackground(monkeypatch, after=console.running)  # the preflight lasts a few samples
     run.run_suite(console, _suite(tmp_path))
     details = {p.name: p.detail for p in _table(console)}
-    busy = "runnable p50 12, p95 12, max 12 of 16 cores"
-    assert details["preflight (overlapped)"].startswith(f"toolchain OK; {busy} (")
+    # one process (not the sampler's) with 13 runnable threads, one of them taken for the sampler's own
+    busy = "busy processes p50 1, p95 1, max 1 of 16 cores, over them in 0 of "
+    assert details["preflight (overlapped)"].startswith(f"toolchain OK; {busy}")
+    assert details["preflight (overlapped)"].endswith("samples; runnable tasks p50 12, p95 12, max 12")
     trace = (tmp_path / "results" / "conformance.busy.tsv").read_text().splitlines()  # the run's own timeline
     assert trace[0] == TRACE_HEADER.rstrip("\n")
     assert len(trace) > 2
-    assert all(row.split("\t")[1:] == ["12", ""] for row in trace[1:])
+    assert all(row.split("\t")[1:] == ["12", "1", ""] for row in trace[1:])
 
 
 def test_a_failed_preflight_stops_the_running_cases_the_prelowering_and_the_run(

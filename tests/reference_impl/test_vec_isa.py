@@ -141,3 +141,81 @@ def test_probed_once_patches_torchs_check_and_restores_it(
     assert len(calls) == 1
     with config.patch({"cpp.vec_isa_ok": True}), vec_isa.probed_once():
         assert VecISA.__dict__["check_build"] is torch_check
+
+
+class _Machine:
+    """A machine's runnable count and a clock that the room's sleeps move on."""
+
+    def __init__(self, counts: list[int | None]) -> None:
+        self.counts, self.now, self.slept = counts, 0.0, 0.0
+
+    def count(self) -> int | None:
+        return self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+
+
+def _room(machine: _Machine, limit: int = 14) -> vec_isa.CoreRoom:
+    return vec_isa.CoreRoom(limit, machine.count, lambda: machine.now, machine.sleep, wait_s=5.0)
+
+
+def test_a_check_starts_at_once_where_a_core_is_free() -> None:
+    machine = _Machine([13])
+    room = _room(machine)
+    with room.core():
+        assert room.running == 1
+        assert machine.slept == vec_isa.ROOM_SETTLE_S  # only the wait for its compiler to show
+    assert room.running == 0
+
+
+def test_a_check_waits_while_the_machine_is_full_and_starts_when_a_core_frees() -> None:
+    machine = _Machine([16, 15, 14, 14, 13])
+    room = _room(machine)
+    with room.core():
+        assert machine.now == pytest.approx(4 * vec_isa.ROOM_POLL_S + vec_isa.ROOM_SETTLE_S)
+
+
+def test_a_full_machine_holds_a_check_while_a_sibling_runs_but_not_the_chain_alone() -> None:
+    """While another check runs, a full machine holds the next; the first of them starts after
+    ``wait_s`` even on a machine that stays full, so the chain goes on."""
+    machine = _Machine([20])
+    room = _room(machine)
+    with room.core():  # alone: waits its 5 s, then starts
+        assert 5.0 <= machine.now < 5.0 + vec_isa.ROOM_POLL_S + vec_isa.ROOM_SETTLE_S + 1e-9
+        entered = threading.Event()
+
+        def sibling() -> None:
+            with room.core():
+                entered.set()
+
+        thread = threading.Thread(target=sibling, daemon=True)
+        thread.start()
+        assert not entered.wait(0.2)  # the clock runs on (the fake sleeps), the machine stays full
+        assert machine.now > 100.0
+        machine.counts = [3]  # a core frees
+        assert entered.wait(5.0)
+        thread.join(5.0)
+
+
+def test_an_unreadable_count_lets_every_check_start_at_once() -> None:
+    machine = _Machine([None])
+    room = _room(machine)
+    with room.core(), room.core():
+        assert room.running == 2
+    assert machine.slept == 0.0
+
+
+def test_the_room_of_this_machine_keeps_a_core_in_eight_for_bursts() -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    assert vec_isa.CoreRoom().limit == max(1, cores - max(1, cores // 8))
+    assert vec_isa.runnable_now(Path("/nonexistent/loadavg")) is None
+
+
+def test_the_runnable_count_is_the_kernels_less_the_reader(tmp_path: Path) -> None:
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.52 0.31 0.20 7/1234 9999\n")
+    assert vec_isa.runnable_now(loadavg) == 6
+    loadavg.write_text("garbled\n")
+    assert vec_isa.runnable_now(loadavg) is None
