@@ -12,7 +12,9 @@ group; it resumes (SIGCONT) paused ones, the longest paused first, as many as th
 when paused fit beside the most the other processes had runnable over the last ``PEAK_S`` (the case
 workers' load flickers faster than a look) and a margin below the budget (``resume_margin``); and every
 ``ROTATE_S`` it swaps the longest paused for the longest running, so no program waits behind the others
-(a case may be waiting for it). Only the pre-lowering's processes are ever paused (the compiles, and the
+(a case may be waiting for it). A compile process that ran lately and now sleeps with no child to wait
+for (a file, a lock, its GPU) may wake at any moment: it counts as busy (``WAKE_S``), and is paused first.
+Only the pre-lowering's processes are ever paused (the compiles, and the
 front door's toolchain preflight, started in their group), never a case worker. ``stop`` resumes every
 process it paused; a guard process resumes the group should the front door be killed outright first.
 
@@ -60,14 +62,22 @@ OVER_LOOKS = 1
 #: H100's looks were over in 7.1 % with 1 s and 7.0 % with 2 s (another H100), the compiles running as
 #: many tasks on average (6.0): no measurable difference either way.
 PEAK_S = 2.0
+#: Seconds since a compile process was last seen runnable within which, asleep with no child of its own
+#: to wait for, it counts as busy: it may wake at any moment. Counted only while runnable, sleeping
+#: compile processes woke together between looks: one H100's cold run had 22 busy processes on 16 cores
+#: at one sample (16 of them compile processes, with 5 case workers). A process waiting for its child (a
+#: compiler) is not counted: the child's core is what it takes back. Longer asleep (the pool's helpers,
+#: a process waiting for its next program), it counts as idle.
+WAKE_S = 5.0
 #: Cores per core of margin left free when resuming (``resume_margin``).
 MARGIN_PER_CORES = 16
 #: The columns of the trace (``CpuBudget.trace_path``): clock seconds; runnable tasks; those outside the
-#: group; their most over the last ``PEAK_S``; the group's running tasks; its processes paused after the
-#: look; processes paused and resumed at the look; where over the budget, the busiest processes outside
-#: the group (``busy_sampler.busiest``).
+#: group; their most over the last ``PEAK_S``; the group's running tasks; its processes asleep that count
+#: as busy (``WAKE_S``); its processes paused after the look; processes paused and resumed at the look;
+#: where over the budget, the busiest processes outside the group (``busy_sampler.busiest``).
 TRACE_HEADER = (
-    "t_s\trunnable\tothers\tothers_peak\tcompiles_running\tpaused\tpaused_now\tresumed_now\tbusiest_others\n"
+    "t_s\trunnable\tothers\tothers_peak\tcompiles_running\tcompiles_may_wake\tpaused\tpaused_now"
+    "\tresumed_now\tbusiest_others\n"
 )
 #: Seconds after which the longest paused compile process takes the place of the longest running one.
 ROTATE_S = 2.0
@@ -139,6 +149,9 @@ class CpuBudget:
     paused: dict[int, int] = field(default_factory=dict)
     #: pid → since when it has run (first seen running, or resumed).
     running_since: dict[int, float] = field(default_factory=dict)
+    #: pid → when it was last seen runnable (``WAKE_S``).
+    last_runnable: dict[int, float] = field(default_factory=dict)
+    wake_s: float = WAKE_S
     #: Processes paused (SIGSTOP) and resumed (SIGCONT) so far.
     pauses: int = 0
     resumes: int = 0
@@ -229,23 +242,29 @@ class CpuBudget:
         running = [p for p in ours.values() if p.pid not in self.paused and p.runnable]
         for p in running:
             self.running_since.setdefault(p.pid, now)
-        for pid in [pid for pid in self.running_since if pid not in ours]:
-            del self.running_since[pid]
+            self.last_runnable[p.pid] = now
+        for known in (self.running_since, self.last_runnable):
+            for pid in [pid for pid in known if pid not in ours]:
+                del known[pid]
+        may_wake = self._may_wake(ours, table, now)
         others = runnable - sum(p.runnable for p in ours.values())
         self._others = [(t, n) for t, n in self._others if now - t < self.peak_s] + [(now, others)]
         peak, ours_running = max(n for _, n in self._others), sum(p.runnable for p in running)
-        # the budget less its margin and the most the others ran lately
-        room = self.budget - self.margin - peak - ours_running
-        self._over = self._over + 1 if runnable > self.budget else 0
+        # the budget less its margin, the most the others ran lately and the compiles that may wake
+        room = self.budget - self.margin - peak - ours_running - len(may_wake)
+        busy = runnable + len(may_wake)
+        self._over = self._over + 1 if busy > self.budget else 0
         pauses, resumes = self.pauses, self.resumes
         if self._over >= OVER_LOOKS:
-            # the most recently resumed (then the newest) first: the longest running keep their turn
-            over = runnable - self.budget
-            for p in sorted(running, key=lambda p: (-self.running_since[p.pid], -p.pid)):
+            # those asleep first (they lose nothing now), then the most recently resumed (then the
+            # newest): the longest running keep their turn
+            over = busy - self.budget
+            latest = sorted(running, key=lambda p: (-self.running_since[p.pid], -p.pid))
+            for p in [*may_wake, *latest]:
                 if over <= 0:
                     break
-                self._pause(p.pid, now, p.runnable)
-                over -= p.runnable
+                self._pause(p.pid, now, max(1, p.runnable))
+                over -= max(1, p.runnable)
         elif room > 0 and self.paused:  # a core is free now and lately: no wait
             for pid, weight in list(self.paused.items()):
                 if weight > room:
@@ -259,13 +278,30 @@ class CpuBudget:
         if now - self._last_rotation >= self.rotate_s:
             self._last_rotation = now
         if self._trace is not None:
-            row = (now, runnable, others, peak, ours_running, len(self.paused))
+            row = (now, runnable, others, peak, ours_running, len(may_wake), len(self.paused))
             done = (self.pauses - pauses, self.resumes - resumes)
             who = ""
-            if runnable > self.budget:  # who, outside the group: only where over (a look is milliseconds)
+            if busy > self.budget:  # who, outside the group: only where over (a look is milliseconds)
                 who = busiest([p for p in table if p.group != self.group], self.roles, {})
             self._trace.write("\t".join([f"{row[0]:.3f}", *map(str, row[1:]), *map(str, done), who]) + "\n")
         return True
+
+    def _may_wake(
+        self, ours: dict[int, ProcessState], table: list[ProcessState], now: float
+    ) -> list[ProcessState]:
+        """The group's processes not paused, asleep, with no child to wait for, seen runnable within
+        ``wake_s``: each may wake at any moment, so each counts as busy. Longest asleep first."""
+        parents = {p.parent for p in table}
+        asleep = [
+            p
+            for p in ours.values()
+            if p.pid not in self.paused
+            and not p.runnable
+            and not p.stopped
+            and p.pid not in parents
+            and now - self.last_runnable.get(p.pid, -float("inf")) < self.wake_s
+        ]
+        return sorted(asleep, key=lambda p: (self.last_runnable[p.pid], p.pid))
 
     def _pause(self, pid: int, now: float, runnable: int = 1) -> None:
         if self.send(pid, signal.SIGSTOP):

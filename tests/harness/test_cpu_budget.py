@@ -18,6 +18,7 @@ from harness.run_phases.cpu_budget import (
     OVER_LOOKS,
     PEAK_S,
     TRACE_HEADER,
+    WAKE_S,
     CpuBudget,
     resume_group,
     resume_margin,
@@ -202,6 +203,55 @@ def test_stopping_resumes_every_paused_process_and_ended_ones_are_forgotten() ->
     assert CpuBudget(GROUP, 4).detail == "0 pauses of compile processes to keep within 4 busy"
 
 
+def test_a_compile_asleep_that_ran_lately_counts_as_busy_and_is_paused_first() -> None:
+    """A compile process that was runnable a look ago and now sleeps with no child (a file, a lock) may
+    wake at any moment: it counts against the budget, is paused before a running one, and keeps a
+    paused compile from resuming. Asleep longer than ``WAKE_S``, it is idle."""
+    machine = Machine(compiles=[21, 22, 23])
+    keeper = machine.keeper(budget=6)  # 3 workers + 3 compiles: at the budget
+    assert keeper.step()
+    assert machine.stopped == set()
+    machine.threads = {22: 0}  # 22 sleeps now: 5 runnable, but 22 may wake
+    machine.workers = [*WORKERS, ProcessState(14, 1, 1, "python3")]  # a fourth worker: 6 runnable
+    machine.now = 0.2
+    assert keeper.step()
+    assert machine.stopped == {22}  # the sleeper, not a running compile
+    machine.threads = {}
+    machine.workers = list(WORKERS)
+    machine.now = 0.4 + PEAK_S  # room for one: 22 resumes
+    assert keeper.step()
+    assert machine.stopped == set()
+    machine.threads = {21: 0}
+    machine.now = 0.6 + PEAK_S  # 21 asleep, seen runnable 0.2 s ago: 3 + 2 runnable + 1 may wake
+    assert keeper.step()
+    assert machine.stopped == set()
+    machine.workers = [*WORKERS, ProcessState(14, 1, 1, "python3")]
+    assert keeper.step()
+    assert machine.stopped == {21}
+    keeper.stop()
+    machine.threads = {21: 0}
+    machine.now += WAKE_S  # asleep for longer: idle, not counted
+    assert keeper.step()
+    assert machine.stopped == set()
+
+
+def test_a_compile_waiting_for_its_compiler_or_never_runnable_is_not_counted() -> None:
+    """A compile process waiting for its child (the compiler, busy or not) gets its core back from the
+    child; a process of the group never seen runnable (the pool's helpers) is idle: neither counts."""
+    machine = Machine(compiles=[21, 22, 23])
+    keeper = machine.keeper(budget=6)
+    assert keeper.step()  # 21, 22 and 23 seen runnable
+    machine.threads = {22: 0, 24: 0}
+    machine.compiles = [21, 22, 23, 24]  # 24: a helper, never runnable
+    compiler = ProcessState(31, GROUP, 1, "cc1plus", parent=22)
+    scan = machine.scan
+    machine.workers = list(WORKERS)
+    keeper.scan = lambda: [*scan(), compiler]
+    machine.now = 0.2
+    assert keeper.step()  # 3 workers + 21, 23 and the compiler: at the budget
+    assert machine.stopped == set()
+
+
 def test_without_proc_it_does_nothing() -> None:
     keeper = CpuBudget(GROUP, 4, scan=lambda: None)
     assert not keeper.step()
@@ -285,7 +335,7 @@ def test_each_look_is_a_line_of_its_trace(tmp_path: Path) -> None:
     assert [row.split("\t")[1:] for row in rows] == [
         # 3 workers + 5 compiles: 8 runnable, 3 of them others (who: the keeper's own thread too); 2
         # compiles paused at this look
-        ["8", "3", "3", "5", "2", "2", "0", "3 python3 (3 processes); 1 ? (1 process)"],
+        ["8", "3", "3", "5", "0", "2", "2", "0", "3 python3 (3 processes); 1 ? (1 process)"],
         # 3 + 3 runnable: within the budget, no room beside the others' peak: nothing done
-        ["6", "3", "3", "3", "2", "0", "0", ""],
+        ["6", "3", "3", "3", "0", "2", "0", "0", ""],
     ]
