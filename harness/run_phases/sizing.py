@@ -193,7 +193,7 @@ def size_gpu_run(
                 headroom = burst_headroom(cpus)
                 keep_within = cpus - headroom
                 reasons.append(
-                    f"compile processes paused while more than {keep_within} tasks are runnable "
+                    f"compile processes paused while more than {keep_within} tasks are runnable or may wake "
                     f"({headroom} of the cores kept for the case workers' bursts)"
                 )
         else:

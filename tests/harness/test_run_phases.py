@@ -268,8 +268,8 @@ def test_a_cold_cache_prelowers_beside_the_cases(tmp_path: Path, monkeypatch: py
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert str(why).endswith(
         "pre-lowering beside them at a lower priority: 15 compile processes; "
-        "compile processes paused while more than 14 tasks are runnable (2 of the cores kept for the case "
-        "workers' bursts)"
+        "compile processes paused while more than 14 tasks are runnable or may wake (2 of the cores kept "
+        "for the case workers' bursts)"
     )
 
 

@@ -80,8 +80,8 @@ def test_the_override_sets_the_workers_and_the_compiles_keep_the_budget() -> Non
     assert size.reasons[-3:] == (
         "$CONFORMANCE_WORKERS_PER_GPU=5: 5 case workers",
         "pre-lowering beside them at a lower priority: 15 compile processes",
-        "compile processes paused while more than 14 tasks are runnable (2 of the cores kept for the case "
-        "workers' bursts)",
+        "compile processes paused while more than 14 tasks are runnable or may wake (2 of the cores kept "
+        "for the case workers' bursts)",
     )
     assert size.keep_within == 14  # 2 of the 16 cores for the workers' bursts
     unkept = _sizing(16, 1, CONFORMANCE_CPU_BUDGET="0")
