@@ -87,6 +87,7 @@ def test_crashes(backend):
 """
 
 
+@pytest.mark.proof  # a chapter run in a real pytest (tests/chapter_runner.py): 15-19 s on two cores
 def test_a_run_prints_progress_and_ends_with_the_failed_rules_first(tmp_path: Path) -> None:
     chapter = tmp_path / "test_some_chapter.py"
     chapter.write_text(CHAPTER)

@@ -165,6 +165,7 @@ def _phase(tmp_path: Path) -> tuple[PytestPhase, list[str], Path]:
     return phase, cmd, ran
 
 
+@pytest.mark.proof  # a real pytest phase, its xdist worker and the plugin: 14-35 s on two cores
 def test_a_phase_started_early_runs_its_cases_only_once_released(tmp_path: Path) -> None:
     phase, cmd, ran = _phase(tmp_path)
     console = _Console()

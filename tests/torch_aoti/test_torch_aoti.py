@@ -294,5 +294,6 @@ def test_a_package_with_damaged_files_is_compiled_again(
     assert not list((tmp_path / "another" / "torch_aoti").glob("*.pt2"))  # nothing damaged is kept
 
 
+@pytest.mark.proof  # the real compile of ``program`` (31 s on a cold cache), which only proofs share
 def test_a_real_package_has_no_damaged_member(program: Path) -> None:
     assert adapter.damaged_members(program.read_bytes()) == []
