@@ -7,7 +7,13 @@ The suite's workers would compile programs as cases ask for them, several worker
 ``backend.lower`` calls the chapters make, many at once, and a backend that caches its artifacts by
 content (the reference does) then serves the chapters from its cache. A backend without a cache only
 loses the time; set ``CONFORMANCE_PRELOWER=0`` for ``nox -s conformance`` to skip this step. The table it
-prints (seconds per program) is also the cold-compile figure of a run.
+prints (seconds per compile) is also the cold-compile figure of a run.
+
+A backend that caches each method apart (protocol attribute ``caches_methods``) gets a program of several
+methods as a job per method (``asr.encoder``, ``asr.decoder``), each lowered exactly as the whole program
+lowers it: the chapters' later ``lower`` of the program finds both in the cache. The run's longest compile
+is then one method, not a program: on a machine of many cores, the pool's tail was a few whole ``asr`` or
+``llm`` compiles with most cores idle.
 
 A run that lowered every program leaves a stamp (``$CONFORMANCE_CACHE_DIR/prelower/<hash>.done``; the hash
 covers the backend's package files, the zoo's sources, the task list, torch and ``$CXX``). A later run
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.models import ZOO
+from conformance.protocol import caches_methods
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
 from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
@@ -68,22 +75,42 @@ def prelower_tasks(
     return tasks
 
 
-def _lower_one(spec: str, model: str, dtype: str, device: str) -> tuple[str, str, float, int, str]:
-    """In a worker process: lower one program; (model, dtype, seconds, bytes, error or "")."""
-    from conformance.programs import lowered
+#: One unit of the pool's work: (model, dtype, device, method); method "" is the whole program.
+Job = tuple[str, str, str, str]
+
+
+def prelower_jobs(tasks: Iterable[tuple[str, str, str]], *, split: bool) -> list[Job]:
+    """The pool's jobs for ``tasks``, in their order: where ``split`` (the backend caches each method apart,
+    ``caches_methods``), a zoo program of several methods is a job per method, so that the run's longest
+    compile is one method (an ``asr`` encoder, not the whole ``asr``); else a job per program."""
+    jobs: list[Job] = []
+    for model, dtype, device in tasks:
+        methods = ZOO[model].methods if split and model in ZOO else ()
+        jobs += (
+            [(model, dtype, device, m) for m in methods] if len(methods) > 1 else [(model, dtype, device, "")]
+        )
+    return jobs
+
+
+def _lower_one(spec: str, model: str, dtype: str, device: str, method: str = "") -> tuple[float, int, str]:
+    """In a worker process: lower one program, or one method of it; (seconds, bytes, error or "")."""
+    from conformance.programs import lower_method, lowered
 
     start = time.perf_counter()
     try:
+        backend = load_backend(spec)
         if model.startswith(VARIANT_PREFIX):
             from conformance.models.variants import build_variant
 
             methods = build_variant(model.removeprefix(VARIANT_PREFIX), device)
-            size = len(load_backend(spec).lower(methods, device=device))
+            size = len(backend.lower(methods, device=device))
+        elif method:
+            size = len(lower_method(backend, model, DTYPES_BY_NAME[dtype], device, method))
         else:
-            size = len(lowered(load_backend(spec), model, DTYPES_BY_NAME[dtype], device).program)
+            size = len(lowered(backend, model, DTYPES_BY_NAME[dtype], device).program)
     except Exception as exc:  # reported in the table; the chapter will report it properly
-        return model, dtype, time.perf_counter() - start, 0, f"{type(exc).__name__}: {exc}"[:200]
-    return model, dtype, time.perf_counter() - start, size, ""
+        return time.perf_counter() - start, 0, f"{type(exc).__name__}: {exc}"[:200]
+    return time.perf_counter() - start, size, ""
 
 
 #: Files whose text is hashed into the stamp; any other file of the backend's package counts by size and
@@ -201,29 +228,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _lower_all(spec: str, tasks: list[tuple[str, str, str]], jobs: int, targets: str, done: Path) -> None:
-    """Lower ``tasks`` in ``jobs`` processes, a line each; write the stamp ``done`` only if none failed."""
+    """Lower ``tasks`` in ``jobs`` processes (a job per method where the backend caches methods), a line per
+    job; write the stamp ``done`` only if none failed."""
     start = time.perf_counter()
-    rows = []
+    work = prelower_jobs(tasks, split=caches_methods(load_backend(spec)))
+    failed: set[tuple[str, str, str]] = set()
     # spawn: a forked child would inherit the parent's CUDA state, which CUDA does not allow.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=dump_stacks_on_signal) as pool:
-        futures = {pool.submit(_lower_one, spec, m, d, dev): dev for m, d, dev in tasks}
+        futures = {pool.submit(_lower_one, spec, *job): job for job in work}
         for future in as_completed(futures):
-            row = future.result()
-            rows.append(row)
-            model, dtype, seconds, size, error = row
-            where = f"{model:16} {futures[future]:4} {dtype:9}"
-            print(f"  {where} {seconds:7.1f} s  {size / 2**20:7.2f} MiB  {error}", flush=True)
+            model, dtype, device, method = futures[future]
+            seconds, size, error = future.result()
+            if error:
+                failed.add((model, dtype, device))
+            name = f"{model}.{method}" if method else model
+            print(
+                f"  {name:16} {device:4} {dtype:9} {seconds:7.1f} s  {size / 2**20:7.2f} MiB  {error}",
+                flush=True,
+            )
         # The stamp and the summary before the pool's shutdown (its processes' exit takes seconds): the
         # front door stops a pre-lowering still running when the cases end, and a run stopped there
         # without its stamp made the next, warm run export every model again.
-        failed = [r for r in rows if r[4]]
         total = time.perf_counter() - start
         if not failed:
             done.parent.mkdir(parents=True, exist_ok=True)
-            done.write_text(f"{len(rows)} programs for {targets} with {spec} in {total:.0f} s\n")
+            done.write_text(f"{len(tasks)} programs for {targets} with {spec} in {total:.0f} s\n")
+        split = f", {len(work)} compiles (a process per method)" if len(work) > len(tasks) else ""
         print(
-            f"prelower: {len(rows) - len(failed)} lowered, {len(failed)} failed, {total:.0f} s wall",
+            f"prelower: {len(tasks) - len(failed)} lowered, {len(failed)} failed, {total:.0f} s wall{split}",
             flush=True,
         )
 

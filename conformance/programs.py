@@ -69,11 +69,31 @@ def _lower(
     if key not in _LOWERED:
         entry = get_model(model)
         eager = entry.build(dtype, torch.device(device))
-        spec = {name: (mod, inputs, entry.dynamic_shapes_for(name)) for name, (mod, inputs) in eager.items()}
         extra = {} if not options else {"options": dict(options)}
-        program = backend.lower(spec, device=device, **extra)
+        program = backend.lower(_lower_spec(entry, eager), device=device, **extra)
         _LOWERED[key] = LoweredModel(entry, dtype, device, program, eager)
     return _LOWERED[key]
+
+
+def _lower_spec(
+    entry: ZooModel, eager: Mapping[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]
+) -> dict[str, tuple[nn.Module, tuple[torch.Tensor, ...], object]]:
+    """``lower``'s ``methods`` argument for ``eager``: each method's module, inputs and dynamic shapes."""
+    return {name: (mod, inputs, entry.dynamic_shapes_for(name)) for name, (mod, inputs) in eager.items()}
+
+
+def lower_method(backend: LoweringBackend, model: str, dtype: torch.dtype, device: str, method: str) -> bytes:
+    """Method ``method`` of zoo model ``model`` alone, lowered by ``backend`` as ``lowered`` lowers it within
+    the whole program (the same module, inputs and dynamic shapes; no options): the pre-lowering's unit of
+    work for a backend that caches each method apart (protocol attribute ``caches_methods``)."""
+    require_lowering_device(backend, device)
+    entry = get_model(model)
+    spec = _lower_spec(entry, entry.build(dtype, torch.device(device)))
+    if method not in spec:
+        raise ValueError(
+            f"lower_method: argument 'method' is no method of {model!r}: {method!r}; methods: {list(spec)}"
+        )
+    return backend.lower({method: spec[method]}, device=device)
 
 
 def require_lowering_device(backend: Backend, device: str) -> None:

@@ -81,6 +81,12 @@ Part ``lowering`` (chapter ``lowering``; SPEC §1a)
       anything is compiled. On a CPU target the device is the host, so both are accepted and change
       nothing. A backend that lists both keys implements part ``device_placement``.
 
+    Optional attribute ``caches_methods`` (default ``False``), for speed only (no chapter checks it): true
+    where the backend keeps each compiled method in a cache that other processes share, so that ``lower``
+    of a program finds there every method that an earlier ``lower`` of that method alone (same module,
+    inputs, device and options) compiled. The pre-lowering then compiles a program's methods in processes
+    of their own: a cold run's longest compile is one method, not a whole program.
+
 Part ``runtime`` (chapters ``runtime_options``, ``device_placement``, ``multi_method``, ``streams_threads``,
 ``bad_inputs``; SPEC §1b)
     ``init(program: bytes, method: str) -> handle``; ``execute(handle, inputs, outputs=None) -> list of
@@ -235,6 +241,12 @@ def lowering_devices(backend: object) -> tuple[str, ...]:
     place the suite reads it (a self-test checks), so a backend without it is one that lowers for both."""
     devices = getattr(backend, "lowering_devices", DEFAULT_LOWERING_DEVICES)
     return devices if isinstance(devices, tuple) else tuple(devices)
+
+
+def caches_methods(backend: object) -> bool:
+    """Whether ``backend`` caches each compiled method apart, across processes (protocol attribute
+    ``caches_methods``): the pre-lowering's one question about how to split its work."""
+    return getattr(backend, "caches_methods", False) is True
 
 
 def lower_options(backend: object) -> frozenset[str]:

@@ -62,6 +62,8 @@ class ReferenceBackend:
     name = "reference_impl"
     version = __version__
     lowering_devices = ("cpu", "cuda")
+    # Its artifact cache is keyed by each method's traced graph, shared on disk by every process.
+    caches_methods = True
     lower_options = frozenset(
         {"view_pass", "skip_h2d_for_method_inputs", "skip_d2h_for_method_outputs", "native_mm_out"}
     )

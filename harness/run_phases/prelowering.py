@@ -38,8 +38,9 @@ STOP_WAIT_S = 30
 NICENESS = 10
 #: conformance.prelower's last line when it finished (``prelower: 54 lowered …`` or ``prelower: skipped …``).
 _SUMMARY = re.compile(r"prelower: (\d+ lowered|skipped)")
-#: A row of its table: one program done (``  mlp  cuda  float32 …``).
-_PROGRAM_ROW = re.compile(r"^  \S+\s+(cuda|cpu)\s")
+#: A row of its table: one compile done, a program or one of its methods (``  mlp  cuda  float32 …``,
+#: ``  asr.encoder  cpu  float16 …``).
+_COMPILE_ROW = re.compile(r"^  \S+\s+(cuda|cpu)\s")
 #: The targets it compiles the zoo for: the suite runs it on both.
 TARGETS = ("--device=cuda", "--device=cpu")
 #: ``--is-done``'s line where an earlier run lowered everything (``prelower: done, 54 programs … (stamp P)``).
@@ -160,11 +161,11 @@ def stop_prelowering(console: Console, job: Prelowering) -> str:
 
 
 def summarize(lines: Sequence[str]) -> str:
-    """The pre-lowering's own summary line, or for one stopped early the programs its table lists."""
+    """The pre-lowering's own summary line, or for one stopped early the compiles its table lists."""
     summary = next((line for line in lines if _SUMMARY.match(line)), None)
     if summary is None:
-        done = sum(1 for line in lines if _PROGRAM_ROW.match(line))
-        summary = f"prelower: stopped after the parallel phase, {done} programs done"
+        done = sum(1 for line in lines if _COMPILE_ROW.match(line))
+        summary = f"prelower: stopped after the parallel phase, {done} compiles done"
     return summary
 
 

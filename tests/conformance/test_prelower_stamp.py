@@ -20,7 +20,7 @@ def fake_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     """A backend package of its own in ``tmp_path`` (never lowered here: the stamp is all that is read)."""
     package = tmp_path / "stampbackend"
     package.mkdir()
-    (package / "__init__.py").write_text("BACKEND = object()\n")
+    (package / "__init__.py").write_text("class B:\n    name, version = 'stamp', '1'\nBACKEND = B()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("CONFORMANCE_CACHE_DIR", str(tmp_path / "cache"))
     yield package
@@ -125,9 +125,9 @@ class _Pool:
     def __enter__(self) -> _Pool:
         return self
 
-    def submit(self, fn: object, spec: str, model: str, dtype: str, device: str) -> Future[tuple]:
+    def submit(self, fn: object, spec: str, *job: str) -> Future[tuple]:
         future: Future[tuple] = Future()
-        future.set_result((model, dtype, 0.1, 1024, ""))
+        future.set_result((0.1, 1024, ""))
         return future
 
     def __exit__(self, *exc: object) -> None:

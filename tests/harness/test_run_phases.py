@@ -408,7 +408,7 @@ def test_the_prelowering_summary_and_when_it_does_not_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = ["prelower: 2 programs for cuda+cpu", "  mlp  cuda  float32  1.0s", "  mlp  cpu  float32  0.5s"]
-    assert prelowering.summarize(table) == "prelower: stopped after the parallel phase, 2 programs done"
+    assert prelowering.summarize(table) == "prelower: stopped after the parallel phase, 2 compiles done"
     assert prelowering.summarize([*table, "prelower: 2 lowered in 1.5 s"]) == "prelower: 2 lowered in 1.5 s"
 
     def no_process(*args: object, **kwargs: object) -> None:
@@ -487,10 +487,10 @@ def test_stopping_the_prelowering_ends_its_process_group(tmp_path: Path) -> None
     process = subprocess.Popen(["sleep", "60"], start_new_session=True)
     console = FakeConsole(gpus=1)
     job = Prelowering(process, log, time.perf_counter())
-    assert prelowering.stop_prelowering(console, job) == "stopped after the parallel phase, 1 programs done"  # type: ignore[arg-type]
+    assert prelowering.stop_prelowering(console, job) == "stopped after the parallel phase, 1 compiles done"  # type: ignore[arg-type]
     assert process.returncode == -signal.SIGTERM
     assert console.calls == [
-        ("log", f"prelower: stopped after the parallel phase, 1 programs done (table: {log})")
+        ("log", f"prelower: stopped after the parallel phase, 1 compiles done (table: {log})")
     ]
 
 
