@@ -258,6 +258,21 @@ ENTRIES: tuple[Entry, ...] = (
     enforced(LOWERING, "naming what and why.", "lowering/unsupported-kernels"),
     informative(
         LOWERING,
+        "Optional attribute ``caches_methods`` (default ``False``), for speed only (no chapter checks it): "
+        "true where the backend keeps each compiled method in a cache that other processes share, so that "
+        "``lower`` of a program finds there every method that an earlier ``lower`` of that method alone "
+        "(same module, inputs, device and options) compiled.",
+        "a speed hint for the pre-lowering, never a verdict: a wrong one only costs time (the reference's "
+        "claim: tests/conformance/test_prelower_jobs.py)",
+    ),
+    informative(
+        LOWERING,
+        "The pre-lowering then compiles a program's methods in processes of their own: a cold run's longest "
+        "compile is one method, not a whole program.",
+        f"{_SUITE} (conformance/prelower.py)",
+    ),
+    informative(
+        LOWERING,
         "``False`` lowers without the view-copy pass (the bench compares both).",
         "a bench option (speed only); the view pass itself is held by view-pass/*",
     ),

@@ -4,9 +4,9 @@ The pre-lowering's compile processes take the cores the case workers leave: a co
 compiling, and a worker waiting for a program sleeps. Started as many as the budget (at a lower priority)
 they fill every core the workers leave, but beside the workers they made more tasks runnable than there
 are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its cores: several times a
-second it counts the machine's runnable tasks (``busy_sampler.processes``), and twenty times a second it
-reads the kernel's count alone (``runnable_now``), taking its next look at once where that is over the
-budget. Over the budget on
+second it counts the machine's runnable tasks (``busy_sampler.processes``), and fifty times a second it
+reads the kernel's count alone (``runnable_now``): over the budget, it pauses compile processes at once
+(``quick_pause``) and takes its next look. Over the budget on
 ``OVER_LOOKS`` looks in a row, it pauses (SIGSTOP) runnable processes of the pre-lowering's process
 group; it resumes (SIGCONT) paused ones, the longest paused first, as many as the tasks they had runnable
 when paused fit beside the most the other processes had runnable over the last ``PEAK_S`` (the case
@@ -41,11 +41,14 @@ from harness.ticker import Ticker
 #: lasts seconds to minutes, a case a fraction of a second to seconds.
 TICK_S = 0.2
 #: Seconds between two quick reads of the machine's runnable count (``runnable_now``: one small file);
-#: one over the budget brings the next look forward. One H100's cold run was over its cores in 7 % of the
-#: looks, mostly for one look: case workers waking together (a program they all waited for landed) until
-#: the next look paused compiles. A quick read shortens that to tens of milliseconds: one H100's cold run
-#: was then over its cores in 4.5 % of the sampler's seconds (was 9.4 %), p95 16 of 16.
-QUICK_S = 0.05
+#: one over the budget pauses compile processes at once (``quick_pause``) and brings the next look
+#: forward. One H100's cold run was over its cores in 7 % of the looks, mostly for one look: case workers
+#: waking together (a program they all waited for landed) until the next look paused compiles. A quick
+#: read shortened that to tens of milliseconds: one H100's cold run was then over its cores in 4.5 % of
+#: the sampler's seconds (was 9.4 %), p95 16 of 16. Two H200s' cold run still had two of its 135 seconds
+#: sampled inside such a burst (37 and 38 runnable tasks on 32 cores, while the look that paused compiles
+#: took its 40 ms): the quick read now pauses by itself, without waiting for a look, every 20 ms.
+QUICK_S = 0.02
 #: The least seconds between two looks, however often a quick read finds the machine over (a look costs
 #: about 30 ms of a core on 16 cores).
 MIN_LOOK_S = 0.1
@@ -158,8 +161,9 @@ class CpuBudget:
     #: Looks taken, and the seconds they took (reading /proc is most of it): how closely it kept up.
     looks: int = 0
     look_s: float = 0.0
-    #: Looks brought forward by a quick read over the budget.
+    #: Looks brought forward by a quick read over the budget, and the pauses such reads made at once.
     quick_looks: int = 0
+    quick_pauses: int = 0
     _last_look: float | None = None
     _last_rotation: float = 0.0
     _over: int = 0
@@ -202,23 +206,40 @@ class CpuBudget:
     def detail(self) -> str:
         """The phase table's words for what it did."""
         kept = f"{self.pauses} pauses of compile processes to keep within {self.budget} busy"
+        if self.quick_pauses:
+            kept += f", {self.quick_pauses} of them at once by a quick read"
         if not self.looks:
             return kept
         quick = f", {self.quick_looks} brought forward by a quick read" if self.quick_looks else ""
         return f"{kept} ({self.looks} looks{quick}, {1000 * self.look_s / self.looks:.0f} ms each)"
 
     def tick(self) -> bool:
-        """The ticker's call: a look every ``tick_s``, and sooner (``MIN_LOOK_S`` after the last) where a
-        quick read finds the machine over the budget."""
+        """The ticker's call: a look every ``tick_s``; between looks a quick read, which over the budget
+        pauses at once (``quick_pause``) and brings the next look forward (``MIN_LOOK_S`` after the last)."""
         since = None if self._last_look is None else self.clock() - self._last_look
         if since is None or since >= self.tick_s - 1e-9:
             return self.step()
+        count = self.quick()
+        if count is None or count <= self.budget:
+            return True
+        self.quick_pause(count - 1 - self.budget)  # the reader is not one of the tasks a look counts
         if since >= MIN_LOOK_S:
-            count = self.quick()
-            if count is not None and count > self.budget:
-                self.quick_looks += 1
-                return self.step()
+            self.quick_looks += 1
+            return self.step()
         return True
+
+    def quick_pause(self, over: int) -> None:
+        """Pause compile processes for ``over`` runnable tasks at once, from what the last look saw running
+        (the most recently resumed first, as a look pauses): a look reads every task (tens of ms), and a
+        burst of case workers is over the cores for as long as the pausing takes. One that went to sleep
+        since the last look frees nothing: the next quick read, still over, pauses another."""
+        now = self.clock()
+        for pid in sorted(self.running_since, key=lambda pid: (-self.running_since[pid], -pid)):
+            if over <= 0:
+                break
+            self._pause(pid, now)
+            self.quick_pauses += 1
+            over -= 1
 
     def step(self) -> bool:
         """One look and what follows from it; False where the machine cannot be read."""

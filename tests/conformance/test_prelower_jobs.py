@@ -203,3 +203,21 @@ def test_the_reference_lowers_nothing_again_for_methods_lowered_apart_in_other_p
     program = programs.lowered(load_backend("reference_impl:BACKEND"), "asr", torch.float32, "cpu").program
     assert program
     assert traced == []
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def test_the_pools_processes_are_killed_once_its_jobs_are_done() -> None:
+    """Left to shut down, idle compile processes all exit at once (an interpreter with torch each): killed,
+    they take no core; the pool's shutdown then returns at once."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert sorted(pool.map(_double, [1, 2, 3])) == [2, 4, 6]
+        processes = list(pool._processes.values())
+        prelower.end_pool(pool)
+    assert [p.exitcode for p in processes] == [-9, -9]
+    prelower.end_pool(_Pool(set()))  # a pool without the table: nothing to kill, no error

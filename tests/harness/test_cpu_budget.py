@@ -121,26 +121,29 @@ def test_a_resume_leaves_the_margin_free() -> None:
         assert machine.stopped == stopped, margin
 
 
-def test_a_quick_read_over_the_budget_brings_the_next_look_forward() -> None:
-    """Between looks (every ``tick_s``) the kernel's runnable count alone is read: over the budget, the
-    look that pauses compiles comes at once (``MIN_LOOK_S`` after the last), not at the next tick."""
+def test_a_quick_read_over_the_budget_pauses_at_once_and_brings_the_next_look_forward() -> None:
+    """Between looks (every ``tick_s``) the kernel's runnable count alone is read: over the budget, it pauses
+    at once as many compile processes as it is over, from those the last look saw running, and the look
+    comes as soon as allowed (``MIN_LOOK_S`` after the last), not at the next tick."""
     machine = Machine(compiles=[21, 22])
-    quick = iter([5, 9])  # within the budget of 6, then over it
+    quick = iter([6, 9, 7])  # the kernel's count, the reader included: within the budget, over it, at it
     keeper = CpuBudget(
         GROUP, 6, scan=machine.scan, send=machine.send, clock=lambda: machine.now, quick=lambda: next(quick)
     )
-    assert keeper.tick()  # the first look: 3 workers + 2 compiles + the keeper = 6, within
+    assert keeper.tick()  # the first look: 3 workers + 2 compiles = 5 runnable, within the budget of 6
     assert keeper.looks == 1
+    machine.now = MIN_LOOK_S / 4
+    assert keeper.tick()  # read 6: within, nothing
+    machine.compiles += [23, 24, 25]  # a burst: 3 workers + 5 compiles = 8, over the budget by 2
     machine.now = MIN_LOOK_S / 2
-    assert keeper.tick()  # too soon even to read
+    assert keeper.tick()  # read 9: over by 2; too soon for a look, so it pauses what the last look saw
+    assert machine.stopped == {21, 22}
+    assert (keeper.looks, keeper.quick_pauses) == (1, 2)
     machine.now = MIN_LOOK_S
-    assert keeper.tick()  # read 5: within, no look
-    assert keeper.looks == 1
-    machine.compiles += [23, 24, 25]  # a burst over the budget
-    machine.now = MIN_LOOK_S + 0.01
-    assert keeper.tick()  # read 9: over, a look now (not at tick_s), and it pauses
+    assert keeper.tick()  # read 7: the budget and the reader; the look now (not at tick_s) finds 6
     assert (keeper.looks, keeper.quick_looks) == (2, 1)
-    assert machine.stopped == {24, 25}  # as at any look over the budget
+    assert machine.stopped == {21, 22}  # within the budget: nothing more paused
+    assert keeper.detail.startswith("2 pauses of compile processes to keep within 6 busy, 2 of them at once ")
     assert ", 1 brought forward by a quick read, " in keeper.detail
 
 
