@@ -210,8 +210,9 @@ def _double(x: int) -> int:
 
 
 def test_the_pools_processes_are_killed_once_its_jobs_are_done() -> None:
-    """Left to shut down, idle compile processes all exit at once (an interpreter with torch each): killed,
-    they take no core; the pool's shutdown then returns at once."""
+    """Left to shut down, idle compile processes all exit at once (an interpreter with torch and a CUDA
+    context each, a core each). Ended one at a time, each dies of its own SIGKILL: none of the executor's
+    SIGTERM, which ends all the others at once when the first is gone. The pool's shutdown still returns."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
