@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from harness.machine_limits import usable_cores
 from harness.ticker import Ticker
 
 #: Seconds between samples: a phase of the suite lasts tens of seconds, and one sample reads every
@@ -306,7 +307,7 @@ class BusySampler:
         self.own = os.getpid() if own is None else own
         self.scan = scan
         self.clock = clock
-        self.cores = cores or os.cpu_count() or 1
+        self.cores = cores or usable_cores().count
         #: Where each sample is written (``TRACE_HEADER``), seconds from ``origin`` (default: the start):
         #: the run's own timeline of busy cores, and who was runnable where it had more than cores.
         self.trace_path = trace_path

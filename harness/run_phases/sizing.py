@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.machine_limits import Cgroups, memory_headroom_gib, usable_cores
+
 #: Overrides the case workers per GPU (a positive integer; anything else is ignored).
 WORKERS_PER_GPU_ENV = "CONFORMANCE_WORKERS_PER_GPU"
 #: ``0``: the compile processes are not paused to keep the run within its cores (they then take what the
@@ -46,22 +48,26 @@ MEMINFO = Path("/proc/meminfo")
 
 
 def cores() -> int:
-    """This machine's cores (1 where Python cannot tell)."""
-    return os.cpu_count() or 1
+    """The cores this run may keep busy: the CPU affinity within the cgroup's CPU quota
+    (``machine_limits.usable_cores``), not the host's count (a Kubernetes pod's 8 CPUs of a 128-core node)."""
+    return usable_cores().count
 
 
-def available_memory_gib(meminfo: Path = MEMINFO) -> float | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in GiB; None where it cannot be read (not Linux)."""
+def available_memory_gib(meminfo: Path = MEMINFO, cgroups: Cgroups | None = None) -> float | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in GiB, within what this process's cgroups still allow
+    (``machine_limits.memory_headroom_gib``: a pod's memory limit); None where neither can be read."""
+    host = None
     try:
         lines = meminfo.read_text().splitlines()
     except OSError:
-        return None
+        lines = []
     for line in lines:
         name, _, value = line.partition(":")
         fields = value.split()
         if name == "MemAvailable" and fields and fields[0].isdigit():
-            return int(fields[0]) / 2**20  # kB
-    return None
+            host = int(fields[0]) / 2**20  # kB
+    known = [gib for gib in (host, memory_headroom_gib(cgroups)) if gib is not None]
+    return min(known) if known else None
 
 
 def burst_headroom(cpus: int) -> int:
@@ -155,12 +161,14 @@ def size_gpu_run(
     not done (H200). The run's table shows the runnable tasks of each phase (``harness/busy_sampler.py``).
     """
     gpus = max(1, gpus)
+    bound_by = "" if cpus else usable_cores().bound_by
     cpus = cpus or cores()
     prelower = prelower and prelowered is None
     if memory_gib is None:
         memory_gib = available_memory_gib()
     budget = max(1, cpus - RESERVED_CORES)
-    reasons = [f"{cpus} cores: a budget of {budget} busy processes (one core for the controller)"]
+    counted = f"{cpus} cores ({bound_by})" if bound_by else f"{cpus} cores"
+    reasons = [f"{counted}: a budget of {budget} busy processes (one core for the controller)"]
     cap = None
     if memory_gib is None:
         reasons.append("host memory unknown: no memory cap")

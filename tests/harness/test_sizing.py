@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.machine_limits import Cgroups
 from harness.run_phases import sizing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,11 +161,12 @@ def test_the_other_counts_and_the_memory_read(tmp_path: Path) -> None:
     assert sizing.self_test_workers(cpus=2) == 3
     assert sizing.self_test_workers() == 4
     meminfo = tmp_path / "meminfo"
+    no_cgroup = Cgroups(tmp_path / "no-cgroup", tmp_path / "no-cgroup")  # no limit: the host's figure alone
     meminfo.write_text("MemTotal:       131072000 kB\nMemAvailable:   12582912 kB\n")
-    assert READ_MEMORY(meminfo) == 12.0
+    assert READ_MEMORY(meminfo, no_cgroup) == 12.0
     meminfo.write_text("MemTotal:       131072000 kB\n")
-    assert READ_MEMORY(meminfo) is None
-    assert READ_MEMORY(tmp_path / "absent") is None
+    assert READ_MEMORY(meminfo, no_cgroup) is None
+    assert READ_MEMORY(tmp_path / "absent", no_cgroup) is None
 
 
 def test_the_budget_keeps_a_core_in_eight_for_the_workers_bursts() -> None:
