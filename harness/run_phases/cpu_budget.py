@@ -5,7 +5,8 @@ compiling, and a worker waiting for a program sleeps. Started as many as the bud
 they fill every core the workers leave, but beside the workers they made more tasks runnable than there
 are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its cores: several times a
 second it counts the machine's runnable tasks (``busy_sampler.processes``), and fifty times a second it
-reads the kernel's count alone (``runnable_now``): over the budget, it pauses compile processes at once
+reads the kernel's count alone (``runnable_now``; less the tasks it counts that a look cannot see, a
+container's neighbours, ``unseen``): over the budget, it pauses compile processes at once
 (``quick_pause``) and takes its next look. Over the budget on
 ``OVER_LOOKS`` looks in a row, it pauses (SIGSTOP) runnable processes of the pre-lowering's process
 group; it resumes (SIGCONT) paused ones, the longest paused first, as many as the tasks they had runnable
@@ -169,6 +170,8 @@ class CpuBudget:
     _over: int = 0
     #: (clock, runnable tasks outside the group) of the looks of the last ``PEAK_S``.
     _others: list[tuple[float, int]] = field(default_factory=list)
+    #: (clock, the quick read's count less the look's) of the looks of the last ``PEAK_S`` (``unseen``).
+    _unseen: list[tuple[float, int]] = field(default_factory=list)
     #: Where each look is written, a tab-separated line (``TRACE_HEADER``): the budget's own timeline.
     trace_path: Path | None = None
     #: What names the busiest processes in the trace's looks over the budget.
@@ -220,13 +223,22 @@ class CpuBudget:
         if since is None or since >= self.tick_s - 1e-9:
             return self.step()
         count = self.quick()
-        if count is None or count <= self.budget:
+        if count is None or count - self.unseen <= self.budget:
             return True
-        self.quick_pause(count - 1 - self.budget)  # the reader is not one of the tasks a look counts
+        # the reader is not one of the tasks a look counts, nor are those the look cannot see
+        self.quick_pause(count - 1 - self.unseen - self.budget)
         if since >= MIN_LOOK_S:
             self.quick_looks += 1
             return self.step()
         return True
+
+    @property
+    def unseen(self) -> int:
+        """Runnable tasks the quick read counts and a look does not see, the least over the last ``PEAK_S``:
+        ``/proc/loadavg`` counts the whole host's, and in a container with a process namespace of its own
+        (a Kubernetes pod) ``/proc`` lists only the container's. Uncorrected, the other tenants' tasks
+        would pause the compiles at every quick read. 0 where the two agree (a machine of its own)."""
+        return max(0, min((n for _, n in self._unseen), default=0))
 
     def quick_pause(self, over: int) -> None:
         """Pause compile processes for ``over`` runnable tasks at once, from what the last look saw running
@@ -257,6 +269,11 @@ class CpuBudget:
             return False
         now = self.clock()
         runnable = runnable_in(table)
+        kernel = self.quick()
+        if kernel is not None:  # what the quick read counts beside what a look sees (``unseen``)
+            self._unseen = [(t, n) for t, n in self._unseen if now - t < self.peak_s] + [
+                (now, kernel - 1 - runnable)
+            ]
         ours = {p.pid: p for p in table if p.group == self.group and p.pid != self.group}
         for pid in [pid for pid in self.paused if pid not in ours]:
             del self.paused[pid]  # it ended (a stopped process can still be killed)

@@ -126,7 +126,9 @@ def test_a_quick_read_over_the_budget_pauses_at_once_and_brings_the_next_look_fo
     at once as many compile processes as it is over, from those the last look saw running, and the look
     comes as soon as allowed (``MIN_LOOK_S`` after the last), not at the next tick."""
     machine = Machine(compiles=[21, 22])
-    quick = iter([6, 9, 7])  # the kernel's count, the reader included: within the budget, over it, at it
+    # the kernel's count, the reader included, at each look and each quick read: at the first look, within
+    # the budget, over it, at it, and at the second look
+    quick = iter([6, 6, 9, 7, 7])
     keeper = CpuBudget(
         GROUP, 6, scan=machine.scan, send=machine.send, clock=lambda: machine.now, quick=lambda: next(quick)
     )
@@ -145,6 +147,27 @@ def test_a_quick_read_over_the_budget_pauses_at_once_and_brings_the_next_look_fo
     assert machine.stopped == {21, 22}  # within the budget: nothing more paused
     assert keeper.detail.startswith("2 pauses of compile processes to keep within 6 busy, 2 of them at once ")
     assert ", 1 brought forward by a quick read, " in keeper.detail
+
+
+def test_tasks_the_kernel_counts_and_a_look_cannot_see_do_not_pause_the_compiles() -> None:
+    """In a container with a process namespace of its own, ``/proc/loadavg`` counts the host's runnable
+    tasks and ``/proc`` lists only the container's: the quick read's count is taken less what it counted
+    beside the looks (``unseen``, the least over ``PEAK_S``), so other tenants' load pauses nothing, and a
+    burst of the run's own still does."""
+    machine = Machine(compiles=[21, 22])
+    quick = iter([56, 56, 59])  # 50 tasks of other containers, at the look and after it; then a burst
+    keeper = CpuBudget(
+        GROUP, 6, scan=machine.scan, send=machine.send, clock=lambda: machine.now, quick=lambda: next(quick)
+    )
+    assert keeper.tick()  # the look sees 5 runnable; the kernel counts 56, the reader included
+    assert keeper.unseen == 50
+    machine.now = MIN_LOOK_S / 4
+    assert keeper.tick()  # read 56: the look's 5, the reader and the 50 unseen; within the budget of 6
+    assert machine.stopped == set()
+    machine.compiles += [23, 24, 25]  # the run's own burst: 8 runnable, over by 2
+    machine.now = MIN_LOOK_S / 2
+    assert keeper.tick()
+    assert machine.stopped == {21, 22}
 
 
 def test_the_kernels_runnable_count_is_read_from_loadavg(tmp_path: Path) -> None:
