@@ -13,6 +13,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from harness.machine_limits import usable_cores
+
 _ENV_VARS = ("CUDA_VISIBLE_DEVICES", "CXX")
 
 
@@ -25,6 +27,10 @@ def capture_environment() -> dict[str, Any]:
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
     }
+    usable = usable_cores()  # what the run may keep busy: a pod's CPU quota, a container's CPU set
+    env["usable_cores"] = usable.count
+    if usable.bound_by:
+        env["cores_bound_by"] = usable.bound_by
     env.update(_torch_info())
     env["driver_version"] = nvidia_driver_version()
     env["env"] = {name: os.environ.get(name) for name in _ENV_VARS}

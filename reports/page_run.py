@@ -275,6 +275,8 @@ def machine_facts(env: Mapping[str, Any]) -> list[tuple[str, str]]:
     add("Platform", env.get("platform"))
     cpu, cores = env.get("cpu"), env.get("cpu_count")
     add("CPU", f"{cpu} ({cores} cores)" if cpu and cores else cpu)
+    if env.get("cores_bound_by"):  # the run was sized from fewer cores than the host has, and why
+        add("Cores the run may use", f"{env.get('usable_cores')} ({env['cores_bound_by']})")
     for key in ("torch_error", "gpu_error"):
         add(key.replace("_", " "), env.get(key))
     variables = env.get("env")

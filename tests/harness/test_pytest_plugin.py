@@ -322,6 +322,8 @@ def test_capture_environment_without_gpu_is_json() -> None:
     ):
         assert key in env
     assert set(env["env"]) == {"CUDA_VISIBLE_DEVICES", "CXX"}
+    assert 1 <= env["usable_cores"] <= env["cpu_count"]
+    assert ("cores_bound_by" in env) == (env["usable_cores"] < env["cpu_count"])
     if not torch.cuda.is_available():
         assert env["gpus"] == []
         assert env["cuda_available"] is False

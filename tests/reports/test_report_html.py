@@ -208,8 +208,18 @@ def test_summary_and_dashboard_show_the_same_environment(tmp_path: Path) -> None
     expected = [text for pair in environment_facts(run) for text in pair]
     assert summary.facts == dashboard.facts == expected
     assert {"CUDA available", "$CUDA_VISIBLE_DEVICES", "x86_64 (16 cores)", "3.12.3 CPython"} <= set(expected)
+    assert "Cores the run may use" not in expected  # all of them: nothing to say
     assert summary.gpu_cells == dashboard.gpu_cells
     assert "150.0 GiB" in summary.gpu_cells
+
+
+def test_the_environment_says_when_the_run_could_use_fewer_cores_than_the_host_has() -> None:
+    run = sample_run()
+    bound = "the cgroup's CPU quota of 8 CPUs; the machine has 128"
+    run.environment.update({"cpu": "x86_64", "cpu_count": 128, "usable_cores": 8, "cores_bound_by": bound})
+    facts = dict(environment_facts(run))
+    assert facts["CPU"] == "x86_64 (128 cores)"
+    assert facts["Cores the run may use"] == f"8 ({bound})"
 
 
 def test_summary_renders_odd_but_schema_valid_content() -> None:
