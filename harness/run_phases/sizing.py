@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.machine_limits import Cgroups, memory_headroom_gib, usable_cores
+from harness.machine_limits import Cgroups, Cores, memory_headroom_gib, usable_cores
 
 #: Overrides the case workers per GPU (a positive integer; anything else is ignored).
 WORKERS_PER_GPU_ENV = "CONFORMANCE_WORKERS_PER_GPU"
@@ -161,14 +161,13 @@ def size_gpu_run(
     not done (H200). The run's table shows the runnable tasks of each phase (``harness/busy_sampler.py``).
     """
     gpus = max(1, gpus)
-    bound_by = "" if cpus else usable_cores().bound_by
-    cpus = cpus or cores()
+    found = Cores(cpus) if cpus else usable_cores()  # one read: the count and what bound it
+    cpus = found.count
     prelower = prelower and prelowered is None
     if memory_gib is None:
         memory_gib = available_memory_gib()
     budget = max(1, cpus - RESERVED_CORES)
-    counted = f"{cpus} cores ({bound_by})" if bound_by else f"{cpus} cores"
-    reasons = [f"{counted}: a budget of {budget} busy processes (one core for the controller)"]
+    reasons = [f"{found.words}: a budget of {budget} busy processes (one core for the controller)"]
     cap = None
     if memory_gib is None:
         reasons.append("host memory unknown: no memory cap")

@@ -107,7 +107,6 @@ def test_the_run_header_says_which_limit_bound_the_cores(
     """A pod of 8 CPUs and 64 GiB on a 128-core node: sized as 8 cores, not 128, and the header says why."""
     found = usable_cores(pod, affinity=128, machine=128)
     monkeypatch.setattr(sizing, "usable_cores", lambda: found)
-    monkeypatch.setattr(sizing, "cores", lambda: found.count)
     size = sizing.size_gpu_run(1, memory_gib=64.0, env={})
     assert size.reasons[0] == (
         "8 cores (the cgroup's CPU quota of 8 CPUs; the machine has 128): a budget of 7 busy processes "

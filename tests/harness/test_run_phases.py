@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.busy_sampler import TRACE_HEADER, BusySampler, ProcessState
+from harness.machine_limits import Cores
 from harness.phases import Phase, parse_phase
 from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
 from harness.run_phases import plan, prelowering, report, run, sizing
@@ -45,7 +46,7 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     they were after."""
     for name in FRONT_DOOR_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(sizing, "cores", lambda: 16)
+    monkeypatch.setattr(sizing, "usable_cores", lambda: Cores(16))
     monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
     # No /proc to sample: the tables' details are the phases' own (one test below samples).
     monkeypatch.setattr(run, "BusySampler", lambda **kw: BusySampler(scan=lambda: None, **kw))

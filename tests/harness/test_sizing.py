@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.machine_limits import Cgroups
+from harness.machine_limits import Cgroups, Cores
 from harness.run_phases import sizing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ READ_MEMORY = sizing.available_memory_gib
 def _machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 16-core machine with 125 GiB available, without the override."""
     monkeypatch.delenv("CONFORMANCE_WORKERS_PER_GPU", raising=False)
-    monkeypatch.setattr(sizing, "cores", lambda: 16)
+    monkeypatch.setattr(sizing, "usable_cores", lambda: Cores(16))
     monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
 
 
