@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from harness import case_order, run_end, start_gate
+from harness import case_order, run_end, start_gate, worker_exit
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
 from harness.outcomes import FINAL, Outcome
@@ -56,6 +56,9 @@ __all__ = ["CASE_RESULT_ATTR", "add_run_metadata", "chapter_of", "repro_command"
 
 _METADATA_KEY = pytest.StashKey[dict[str, Any]]()
 _RECORDER_KEY = pytest.StashKey["ResultRecorder"]()
+
+# Before the conftest imports torch: the handler registered first runs last (harness/worker_exit.py).
+worker_exit.install()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -150,6 +153,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         start_gate.wait_for_gate()
     except start_gate.FrontDoorGone as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker's session is over: no teardown at its exit
+        worker_exit.session_over()
 
 
 def pytest_configure(config: pytest.Config) -> None:

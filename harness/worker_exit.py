@@ -1,0 +1,58 @@
+"""An xdist worker whose session is over leaves without the interpreter's teardown.
+
+Once a worker has sent its last report and pytest has unconfigured it, the controller waits for the
+worker's process to end (execnet's ``Group.terminate`` joins every one) before it writes the result file,
+and the run's next phase waits for the controller. Python's teardown of a worker that imported torch (and
+on a GPU holds a CUDA context and dozens of loaded compiled libraries) is seconds of that wait: here, on
+the CPU, 2.5 s of the controller's 2.5 s ``pytest_sessionfinish``; on one H100, 3.4 s between a warm shared
+phase's last case and its result file. Nothing it does is needed any more: the reports went over the
+channel, result files are the controller's, and the kernel releases memory, locks and the GPU.
+
+So the first ``atexit`` handler registered (``install``, at the import of ``harness.pytest_plugin``, before
+the conftest imports torch) runs last, after every handler registered after it; where the worker's session
+ended (``session_over``, from the worker's last ``pytest_unconfigure``) it flushes logging and the standard
+streams and ends the process with ``os._exit(0)``. A worker that died or whose session did not end, the
+controller and a run without xdist end as Python ends them; so does any process under coverage, whose data
+is saved by a handler that may come after this one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import sys
+
+#: Exit status of a worker that leaves this way (xdist reads a worker's outcome from its channel, not this).
+EXIT_STATUS = 0
+
+_state = {"installed": False, "over": False}
+
+
+def install() -> None:
+    """Register the handler, once per process; the earlier it is registered, the later it runs."""
+    if not _state["installed"]:
+        _state["installed"] = True
+        atexit.register(_leave)
+
+
+def session_over() -> None:
+    """This xdist worker's session has ended: its process may leave without teardown."""
+    _state["over"] = True
+
+
+def _coverage_running() -> bool:
+    coverage = sys.modules.get("coverage")
+    current = getattr(getattr(coverage, "Coverage", None), "current", None)
+    return callable(current) and current() is not None
+
+
+def _leave() -> None:
+    if not _state["over"] or _coverage_running():
+        return
+    logging.shutdown()  # its own handler was registered before this one: it would run after
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # closed or replaced: nothing to flush
+            stream.flush()
+    os._exit(EXIT_STATUS)

@@ -1,0 +1,88 @@
+"""An xdist worker leaves without the interpreter's teardown once its session is over
+(harness/worker_exit.py), shown through real inner pytest sessions: a test module's object whose
+``__del__`` writes a file, which only the interpreter's teardown runs."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from harness import worker_exit
+
+pytest_plugins = ["pytester"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# The module-level object is deleted only when the interpreter tears the module down.
+TORN_DOWN = """
+import os
+
+class _Teardown:
+    def __del__(self, _open=open, _path=os.environ["TORN_DOWN_MARKER"]):
+        with _open(_path, "w") as marker:
+            marker.write("torn down")
+
+_kept = _Teardown()
+
+def test_passes():
+    assert True
+
+def test_{outcome}():
+    assert {verdict}
+"""
+
+
+def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str, fail: bool = False):
+    marker = pytester.path / "torn-down"
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.setenv("TORN_DOWN_MARKER", str(marker))
+    module = TORN_DOWN.format(outcome="fails" if fail else "passes_too", verdict=not fail)
+    pytester.makepyfile(test_mod=module)
+    outcome = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "harness.pytest_plugin", *args)
+    return outcome, marker
+
+
+def test_a_worker_whose_session_ended_skips_the_teardown(pytester, monkeypatch):
+    outcome, marker = _run(pytester, monkeypatch, "-n", "1")
+    outcome.assert_outcomes(passed=2)
+    assert outcome.ret == 0
+    assert not marker.exists(), "the worker's process ran the interpreter's teardown after its session"
+
+
+def test_a_single_process_is_torn_down_as_python_does(pytester, monkeypatch):
+    outcome, marker = _run(pytester, monkeypatch, "-n", "0")
+    outcome.assert_outcomes(passed=2)
+    assert marker.read_text() == "torn down"
+
+
+def test_a_failure_in_a_worker_still_fails_the_run(pytester, monkeypatch):
+    outcome, marker = _run(pytester, monkeypatch, "-n", "1", fail=True)
+    outcome.assert_outcomes(passed=1, failed=1)
+    assert outcome.ret == 1  # the controller's status: a worker's own exit status is never read
+    assert not marker.exists()
+
+
+def test_under_coverage_the_process_ends_as_python_ends_it(monkeypatch):
+    """Coverage saves its data from a handler that may run after this one: no early exit then."""
+    exits: list[int] = []
+    monkeypatch.setattr(worker_exit.os, "_exit", exits.append)
+    monkeypatch.setitem(worker_exit._state, "over", True)
+    measuring = types.SimpleNamespace(Coverage=types.SimpleNamespace(current=lambda: object()))
+    monkeypatch.setitem(sys.modules, "coverage", measuring)
+    worker_exit._leave()
+    assert exits == []
+    idle = types.SimpleNamespace(Coverage=types.SimpleNamespace(current=lambda: None))
+    monkeypatch.setitem(sys.modules, "coverage", idle)
+    worker_exit._leave()
+    assert exits == [worker_exit.EXIT_STATUS]
+
+
+def test_a_session_not_over_is_not_cut_short(monkeypatch):
+    exits: list[int] = []
+    monkeypatch.setattr(worker_exit.os, "_exit", exits.append)
+    monkeypatch.setitem(worker_exit._state, "over", False)
+    worker_exit._leave()
+    assert exits == []
