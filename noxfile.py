@@ -69,6 +69,7 @@ PLAN = _harness("harness.run_phases.plan")
 RUN = _harness("harness.run_phases.run")
 REPORT = _harness("harness.run_phases.report")
 SIZING = _harness("harness.run_phases.sizing")
+CACHES = _harness("harness.caches")
 
 
 def _uses_venv(session: nox.Session) -> bool:
@@ -219,6 +220,11 @@ def _run_suite(
     (harness/run_phases/run.py says what the phases are). ``prelower=False`` skips compiling the zoo up
     front (for a backend whose zoo cases cannot run); ``python``: the interpreter that runs the cases."""
     run = PLAN.SuiteRun(ROOT, name, tuple(selection), python, tuple(session.posargs), prelower)
+    bytecode = CACHES.bytecode_env({**os.environ, **(session.env or {})})
+    if bytecode:  # each process of the run compiled the suite and rewrote its tests again (harness/caches.py)
+        prefix = bytecode["PYTHONPYCACHEPREFIX"]
+        session.log(f"$PYTHONDONTWRITEBYTECODE is set: the run's processes share bytecode in {prefix}")
+        session.env.update(bytecode)
     RUN.run_suite(_NoxConsole(session), run)
 
 
