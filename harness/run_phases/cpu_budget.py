@@ -7,16 +7,16 @@ are cores (one H100, 16 cores: p95 29). ``CpuBudget`` keeps the run within its c
 second it counts the machine's runnable tasks (``busy_sampler.processes``), and fifty times a second it
 reads the kernel's count alone (``runnable_now``; less the tasks it counts that a look cannot see, a
 container's neighbours, ``unseen``): over the budget, it pauses compile processes at once
-(``quick_pause``) and takes its next look. Over the budget on
+(``quick_pause``, only those the last look saw runnable) and takes its next look. Over the budget on
 ``OVER_LOOKS`` looks in a row, it pauses (SIGSTOP) runnable processes of the pre-lowering's process
-group; it resumes (SIGCONT) paused ones, the longest paused first, as many as the tasks they had runnable
-when paused fit beside the most the other processes had runnable over the last ``PEAK_S`` (the case
-workers' load flickers faster than a look) and a margin below the budget (``resume_margin``); and every
-``ROTATE_S`` it swaps the longest paused for the longest running, so no program waits behind the others
-(a case may be waiting for it). A compile process that ran lately and now sleeps with no child to wait
-for (a file, a lock, its GPU) may wake at any moment: it counts as busy (``WAKE_S``), and is paused first.
-Only the pre-lowering's processes are ever paused (the compiles, and the
-front door's toolchain preflight, started in their group), never a case worker. ``stop`` resumes every
+group; it resumes (SIGCONT) paused ones, the longest paused first, a few a look (``RESUMES_PER_LOOK``), as
+many as the tasks they had runnable when paused fit beside the most the other processes had runnable over
+the last ``PEAK_S`` (the case workers' load flickers faster than a look) and a margin below the budget
+(``resume_margin``); and every ``ROTATE_S`` it swaps the longest paused for the longest running, so no
+program waits behind the others (a case may be waiting for it). A compile process that ran lately and now
+sleeps with no child to wait for (a file, a lock, its GPU) may wake at any moment: it counts as busy
+(``WAKE_S``), and is paused first. Only the pre-lowering's processes are ever paused (the compiles, and
+the front door's toolchain preflight, started in their group), never a case worker. ``stop`` resumes every
 process it paused; a guard process resumes the group should the front door be killed outright first.
 
 Standard library only (the front door runs it in nox's interpreter); where ``/proc`` cannot be read it
@@ -73,6 +73,11 @@ PEAK_S = 2.0
 #: compiler) is not counted: the child's core is what it takes back. Longer asleep (the pool's helpers,
 #: a process waiting for its next program), it counts as idle.
 WAKE_S = 5.0
+#: Paused processes a look resumes at most. A look finds room from one moment's count: just after quick
+#: reads paused a burst's worth, 14 and 16 resumed at once put two H200s' run over its cores; two a look
+#: (ten a second) refill the room within a second or two, and a look that finds the machine over again
+#: pauses only those.
+RESUMES_PER_LOOK = 2
 #: Cores per core of margin left free when resuming (``resume_margin``).
 MARGIN_PER_CORES = 16
 #: The columns of the trace (``CpuBudget.trace_path``): clock seconds; runnable tasks; those outside the
@@ -168,6 +173,9 @@ class CpuBudget:
     _last_look: float | None = None
     _last_rotation: float = 0.0
     _over: int = 0
+    #: The group's processes the last look saw runnable, most recently resumed first: what a quick read
+    #: may pause (``quick_pause``).
+    _seen_running: list[int] = field(default_factory=list)
     #: (clock, runnable tasks outside the group) of the looks of the last ``PEAK_S``.
     _others: list[tuple[float, int]] = field(default_factory=list)
     #: (clock, the quick read's count less the look's) of the looks of the last ``PEAK_S`` (``unseen``).
@@ -241,14 +249,17 @@ class CpuBudget:
         return max(0, min((n for _, n in self._unseen), default=0))
 
     def quick_pause(self, over: int) -> None:
-        """Pause compile processes for ``over`` runnable tasks at once, from what the last look saw running
+        """Pause compile processes for ``over`` runnable tasks at once, from those the last look saw runnable
         (the most recently resumed first, as a look pauses): a look reads every task (tens of ms), and a
-        burst of case workers is over the cores for as long as the pausing takes. One that went to sleep
-        since the last look frees nothing: the next quick read, still over, pauses another."""
+        burst of case workers is over the cores for as long as the pausing takes. Only those: one asleep
+        frees nothing, and the next quick reads of one burst, still over, paused every sleeping compile
+        process too (two H200s: a look then found 26 paused, resumed 14 of them at once, and the sampler
+        saw 30 compile processes runnable beside 4 workers on 32 cores). Until the next look, no more."""
         now = self.clock()
-        for pid in sorted(self.running_since, key=lambda pid: (-self.running_since[pid], -pid)):
-            if over <= 0:
-                break
+        while over > 0 and self._seen_running:
+            pid = self._seen_running.pop(0)
+            if pid in self.paused:
+                continue
             self._pause(pid, now)
             self.quick_pauses += 1
             over -= 1
@@ -285,6 +296,8 @@ class CpuBudget:
             for pid in [pid for pid in known if pid not in ours]:
                 del known[pid]
         may_wake = self._may_wake(ours, table, now)
+        recent_first = sorted(running, key=lambda p: (-self.running_since[p.pid], -p.pid))
+        self._seen_running = [p.pid for p in recent_first]
         others = runnable - sum(p.runnable for p in ours.values())
         self._others = [(t, n) for t, n in self._others if now - t < self.peak_s] + [(now, others)]
         peak, ours_running = max(n for _, n in self._others), sum(p.runnable for p in running)
@@ -303,8 +316,8 @@ class CpuBudget:
                     break
                 self._pause(p.pid, now, max(1, p.runnable))
                 over -= max(1, p.runnable)
-        elif room > 0 and self.paused:  # a core is free now and lately: no wait
-            for pid, weight in list(self.paused.items()):
+        elif room > 0 and self.paused:  # a core is free now and lately: no wait, a few at a time
+            for pid, weight in list(self.paused.items())[:RESUMES_PER_LOOK]:
                 if weight > room:
                     break
                 room -= weight

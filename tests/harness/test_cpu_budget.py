@@ -17,6 +17,8 @@ from harness.run_phases.cpu_budget import (
     MIN_LOOK_S,
     OVER_LOOKS,
     PEAK_S,
+    RESUMES_PER_LOOK,
+    TICK_S,
     TRACE_HEADER,
     WAKE_S,
     CpuBudget,
@@ -147,6 +149,42 @@ def test_a_quick_read_over_the_budget_pauses_at_once_and_brings_the_next_look_fo
     assert machine.stopped == {21, 22}  # within the budget: nothing more paused
     assert keeper.detail.startswith("2 pauses of compile processes to keep within 6 busy, 2 of them at once ")
     assert ", 1 brought forward by a quick read, " in keeper.detail
+
+
+def test_the_quick_reads_of_one_burst_pause_only_what_the_last_look_saw_runnable() -> None:
+    """A compile process asleep frees nothing when paused: the quick reads of a burst, each still over,
+    paused those that had gone to sleep since they were seen running too, and the next look, finding the
+    room they made, resumed them all at once (two H200s: 14, then 16). Now they pause those the last look
+    saw runnable, and then wait for the next look."""
+    machine = Machine(compiles=[21, 22, 23, 24, 25])
+    quick = iter([9, 7, 20, 20, 20])  # at each look (the reader too), then a long burst
+    keeper = CpuBudget(
+        GROUP, 8, scan=machine.scan, send=machine.send, clock=lambda: machine.now, quick=lambda: next(quick)
+    )
+    assert keeper.tick()  # the first look: 3 workers + 5 compiles, at the budget
+    machine.threads = {22: 0, 23: 0}  # two compiles wait for their next program
+    machine.now = TICK_S
+    assert keeper.tick()  # the second look sees them asleep
+    for step in range(1, 4):  # three quick reads, each over by 11, too soon for a look
+        machine.now = TICK_S + MIN_LOOK_S * step / 4
+        assert keeper.tick()
+    assert machine.stopped == {21, 24, 25}  # the newest first; never 22 or 23
+    assert (keeper.looks, keeper.quick_pauses) == (2, 3)
+
+
+def test_a_look_resumes_a_few_at_a_time() -> None:
+    """A look finds room from one moment's count: resuming all it fits at once made the burst it would
+    then pause again."""
+    compiles = list(range(21, 31))
+    machine = Machine(compiles=compiles)
+    keeper = machine.keeper(budget=4)  # 3 workers + 10 compiles: 9 paused, 21 left running
+    _over(keeper)
+    assert len(machine.stopped) == 9
+    machine.workers = []  # the workers wait, past the peak window: room for 3 more
+    for look in range(1, 4):
+        machine.now = look * PEAK_S
+        keeper.step()  # (a turn swaps one paused for one running as well: the count stays)
+        assert len(machine.stopped) == 9 - min(3, RESUMES_PER_LOOK * look), look
 
 
 def test_tasks_the_kernel_counts_and_a_look_cannot_see_do_not_pause_the_compiles() -> None:
