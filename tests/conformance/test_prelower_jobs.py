@@ -222,3 +222,42 @@ def test_the_pools_processes_are_killed_once_its_jobs_are_done() -> None:
         prelower.end_pool(pool)
     assert [p.exitcode for p in processes] == [-9, -9]
     prelower.end_pool(_Pool(set()))  # a pool without the table: nothing to kill, no error
+
+
+def test_each_process_starts_once_a_core_is_free_within_the_budget(
+    recorder: _Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--start-within`` (a run's CPU budget), each of the first ``jobs`` submits, each of which starts
+    a process, waits for a core within it; the others go at once (no process starts for them)."""
+    pool = _Pool(set())
+    events: list[str] = []
+    monkeypatch.setattr(prelower, "ProcessPoolExecutor", pool)
+    monkeypatch.setattr(prelower, "wait_for_room", lambda within: events.append(f"wait {within}") or 0.25)
+    monkeypatch.setattr(pool, "submit", lambda *a: events.append("submit") or _Pool.submit(pool, *a))
+    tasks = prelower.prelower_tasks(["cpu"], ["asr", "add"], ["float32"])
+    prelower._lower_all("any:BACKEND", tasks, 2, "cpu", tmp_path / "stamp.done", start_within=28)
+    assert events == ["wait 28", "submit", "wait 28", "submit", "submit"]
+    assert "prelower: 2 processes started in " in (out := capsys.readouterr().out)
+    assert ", 0.5 s of it waiting for a core within 28\n" in out
+
+
+def _nap(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_the_executor_starts_a_process_per_submit_while_none_is_idle() -> None:
+    """What the paced start relies on: a spawning executor starts its processes as jobs are submitted (one
+    per submit while none is idle, up to ``max_workers``), not all when it is made."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=3, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert len(pool._processes) == 0
+        first = pool.submit(_nap, 1.0)
+        assert len(pool._processes) == 1
+        second = pool.submit(_nap, 1.0)
+        assert len(pool._processes) == 2
+        assert (first.result(), second.result()) == (1.0, 1.0)
