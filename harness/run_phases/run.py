@@ -7,25 +7,25 @@ asked how many CUDA devices it has and whether an earlier run already lowered ev
 
 On a GPU machine: (1) the zoo pre-lowered for both targets in the background at a lower priority, started
 first, its processes paused whenever the machine has more runnable tasks than cores
-(``cpu_budget.CpuBudget``; ``$CONFORMANCE_CPU_BUDGET=0``: not paused); (0) beside it the backend's
-toolchain preflight, also beside the first cases (not before them: on a cold machine it is a compile of
-40-185 s that every case waited for); a failed preflight stops the run (exit 3, harness/run_control.py's
+(``cpu_budget.CpuBudget``; ``$CONFORMANCE_CPU_BUDGET=0``: not paused); (0) beside it the backend's toolchain
+preflight, also beside the first cases (not before them: on a cold machine it is a compile of 40-185 s that
+every case waited for); a failed preflight stops the run (exit 3, harness/run_control.py's
 ``FrontDoor.request_stop``); (2) every case that may share its GPU, several pytest-xdist workers per GPU,
 each pinned to its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts, beside (1)'s compile processes
-(``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why, and each
-row of the phase table how many tasks were runnable meanwhile); (3) once (2) is done and (1) stopped, the
-cases that need their GPU alone (``plan.EXCLUSIVE``), one worker per GPU; (4) with two or more GPUs, the
-cases that need several at once, in one unpinned worker. (3) is started with (2) and waits, collected, at
-a gate until its turn (``early.py``, ``harness/start_gate.py``): its start-up overlaps (2) instead of
-following it. (4) measures nothing, so it runs beside (2) from the start (its gate open at once), and
-(3) waits for it too. (0), (1) and the early starts are skipped for a narrowed selection (``-k``,
+(``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why, and each row
+of the phase table how many tasks were runnable meanwhile); (3) once (2) is done and (1) stopped, the cases
+that need their GPU alone (``plan.EXCLUSIVE``), in one worker (the GPUs share the host's PCIe); (4) with two
+or more GPUs, the cases that need several at once, in one unpinned worker. (3) is started with (2) and
+waits, collected, at a gate until its turn (``early.py``, ``harness/start_gate.py``): its start-up overlaps
+(2) instead of following it. (4) measures nothing, so it runs beside (2) from the start (its gate open at
+once), and (3) waits for it too. (0), (1) and the early starts are skipped for a narrowed selection (``-k``,
 ``-m``, a file or a case id), (1) also where ``$CONFORMANCE_PRELOWER=0`` (``plan.prelowers``), where an
 earlier run already lowered everything (``conformance.prelower --is-done``: the cases then get the whole
 budget), or where the sizing leaves it no cores. Without a GPU, every case in one phase of
 ``sizing.cpu_workers()`` workers. Each pytest run writes a shard
-(``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI
-sets it, so cells on several runners share it too), so every report merges them into one run. The
-per-phase table is printed at the end and stored in each shard.
+(``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI sets
+it, so cells on several runners share it too), so every report merges them into one run. The per-phase table
+is printed at the end and stored in each shard.
 
 ``--run-deadline S`` (or ``$CONFORMANCE_RUN_DEADLINE``) bounds the whole run: each phase gets what is left;
 after the deadline, or a SIGTERM / SIGINT, the result files, JUnit and the page are still written and the
@@ -221,10 +221,10 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
     record.busy = BusySampler(trace_path=trace, origin=record.origin).start()
     pinned = plan.pinning(gpus)
     size = sizing.size_gpu_run(gpus, prelower=plan.prelowers(run), prelowered=prelowered)
-    console.log(f"{size.sentence}; then {EXCLUSIVE!r} alone, one worker per GPU")
+    console.log(f"{size.sentence}; then {EXCLUSIVE!r} alone, one worker")
     console.log(f"sized so: {'; '.join(size.reasons)}")
     alone = plan.modules_marking(run.root, run.selection, plan.EXCLUSIVE_MARKS)
-    later = [plan.exclusive_phase(run.name, gpus, pinned, alone)]
+    later = [plan.exclusive_phase(run.name, pinned, alone)]
     multi = plan.multi_gpu_phase(run.name) if gpus >= 2 else None
     preflight = None
     early: dict[str, EarlyPhase] = {}

@@ -114,7 +114,7 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     # 16 cores, 2 GPUs: 12 case workers (6 per GPU) and 15 compile processes at a lower priority
     assert shared[3:10] == ["conformance", "-n", "12", "--dist", "worksteal", "-m",
                             "not multi_gpu and not (traffic or timing)"]  # fmt: skip
-    assert alone[3:10] == ["conformance", "-n", "2", "--dist", "loadfile", "-m",
+    assert alone[3:10] == ["conformance", "-n", "1", "--dist", "loadfile", "-m",
                            "not multi_gpu and (traffic or timing)"]  # fmt: skip
     assert multi[3:10] == ["conformance", "-n", "1", "--dist", "worksteal", "-m", "multi_gpu"]
     assert all("--no-preflight" in cmd for cmd in (shared, alone, multi))  # the front door checked it
@@ -125,9 +125,9 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     waits = (shared_env["CONFORMANCE_CUDA_SYNC"], alone_env["CONFORMANCE_CUDA_SYNC"])
     assert waits == ("blocking", "default")
     assert "CONFORMANCE_WORKER_GPUS" not in multi_env  # one unpinned worker sees every GPU
-    # held at its gate, the GPU-alone phase waits on one thread for torch's ops, then takes its share of
-    # the cores (16 over 2 GPUs); beside the shared phase, the multi-GPU worker has a shared-phase worker's
-    assert (alone_env["OMP_NUM_THREADS"], alone_env["CONFORMANCE_THREADS_AT_GATE"]) == ("1", "8")
+    # held at its gate, the GPU-alone phase waits on one thread for torch's ops, then takes the cores (one
+    # worker whatever the GPUs); beside the shared phase, the multi-GPU worker has a shared-phase worker's
+    assert (alone_env["OMP_NUM_THREADS"], alone_env["CONFORMANCE_THREADS_AT_GATE"]) == ("1", "16")
     assert (multi_env["OMP_NUM_THREADS"], multi_env["TORCHINDUCTOR_COMPILE_THREADS"]) == ("1", "1")
     assert {e["CONFORMANCE_RUN_ID"] for e in (shared_env, alone_env, multi_env)} == {
         shared_env["CONFORMANCE_RUN_ID"]
@@ -140,7 +140,7 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     assert table[3].detail == "1 worker, all GPUs; beside the shared phase (its cases measure nothing)"
     assert table[3].start_s <= table[1].start_s + 0.5  # its row spans its own run, from the start
     header = "16 cores, 2 CUDA device(s), 125 GiB available: 12 case worker(s) (6 per GPU, 1 thread(s) each)"
-    header += " and 15 compile processes; then 'traffic or timing' alone, one worker per GPU"
+    header += " and 15 compile processes; then 'traffic or timing' alone, one worker"
     assert ("log", header) in console.calls
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert "16 cores: a budget of 15" in str(why)
@@ -250,7 +250,7 @@ def test_a_warm_cache_starts_no_prelowering(tmp_path: Path, monkeypatch: pytest.
     assert [p.name for p in _table(console)][:2] == ["preflight (overlapped)", "cases (shared GPU)"]
     assert _table(console)[1].detail == "12 workers, 12 per GPU; GPU waits asleep"
     header = "16 cores, 1 CUDA device(s), 125 GiB available: 12 case worker(s) (12 per GPU, 1 thread(s) each)"
-    header += " and no compile process; then 'traffic or timing' alone, one worker per GPU"
+    header += " and no compile process; then 'traffic or timing' alone, one worker"
     assert ("log", header) in console.calls
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert str(why).endswith(

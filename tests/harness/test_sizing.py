@@ -130,7 +130,7 @@ def test_the_counts_hold_on_every_machine(monkeypatch: pytest.MonkeyPatch) -> No
 def test_the_readmes_example_header_is_what_the_sizing_says() -> None:
     size = _sizing(16, 1, 125.0)
     readme = (ROOT / "README.md").read_text()
-    assert f"{size.sentence}; then 'traffic or timing' alone, one worker per GPU\n" in readme
+    assert f"{size.sentence}; then 'traffic or timing' alone, one worker\n" in readme
     assert f"sized so: {'; '.join(size.reasons)}\n" in readme
     assert "Two GPUs and 32 cores get 24 case workers (12 per GPU) and 31 compile processes" in readme
     assert (_sizing(32, 2).workers, _sizing(32, 2).prelower_jobs) == (24, 31)
