@@ -274,6 +274,9 @@ def _self_tests(session: nox.Session, marker: str) -> None:
     if not _chromium():
         session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
     workers = str(SIZING.self_test_workers())  # one more than cores: some self-tests wait on purpose
+    # Hundreds of processes (inner pytest sessions, front-door runs) would each compile the project again
+    # where $PYTHONDONTWRITEBYTECODE is set (our CI sets it): one prefix for all of them, under .nox/.
+    session.env.update(CACHES.bytecode_env({**os.environ, **(session.env or {})}, ROOT / ".nox" / "pycache"))
     cmd = [python, "-m", "pytest", "tests", "-n", workers, "-m", marker, *session.posargs]
     session.run(*cmd, external=True)
 

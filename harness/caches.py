@@ -35,16 +35,20 @@ def artifact_dir(env: Mapping[str, str] = os.environ) -> Path:
     return Path(env.get("CONFORMANCE_CACHE_DIR") or Path.home() / ".cache" / "aoti-conformance")
 
 
-def bytecode_env(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+def bytecode_env(env: Mapping[str, str] = os.environ, folder: Path | None = None) -> dict[str, str]:
     """What a run gives its processes where ``$PYTHONDONTWRITEBYTECODE`` is set (as on our GPU image) and
     no ``$PYTHONPYCACHEPREFIX`` says where bytecode goes: Python's bytecode and pytest's rewritten modules
     written once, under the artifact cache (``<it>/pycache``; the sources and site-packages stay as they
     are), and read by every later process. Without it each of a run's ~15 pytest processes compiled the
     suite and rewrote its test modules and every pytest plugin's package (hypothesis entire): 9.0 s to
-    collect the suite here, 4.9 s with it. Elsewhere nothing: Python writes bytecode beside the sources."""
+    collect the suite here, 4.9 s with it. Elsewhere nothing: Python writes bytecode beside the sources.
+    ``folder``: another place than the artifact cache (the self-tests': their runs' caches are temporary).
+    The prefix's first process compiles what it imports, torch too (Python then reads no bytecode beside
+    the sources): seconds, once per prefix."""
     if not env.get("PYTHONDONTWRITEBYTECODE") or env.get("PYTHONPYCACHEPREFIX"):
         return {}
-    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(artifact_dir(env) / "pycache")}
+    prefix = folder or artifact_dir(env) / "pycache"
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(prefix)}
 
 
 def caches() -> list[Cache]:

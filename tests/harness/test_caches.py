@@ -18,6 +18,8 @@ def test_bytecode_goes_under_the_artifact_cache_only_where_python_would_write_no
     assert caches.bytecode_env({"CONFORMANCE_CACHE_DIR": str(tmp_path)}) == {}  # beside the sources, as ever
     assert caches.bytecode_env({**forbidden, "PYTHONDONTWRITEBYTECODE": ""}) == {}  # empty: not set
     assert caches.bytecode_env({**forbidden, "PYTHONPYCACHEPREFIX": "/theirs"}) == {}  # the user's place
+    elsewhere = caches.bytecode_env(forbidden, tmp_path / "tests")
+    assert elsewhere["PYTHONPYCACHEPREFIX"] == str(tmp_path / "tests")
 
 
 def test_a_later_process_reads_the_bytecode_and_rewritten_tests_an_earlier_one_wrote(tmp_path: Path) -> None:
@@ -28,6 +30,7 @@ def test_a_later_process_reads_the_bytecode_and_rewritten_tests_an_earlier_one_w
     (sources / "helper.py").write_text("VALUE = 1\n")
     (sources / "test_it.py").write_text("import helper\n\ndef test_it():\n    assert helper.VALUE == 1\n")
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "CONFORMANCE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTHONPYCACHEPREFIX", None)  # the self-tests' own (noxfile)
     env.update(caches.bytecode_env(env))
     collect = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_it.py"]
     done = subprocess.run(collect, cwd=sources, env=env, capture_output=True, text=True, timeout=120)
