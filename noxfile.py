@@ -220,12 +220,17 @@ def _run_suite(
     (harness/run_phases/run.py says what the phases are). ``prelower=False`` skips compiling the zoo up
     front (for a backend whose zoo cases cannot run); ``python``: the interpreter that runs the cases."""
     run = PLAN.SuiteRun(ROOT, name, tuple(selection), python, tuple(session.posargs), prelower)
-    bytecode = CACHES.bytecode_env({**os.environ, **(session.env or {})})
-    if bytecode:  # each process of the run compiled the suite and rewrote its tests again (harness/caches.py)
-        prefix = bytecode["PYTHONPYCACHEPREFIX"]
+    if prefix := _share_bytecode(session):  # each process compiled the suite and rewrote its tests again
         session.log(f"$PYTHONDONTWRITEBYTECODE is set: the run's processes share bytecode in {prefix}")
-        session.env.update(bytecode)
     RUN.run_suite(_NoxConsole(session), run)
+
+
+def _share_bytecode(session: nox.Session, folder: Path | None = None) -> str | None:
+    """Where $PYTHONDONTWRITEBYTECODE is set, give the session's commands one bytecode prefix
+    (``harness.caches.bytecode_env``; ``folder``, else the artifact cache's); the prefix, or None."""
+    bytecode = CACHES.bytecode_env({**os.environ, **(session.env or {})}, folder)
+    session.env.update(bytecode)
+    return bytecode.get("PYTHONPYCACHEPREFIX")
 
 
 @nox.session(venv_backend="none")
@@ -276,7 +281,7 @@ def _self_tests(session: nox.Session, marker: str) -> None:
     workers = str(SIZING.self_test_workers())  # one more than cores: some self-tests wait on purpose
     # Hundreds of processes (inner pytest sessions, front-door runs) would each compile the project again
     # where $PYTHONDONTWRITEBYTECODE is set (our CI sets it): one prefix for all of them, under .nox/.
-    session.env.update(CACHES.bytecode_env({**os.environ, **(session.env or {})}, ROOT / ".nox" / "pycache"))
+    _share_bytecode(session, ROOT / ".nox" / "pycache")
     cmd = [python, "-m", "pytest", "tests", "-n", workers, "-m", marker, *session.posargs]
     session.run(*cmd, external=True)
 

@@ -46,6 +46,7 @@ from conformance.protocol import caches_methods
 from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
 from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
+from harness.caches import artifact_dir
 from harness.progress import heartbeat
 from harness.run_phases.cpu_budget import wait_for_room
 from harness.stacks import dump_stacks_on_signal
@@ -162,8 +163,7 @@ def sources_stamp(spec: str, tasks: Iterable[tuple[str, ...]]) -> str:
 
 def stamp_path(stamp: str) -> Path:
     """Where a finished pre-lowering leaves its stamp: next to the artifact cache it filled."""
-    root = os.environ.get("CONFORMANCE_CACHE_DIR") or str(Path.home() / ".cache" / "aoti-conformance")
-    return Path(root) / "prelower" / f"{stamp}.done"
+    return artifact_dir() / "prelower" / f"{stamp}.done"
 
 
 def _machine(device: str) -> tuple[str, ...]:
