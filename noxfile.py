@@ -67,7 +67,6 @@ MATRIX_CELLS = _by_path("conformance/cells.py").matrix_cells(ROOT / "conformance
 #: and passes its arguments.
 PLAN = _harness("harness.run_phases.plan")
 RUN = _harness("harness.run_phases.run")
-REPORT = _harness("harness.run_phases.report")
 SIZING = _harness("harness.run_phases.sizing")
 CACHES = _harness("harness.caches")
 
@@ -202,7 +201,7 @@ class _NoxConsole:
         return 0
 
     def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> subprocess.Popen[bytes]:
-        self.session.log(f"{shlex.join(cmd)} > {_shown(str(output))}  (started early)")
+        self.session.log(f"{shlex.join(cmd)} > {_shown(str(output))}  (in the background)")
         with open(output, "wb") as out:
             session_env = {k: v for k, v in (self.session.env or {}).items() if v is not None}
             full_env = {**os.environ, **session_env, **env}
@@ -214,12 +213,19 @@ class _NoxConsole:
 
 
 def _run_suite(
-    session: nox.Session, name: str, selection: list[str], *, python: str, prelower: bool = True
+    session: nox.Session,
+    name: str,
+    selection: list[str],
+    *,
+    python: str,
+    prelower: bool = True,
+    coverage: tuple[str, ...] = (),
 ) -> None:
     """Run the conformance suite in phases, then render the summary page even if cases failed or crashed
     (harness/run_phases/run.py says what the phases are). ``prelower=False`` skips compiling the zoo up
-    front (for a backend whose zoo cases cannot run); ``python``: the interpreter that runs the cases."""
-    run = PLAN.SuiteRun(ROOT, name, tuple(selection), python, tuple(session.posargs), prelower)
+    front (for a backend whose zoo cases cannot run); ``python``: the interpreter that runs the cases;
+    ``coverage``: the command that writes the rule coverage table, run beside the run."""
+    run = PLAN.SuiteRun(ROOT, name, tuple(selection), python, tuple(session.posargs), prelower, coverage)
     if prefix := _share_bytecode(session):  # each process compiled the suite and rewrote its tests again
         session.log(f"$PYTHONDONTWRITEBYTECODE is set: the run's processes share bytecode in {prefix}")
     RUN.run_suite(_NoxConsole(session), run)
@@ -292,8 +298,7 @@ def conformance(session: nox.Session) -> None:
     python = _suite_python(session)
     # The table names the broken backends that prove each rule: they are the self-tests', so tests/ writes it.
     coverage = (python, "-m", "tests.rule_coverage", "--json")
-    REPORT.write_rule_coverage(_NoxConsole(session), coverage, RESULTS)
-    _run_suite(session, "conformance", ["conformance"], python=python)
+    _run_suite(session, "conformance", ["conformance"], python=python, coverage=coverage)
 
 
 @nox.session(tags=["matrix"])

@@ -532,6 +532,7 @@ def main(
     )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--cases", action="store_true", help="list every case under its rule")
+    parser.add_argument("-o", "--output", type=Path, help="write the table to this file (default: stdout)")
     args = parser.parse_args(argv)
     if proofs is None:
         print(
@@ -541,9 +542,13 @@ def main(
         )
     rows = coverage_rows(proofs=proofs or ())
     if args.json:
-        print(json.dumps([row_dict(r) for r in rows], indent=2))
+        text = json.dumps([row_dict(r) for r in rows], indent=2)
     else:
-        print(render(rows, show_cases=args.cases))
+        text = render(rows, show_cases=args.cases)
+    if args.output is None:
+        print(text)
+    else:  # the front door runs it in the background, its stderr in a log: the table apart
+        args.output.write_text(text + "\n")
     return 0
 
 

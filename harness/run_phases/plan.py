@@ -48,6 +48,9 @@ class SuiteRun:
     posargs: tuple[str, ...] = ()
     #: Pre-lower the zoo in the background (off for a backend whose zoo cases cannot run, and for cells).
     prelower: bool = True
+    #: The command that writes the rule coverage table (``--output=FILE`` is added), run beside the run;
+    #: empty: none.
+    coverage: tuple[str, ...] = ()
 
     @property
     def results(self) -> Path:
@@ -227,6 +230,9 @@ def pytest_command(run: SuiteRun, shard: str, args: Sequence[str], after: Sequen
     return [
         run.python, "-m", "pytest", *args,
         "-p", "harness.pytest_plugin",
+        # pytest-benchmark, where installed (the GPU image has it), turns itself off under xdist with a
+        # warning from every worker; the suite's timings are harness.bench's.
+        "-p", "no:benchmark",
         f"--results-json={run.results / f'{shard}.json'}",
         f"--repro-prefix={run.shown_python} -m pytest",
         f"--junitxml={run.results / f'{shard}.junit.xml'}",

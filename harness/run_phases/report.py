@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.results import JOURNAL_SUFFIX
 from harness.run_control import EXIT_NO_TESTS, EXIT_OK, FrontDoor
-from harness.run_phases.console import Console
+from harness.run_phases.console import Console, Started
 from harness.run_phases.plan import SuiteRun
 from harness.run_phases.record import RunRecord
 
@@ -85,18 +85,60 @@ def conclude(console: Console, outcome: Verdict | None) -> None:
     console.error(outcome.message)
 
 
-def write_rule_coverage(console: Console, command: Sequence[str], results: Path) -> None:
-    """results/rule-coverage.json from ``command`` (the front door's: the broken backends that prove the
-    rules are the self-tests', which harness never names); the dashboard shows it as its coverage page. A
-    failure only warns."""
-    results.mkdir(exist_ok=True)
-    target = results / "rule-coverage.json"
-    with open(target, "w") as out:
-        code = subprocess.run(list(command), stdout=out).returncode
-    if code != 0:
-        target.unlink(missing_ok=True)
-        console.warn(
-            f"rule coverage table not written (exit {code}); the dashboard will have no coverage page"
-        )
-    else:
-        console.log(f"rule coverage table: {target}")
+#: How long the report waits for the rule coverage table once the phases are over; it normally ended long
+#: before (seconds: an AST walk of every case, started beside the arguments' check).
+COVERAGE_WAIT_S = 60.0
+
+
+@dataclass
+class RuleCoverage:
+    """The rule coverage table being written beside the run: ``results/rule-coverage.json`` for the
+    dashboard's coverage page, from the front door's command (the broken backends that prove the rules
+    are the self-tests', which harness never names). The command writes ``pending``; ``finish`` puts it in
+    place, so that a run stopped by its arguments' check leaves results/ as it was."""
+
+    results: Path
+    process: Started | None = None
+
+    @property
+    def target(self) -> Path:
+        return self.results / "rule-coverage.json"
+
+    @property
+    def pending(self) -> Path:
+        return self.results / "rule-coverage.json.new"
+
+    @property
+    def log(self) -> Path:
+        return self.results / "rule-coverage.log"
+
+    def start(self, console: Console, command: Sequence[str]) -> RuleCoverage:
+        self.results.mkdir(exist_ok=True)
+        self.process = console.start([*command, f"--output={self.pending}"], env={}, output=self.log)
+        return self
+
+    def finish(self, console: Console, wait_s: float = COVERAGE_WAIT_S) -> None:
+        """The table in place, or a warning that says why not (a failure only warns)."""
+        assert self.process is not None, "finish() before start()"
+        try:
+            code = self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            why = f"not done after {wait_s:g} s more"
+        else:
+            why = f"exit {code}"
+            if code == 0 and self.pending.exists():
+                self.pending.replace(self.target)
+                self.log.unlink(missing_ok=True)
+                console.log(f"rule coverage table: {self.target}")
+                return
+        self.target.unlink(missing_ok=True)  # last run's table would not describe this checkout
+        no_page = "the dashboard will have no coverage page"
+        console.warn(f"rule coverage table not written ({why}; see {self.log}); {no_page}")
+
+    def stop(self) -> None:
+        """Ended unfinished (the run stopped before it began): nothing of it stays."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.pending.unlink(missing_ok=True)

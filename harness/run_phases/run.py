@@ -65,7 +65,7 @@ from harness.run_phases.prelowering import (
     toolchain_detail,
 )
 from harness.run_phases.record import RunRecord
-from harness.run_phases.report import report_run
+from harness.run_phases.report import RuleCoverage, report_run
 from harness.start_gate import held_threads
 
 
@@ -91,8 +91,15 @@ def run_suite(console: Console, run: SuiteRun) -> None:
         console.error(str(exc))
     # The machine's questions (CUDA devices, whether an earlier run lowered everything) need an
     # interpreter each (torch's import, seconds): asked beside the arguments' check, they cost no wait.
+    # The coverage table is an AST walk of every case (seconds): written beside the run, it costs no wait.
+    coverage = RuleCoverage(run.results).start(console, run.coverage) if run.coverage else None
     machine = MachineQuestions(console, run, door).start()
-    check_arguments(console, run.python, [*run.selection, *door.args])
+    try:
+        check_arguments(console, run.python, [*run.selection, *door.args])
+    except BaseException:
+        if coverage is not None:
+            coverage.stop()
+        raise
     # Only now, with a run that can start: the last run's files move to results/runs/<its run id>/.
     keep_previous_run(console, run)
     record = RunRecord()
@@ -104,6 +111,8 @@ def run_suite(console: Console, run: SuiteRun) -> None:
     door.finishing()
     if record.prelowering is not None:
         stop_prelowering(console, record.prelowering)
+    if coverage is not None:
+        coverage.finish(console)
     try:
         report_run(console, run, record, door)
     finally:

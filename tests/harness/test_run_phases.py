@@ -509,15 +509,6 @@ def test_the_record_gives_the_table_and_whether_the_toolchain_is_known() -> None
     assert RunRecord(toolchain_code=0).toolchain_known
 
 
-def test_the_rule_coverage_table_only_warns_when_it_fails(tmp_path: Path) -> None:
-    console = FakeConsole(gpus=0)
-    report.write_rule_coverage(console, ["false"], tmp_path / "results")  # type: ignore[arg-type]
-    assert not (tmp_path / "results" / "rule-coverage.json").exists()
-    assert console.of("warn") == [
-        "rule coverage table not written (exit 1); the dashboard will have no coverage page"
-    ]
-
-
 def test_the_run_imports_neither_nox_torch_pytest_nor_a_backend() -> None:
     """nox imports this package with whatever interpreter runs nox (it may have no torch)."""
     blocked = ["nox", "torch", "pytest", "conformance", "reference_impl", "upstream_executorch", "reports"]
