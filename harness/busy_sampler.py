@@ -20,6 +20,7 @@ Linux) it samples nothing, and the table says nothing of it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from harness.formatting import significant
 from harness.machine_limits import usable_cores
 from harness.ticker import Ticker
 
@@ -262,13 +264,26 @@ class BusySummary:
     over_mix: tuple[tuple[str, float], ...] = ()
     #: Over those samples, the stopped processes per sample of each named group (paused compiles).
     over_paused: tuple[tuple[str, float], ...] = ()
+    #: Busy processes integrated over the window (each sample's count until the next): the CPU work
+    #: done, in process-seconds. With ``span_s`` it parts a run's time into work and how many cores did
+    #: it at once: two runs on machines of 16 and 32 cores can then say which of the two changed.
+    process_seconds: float = 0.0
+    #: Seconds from the window's first sample to its last.
+    span_s: float = 0.0
+
+    @property
+    def mean_processes(self) -> float | None:
+        """Busy processes on average over the window; None with a single sample."""
+        return self.process_seconds / self.span_s if self.span_s > 0 else None
 
     @property
     def detail(self) -> str:
         """The phase table's words for it: busy processes (issue 31's count) first, then runnable tasks."""
+        mean = self.mean_processes
+        work = f", mean {mean:.1f} ({significant(self.process_seconds, 3)} process-s)" if mean else ""
         words = (
-            f"busy processes {self.processes} of {self.cores} cores, over them in {self.processes_over} "
-            f"of {self.samples} samples; runnable tasks {self.tasks}"
+            f"busy processes {self.processes}{work} of {self.cores} cores, over them in "
+            f"{self.processes_over} of {self.samples} samples; runnable tasks {self.tasks}"
         )
         if not self.over:
             return words
@@ -360,17 +375,20 @@ class BusySampler:
 
     def summary(self, start: float, end: float) -> BusySummary | None:
         """Over the samples taken from ``start`` to ``end`` (clock times); None with none."""
-        window = [(v, n) for t, v, n in list(self.samples) if start <= t <= end]
-        if not window:
+        timed = [(t, v, n) for t, v, n in list(self.samples) if start <= t <= end]
+        if not timed:
             return None
+        window = [(v, n) for _, v, n in timed]
         tasks, busy = Spread.of([v for v, _ in window]), Spread.of([n for _, n in window])
         processes_over = sum(1 for _, n in window if n > self.cores)
+        process_seconds = sum((later[0] - t) * n for (t, _, n), later in itertools.pairwise(timed))
         picked = [(mix, paused) for t, mix, paused in list(self.over) if start <= t <= end]
         over_mix = _average([mix for mix, _ in picked])
         over_paused = _average([paused for _, paused in picked])
         return BusySummary(
-            len(window), tasks, busy, self.cores, len(picked), processes_over, over_mix, over_paused
-        )
+            len(window), tasks, busy, self.cores, len(picked), processes_over, over_mix, over_paused,
+            process_seconds, timed[-1][0] - timed[0][0],
+        )  # fmt: skip
 
 
 def _average(counts: list[Counter[str]]) -> tuple[tuple[str, float], ...]:

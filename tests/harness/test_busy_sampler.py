@@ -105,11 +105,18 @@ def test_a_window_gives_its_samples_percentiles() -> None:
     busy = [2, 8, 12, 13, 13, 13, 13, 13, 13, 13, 17, 1]
     sampler.samples = [(float(t), v, n) for t, (v, n) in enumerate(zip(tasks, busy, strict=True))]
     # t = 1..10: 9, 14, seven 15s, 20; the 95th percentile of ten samples is the highest
+    # a sample's count holds until the next: 8 + 12 + 7 x 13 process-seconds over the 9 s from t = 1 to 10
     assert sampler.summary(1.0, 10.0) == BusySummary(
-        samples=10, tasks=Spread(15, 20, 20), processes=Spread(13, 17, 17), cores=16, processes_over=1
-    )
+        samples=10, tasks=Spread(15, 20, 20), processes=Spread(13, 17, 17), cores=16, processes_over=1,
+        process_seconds=111.0, span_s=9.0,
+    )  # fmt: skip
     assert sampler.summary(1.0, 9.0) == BusySummary(
-        samples=9, tasks=Spread(15, 15, 15), processes=Spread(13, 13, 13), cores=16
+        samples=9, tasks=Spread(15, 15, 15), processes=Spread(13, 13, 13), cores=16,
+        process_seconds=98.0, span_s=8.0,
+    )  # fmt: skip
+    assert sampler.summary(1.0, 10.0).detail == (  # type: ignore[union-attr]
+        "busy processes p50 13, p95 17, max 17, mean 12.3 (111 process-s) of 16 cores, over them in 1 of "
+        "10 samples; runnable tasks p50 15, p95 20, max 20"
     )
     assert sampler.summary(100.0, 200.0) is None  # no sample in the window
     assert sampler.summary(0.0, 0.0).detail == (  # type: ignore[union-attr]
@@ -170,8 +177,8 @@ def test_samples_over_the_cores_say_who_was_runnable(tmp_path: Path) -> None:
     assert summary.over_mix == (("python3", 4.0), ("pre-lowering", 2.5))
     assert summary.over_paused == (("pre-lowering", 0.5),)  # one paused in one of the two samples
     assert summary.detail == (
-        "busy processes p50 2, p95 2, max 2 of 4 cores, over them in 0 of 3 samples; "
-        "runnable tasks p50 5, p95 6, max 6, over the cores in 2, there on average 4.0 python3, "
+        "busy processes p50 2, p95 2, max 2, mean 1.5 (3.00 process-s) of 4 cores, over them in 0 of 3 "
+        "samples; runnable tasks p50 5, p95 6, max 6, over the cores in 2, there on average 4.0 python3, "
         "2.5 pre-lowering, 0.5 pre-lowering processes paused"
     )
     assert sampler.summary(0.0, 0.0).detail == (  # type: ignore[union-attr]

@@ -173,8 +173,9 @@ def test_each_step_of_a_gpu_run_says_how_many_tasks_were_runnable(
     run.run_suite(console, _suite(tmp_path))
     details = {p.name: p.detail for p in _table(console)}
     # one process (not the sampler's) with 13 runnable threads, one of them taken for the sampler's own
-    busy = "busy processes p50 1, p95 1, max 1 of 16 cores, over them in 0 of "
+    busy = "busy processes p50 1, p95 1, max 1, mean 1.0 ("  # one busy process all along
     assert details["preflight (overlapped)"].startswith(f"toolchain OK; {busy}")
+    assert " process-s) of 16 cores, over them in 0 of " in details["preflight (overlapped)"]
     assert details["preflight (overlapped)"].endswith("samples; runnable tasks p50 12, p95 12, max 12")
     trace = (tmp_path / "results" / "conformance.busy.tsv").read_text().splitlines()  # the run's own timeline
     assert trace[0] == TRACE_HEADER.rstrip("\n")
