@@ -10,6 +10,9 @@ declare -A limit=([cold]="${COLD_LIMIT:-380}" [warm]="${WARM_LIMIT:-170}")
 # RUNS picks the runs (default both); with SUITE_CACHE_DIR fixed, a warm run in a later call on the same
 # (still warm) machine uses the cold run's caches.
 RUNS="${RUNS:-cold warm}"
+# MEASURE_HOST=1: first the host's cores (.ci/gpu/host_scaling.py, about 30 s): machines of one kind differ
+# in core speed by more than a change to the suite does, so a run's time is read beside its host's.
+if [ "${MEASURE_HOST:-0}" = 1 ]; then python3 .ci/gpu/host_scaling.py "$OUT/host.json" | tee "$OUT/host.txt"; fi
 for run in $RUNS; do
   mkdir -p "$OUT/$run"
   start=$(date +%s)
