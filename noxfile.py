@@ -103,6 +103,8 @@ def _extra(name: str) -> list[str]:
 #: then reused; rebuilt only when what it was built from changes (the torch pin, pyproject.toml, Python),
 #: which a stamp inside it records.
 SUITE_VENV = ROOT / ".nox" / "_suite"
+#: The bytecode the suite venv's sessions share where $PYTHONDONTWRITEBYTECODE is set (``_share_bytecode``).
+VENV_PYCACHE = ROOT / ".nox" / "pycache"
 
 
 def _suite_python(session: nox.Session) -> str:
@@ -112,6 +114,10 @@ def _suite_python(session: nox.Session) -> str:
     if not _uses_venv(session):
         session.log("--no-venv: using this interpreter's packages as they are (torch, pytest, xdist, ...)")
         return sys.executable
+    # Where $PYTHONDONTWRITEBYTECODE is set (CI images often set it) Python caches no bytecode, and every
+    # process compiled torch again: the sessions' processes share VENV_PYCACHE instead. Python then reads
+    # bytecode only there, so byte-compiling the venv up front (47 s on two cores) would be lost time.
+    _share_bytecode(session, VENV_PYCACHE)
     import fcntl
     import hashlib
 
@@ -133,23 +139,8 @@ def _suite_python(session: nox.Session) -> str:
         # Upstream ExecuTorch and exactly what its AOT path imports (pyproject's ``executorch`` extra), with
         # --no-deps: its metadata would also pull coremltools, pandas, scikit-learn, torchao and more.
         session.run(*pip, "--no-deps", *_extra("executorch"), external=True)
-        _compile_bytecode(session, python)
         stamp.write_text(want)
     return str(python)
-
-
-def _compile_bytecode(session: nox.Session, python: Path) -> None:
-    """Byte-compile the venv's packages on every core: pip compiles what it installs one file at a time
-    (a fresh venv and the self-tests' collection on a two-core runner: 164 s that way, 146 s this way).
-    The bytecode must be there: where ``PYTHONDONTWRITEBYTECODE`` is set (CI images often set it) Python
-    never caches what it compiles on import, so every process would compile torch again. Exit 1 (a file
-    that does not compile, as some packages ship) is what pip ignores too."""
-    site = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    printed = session.run(str(python), "-c", site, external=True, silent=True, log=False)
-    packages = str(printed).splitlines()[-1]
-    session.run(
-        str(python), "-m", "compileall", "-qq", "-j", "0", packages, external=True, success_codes=[0, 1]
-    )
 
 
 def _install_report(session: nox.Session) -> None:
@@ -226,17 +217,17 @@ def _run_suite(
     front (for a backend whose zoo cases cannot run); ``python``: the interpreter that runs the cases;
     ``coverage``: the command that writes the rule coverage table, run beside the run."""
     run = PLAN.SuiteRun(ROOT, name, tuple(selection), python, tuple(session.posargs), prelower, coverage)
-    if prefix := _share_bytecode(session):  # each process compiled the suite and rewrote its tests again
-        session.log(f"$PYTHONDONTWRITEBYTECODE is set: the run's processes share bytecode in {prefix}")
+    _share_bytecode(session)  # each process compiled the suite and rewrote its tests again
     RUN.run_suite(_NoxConsole(session), run)
 
 
-def _share_bytecode(session: nox.Session, folder: Path | None = None) -> str | None:
+def _share_bytecode(session: nox.Session, folder: Path | None = None) -> None:
     """Where $PYTHONDONTWRITEBYTECODE is set, give the session's commands one bytecode prefix
-    (``harness.caches.bytecode_env``; ``folder``, else the artifact cache's); the prefix, or None."""
+    (``harness.caches.bytecode_env``; ``folder``, else the artifact cache's), unless one is set already."""
     bytecode = CACHES.bytecode_env({**os.environ, **(session.env or {})}, folder)
     session.env.update(bytecode)
-    return bytecode.get("PYTHONPYCACHEPREFIX")
+    if prefix := bytecode.get("PYTHONPYCACHEPREFIX"):
+        session.log(f"$PYTHONDONTWRITEBYTECODE is set: the session's processes share bytecode in {prefix}")
 
 
 @nox.session(venv_backend="none")
@@ -286,8 +277,8 @@ def _self_tests(session: nox.Session, marker: str) -> None:
         session.warn("no Chromium: the dashboard's browser test will skip (`nox -s browser` installs one)")
     workers = str(SIZING.self_test_workers())  # one more than cores: some self-tests wait on purpose
     # Hundreds of processes (inner pytest sessions, front-door runs) would each compile the project again
-    # where $PYTHONDONTWRITEBYTECODE is set (our CI sets it): one prefix for all of them, under .nox/.
-    _share_bytecode(session, ROOT / ".nox" / "pycache")
+    # where $PYTHONDONTWRITEBYTECODE is set (our CI sets it): one prefix for all of them (--no-venv too).
+    _share_bytecode(session, VENV_PYCACHE)
     cmd = [python, "-m", "pytest", "tests", "-n", workers, "-m", marker, *session.posargs]
     session.run(*cmd, external=True)
 
