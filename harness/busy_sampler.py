@@ -279,8 +279,9 @@ class BusySummary:
     @property
     def detail(self) -> str:
         """The phase table's words for it: busy processes (issue 31's count) first, then runnable tasks."""
-        mean = self.mean_processes
-        work = f", mean {mean:.1f} ({significant(self.process_seconds, 3)} process-s)" if mean else ""
+        mean, work = self.mean_processes, ""
+        if mean is not None:  # a mean of 0 is a figure too; a single sample has none
+            work = f", mean {mean:.1f} ({significant(self.process_seconds, 3)} process-s)"
         words = (
             f"busy processes {self.processes}{work} of {self.cores} cores, over them in "
             f"{self.processes_over} of {self.samples} samples; runnable tasks {self.tasks}"

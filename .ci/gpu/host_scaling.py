@@ -33,12 +33,14 @@ def python_job(_: int) -> float:
 
 
 def gxx_job(index: int) -> float:
-    folder = Path(tempfile.mkdtemp())
-    source = folder / f"j{index}.cpp"
-    source.write_text(CPP)
-    start = time.perf_counter()
-    subprocess.run(["/usr/bin/g++", "-O2", "-c", str(source), "-o", str(folder / "j.o")], check=True)
-    return time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / f"j{index}.cpp"
+        source.write_text(CPP)
+        start = time.perf_counter()
+        subprocess.run(
+            ["/usr/bin/g++", "-O2", "-c", str(source), "-o", str(source.with_suffix(".o"))], check=True
+        )
+        return time.perf_counter() - start
 
 
 def measure(job, processes: int) -> float:

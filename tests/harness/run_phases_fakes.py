@@ -4,11 +4,12 @@ pre-lowering and preflight without their processes."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +18,19 @@ import pytest
 from harness.run_phases import run, sizing
 from harness.run_phases.prelowering import Prelowering
 from harness.start_gate import GATE_ENV
+
+
+@contextlib.contextmanager
+def front_door_signals_restored() -> Iterator[None]:
+    """The front door installs its own signal handlers and deadline timer (harness/run_control.py): as
+    they were, and no timer, once the block ends."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 class Failed(Exception):

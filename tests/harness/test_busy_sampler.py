@@ -118,6 +118,8 @@ def test_a_window_gives_its_samples_percentiles() -> None:
         "busy processes p50 13, p95 17, max 17, mean 12.3 (111 process-s) of 16 cores, over them in 1 of "
         "10 samples; runnable tasks p50 15, p95 20, max 20"
     )
+    idle = BusySummary(samples=3, tasks=Spread(1, 1, 1), processes=Spread(0, 0, 0), cores=16, span_s=2.0)
+    assert "max 0, mean 0.0 (0 process-s) of 16 cores" in idle.detail  # no work is a figure too
     assert sampler.summary(100.0, 200.0) is None  # no sample in the window
     assert sampler.summary(0.0, 0.0).detail == (  # type: ignore[union-attr]
         "busy processes p50 2, p95 2, max 2 of 16 cores, over them in 0 of 1 samples; "

@@ -5,7 +5,6 @@ only warns (and leaves no stale table), and a run its arguments' check stops lea
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 from harness.run_phases import run
 from harness.run_phases.plan import SuiteRun
 from harness.run_phases.report import RuleCoverage
-from tests.harness.run_phases_fakes import Failed, FakeConsole
+from tests.harness.run_phases_fakes import Failed, FakeConsole, front_door_signals_restored
 
 #: Writes its ``--output=FILE`` argument after ``sys.argv[1]`` seconds, then exits with ``sys.argv[2]``.
 TABLE = (
@@ -33,11 +32,8 @@ TABLE = (
 @pytest.fixture(autouse=True)
 def _signal_handlers() -> Iterator[None]:
     """The front door installs its own (harness/run_control.py): as they were after each test."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
+    with front_door_signals_restored():
+        yield
 
 
 def _command(delay_s: float = 0.0, code: int = 0) -> list[str]:

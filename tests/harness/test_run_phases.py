@@ -24,7 +24,13 @@ from harness.run_phases.plan import PytestPhase, SuiteRun
 from harness.run_phases.prelowering import Prelowering
 from harness.run_phases.record import RunRecord
 from harness.start_gate import GATE_ENV
-from tests.harness.run_phases_fakes import STAMP, Failed, FakeBackground, FakeConsole
+from tests.harness.run_phases_fakes import (
+    STAMP,
+    Failed,
+    FakeBackground,
+    FakeConsole,
+    front_door_signals_restored,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Environment the front door reads; each test starts without it.
@@ -50,11 +56,8 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sizing, "available_memory_gib", lambda: 125.0)
     # No /proc to sample: the tables' details are the phases' own (one test below samples).
     monkeypatch.setattr(run, "BusySampler", lambda **kw: BusySampler(scan=lambda: None, **kw))
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
+    with front_door_signals_restored():
+        yield
 
 
 def _suite(tmp_path: Path, *posargs: str, prelower: bool = True) -> SuiteRun:
