@@ -11,6 +11,7 @@ import torch
 
 from conformance import generation, known_failures
 from conformance import outcomes as case_outcomes
+from conformance.crash_replay import CrashReplays
 from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
 from conformance.parts import part_fixture
 from conformance.protocol import Backend
@@ -133,6 +134,8 @@ def pytest_configure(config: pytest.Config) -> None:
     sources = (["backend attribute known_failures"] if known_failures.from_backend(backend) else []) + files
     plugin = case_outcomes.CaseOutcomes(config, entries, sources, backend)
     config.pluginmanager.register(plugin, "conformance-outcomes")
+    if not worker:  # where pytest-xdist reports a dead worker: its crash is found again and shrunk
+        config.pluginmanager.register(CrashReplays(config), "conformance-crash-replays")
     if config.pluginmanager.hasplugin("harness.pytest_plugin"):
         from harness.pytest_plugin import add_run_metadata
 

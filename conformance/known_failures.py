@@ -11,8 +11,11 @@ Entries come from the backend's optional ``known_failures`` attribute and from `
 * ``reason`` (required) — why it fails, in a sentence.
 * ``link`` (optional) — the issue or pull request that tracks it.
 * ``crash`` (optional, ``false`` by default) — ``true``: the case kills its process (a segmentation fault,
-  an abort). Such an entry declares that and nothing else: it takes no ``rule``, and a failure that does
-  not kill the process stays an ordinary failure (unless another entry declares it). Only a run under
+  an abort). Such an entry declares that and nothing else: a failure that does not kill the process stays
+  an ordinary failure (unless another entry declares it). With a ``rule``, it declares only a crash found
+  under that rule: a generated case whose crash was found again and shrunk (``conformance/crash_replay.py``)
+  is recorded under the rule of the call that crashed (``differential/missing-error``: a call that had to
+  be an error), and only such an entry, or one without a rule, declares it. Only a run under
   pytest-xdist (``-n``; the front door always uses it) survives a crash and records it ``xfailed``: the
   controller sees the worker die (``CaseOutcomes.pytest_handlecrashitem``). In one process the crash ends
   the run, and the case is ``crashed`` in the result file that ``harness.finalize`` rebuilds.
@@ -168,10 +171,9 @@ def parse_entries(raw: object, source: str) -> list[KnownFailure]:
             raise KnownFailuresError(
                 f"{where}: crash = true and device_fault = true: a case ends one way; declare two entries"
             )
-        flag = "crash" if crash else "device_fault" if device_fault else None
-        if flag and item.get("rule"):
+        if device_fault and item.get("rule"):
             raise KnownFailuresError(
-                f"{where}: field 'rule' does not go with {flag} = true: a process that ends names no rule"
+                f"{where}: field 'rule' does not go with device_fault = true: a broken context names no rule"
             )
         entries.append(
             KnownFailure(

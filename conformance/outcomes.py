@@ -217,10 +217,15 @@ class CaseOutcomes:
         xfail-like report carrying the case result, which the result recorder (``harness/pytest_plugin.py``)
         records in place of ``crashed`` / ``device-fault``."""
         explained = case_result(report)
+        rule = None
         if explained is None:
             known = first_match(self.entries, crashitem, None, crash=True)
             message = str(report.longrepr)  # pytest-xdist's "worker 'gw0' crashed while running '<case>'"
             evidence = None
+        elif explained.get("outcome") == Outcome.CRASHED.value:  # found again and shrunk (crash_replay.py)
+            rule = explained.get("rule")
+            known = first_match(self.entries, crashitem, rule, crash=True)
+            message, evidence = str(explained.get("message")), explained.get("evidence")
         elif explained.get("outcome") == Outcome.DEVICE_FAULT.value:  # the watchdog's verdict, declared?
             known = first_match(self.entries, crashitem, None, device_fault=True)
             message, evidence = str(explained.get("message")), explained.get("evidence")
@@ -232,7 +237,9 @@ class CaseOutcomes:
         # The case's last report, with no phase of its own ("???"): as a teardown, JUnit reads its properties.
         report.when = "teardown"  # type: ignore[assignment]
         # A device fault keeps the CUDA error in full, as the watchdog's verdict had it.
-        props = _set_case_result(report, Outcome.XFAILED, message, None, Level.MUST, known, evidence)
+        props = _set_case_result(report, Outcome.XFAILED, message, rule, Level.MUST, known, evidence)
+        if explained is not None and explained.get("repro"):  # the shrunk crash's own repro
+            case_result(report)["repro"] = explained["repro"]  # type: ignore[index]
         report.user_properties = [*report.user_properties, *props]
 
     @pytest.hookimpl(trylast=True)

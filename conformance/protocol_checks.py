@@ -69,7 +69,10 @@ def compare_option_call(backend: Any, oracle: Any, key: object, value: object) -
     """``set_option(key, value)`` on both sides, judged, then the read-back of ``key`` (and of the known
     key, where ``key`` is another): the same outcomes and the same values. Returns the call's text."""
     text = f"set_option({key!r}, {value!r})"
-    judge("set_option", text, call(backend.set_option, key, value), call(oracle.set_option, key, value))
+    want = call(
+        oracle.set_option, key, value
+    )  # the oracle first: a journal notes its answer (crash_journal.py)
+    judge("set_option", text, call(backend.set_option, key, value), want)
     _compare_read_back(backend, oracle, f"get_option({key!r}) after {text}", key)
     if key != SKIP_COPY_OPTION:
         after = f"get_option({SKIP_COPY_OPTION!r}) after {text}"
@@ -79,8 +82,8 @@ def compare_option_call(backend: Any, oracle: Any, key: object, value: object) -
 
 def _compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None:
     """``get_option(key)`` on both sides: the same outcome, and the same value."""
-    got = call(backend.get_option, key)
     want = call(oracle.get_option, key)
+    got = call(backend.get_option, key)
     judge("get_option", text, got, want)
     if got.ok and want.ok and (type(got.value) is not type(want.value) or got.value != want.value):
         fail(

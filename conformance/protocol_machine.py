@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -28,6 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from conformance.checks import fail
+from conformance.crash_journal import CallJournal, Watched, journaled
 from conformance.models import get_model
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
 from conformance.oracle import CallResult, call, describe_args, judge
@@ -109,6 +111,9 @@ class ProtocolMachine(RuleBasedStateMachine):
     lowered: ClassVar[dict[tuple[str, str], CallResult]]
     #: The menu's models both backends lowered before the first example (the others are coverage gaps).
     lowerable: ClassVar[frozenset[str]]
+    #: Where each step is noted before it runs, so that a step that kills the process can be replayed
+    #: (``conformance/crash_journal.py``); None: not noted.
+    journal: ClassVar[CallJournal | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -120,6 +125,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.held: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
         self.lower_failed = False  # the backend refused a lower: the next one asks it again
         self.saved_options: tuple[object, object] | None = None
+        if self.journal is not None:  # a new example (a focused case's examples mark their own start)
+            self.journal.truncate(0)
 
     # -- plumbing ------------------------------------------------------------------------------------
 
@@ -172,6 +179,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     # -- lower ---------------------------------------------------------------------------------------
 
     @initialize()
+    @journaled
     def remember_options(self) -> None:
         if self.has_options:
             self.saved_options = (
@@ -180,6 +188,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             )
 
     @initialize(model=st.sampled_from(MENU), which=st.integers(0, 1))
+    @journaled
     def start(self, model: str, which: int) -> None:
         """Every example starts with a program of a menu model and a handle of one of its methods."""
         if model not in self.lowerable:
@@ -189,6 +198,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.init(0, which, "exact", CorruptPlan())
 
     @rule(plan=st.deferred(lambda: lower_plans()))
+    @journaled
     def lower(self, plan: LowerPlan) -> None:
         applicable = [k for k, _ in plan.options if k not in self.placement_keys]
         if applicable:  # options the backend does not list: never sent (the protocol says so)
@@ -208,6 +218,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.programs.append(ProgramPair(plan, bytes(got.value), bytes(want.value)))
 
     @rule(plan=st.deferred(lambda: lower_plans()), which=st.integers(0, 1))
+    @journaled
     def lower_and_run(self, plan: LowerPlan, which: int) -> None:
         """``lower``, then at once ``init`` one of the program's methods by its exact name and execute it:
         what options and names a program was lowered with must show in how it runs (and lowers are the
@@ -238,6 +249,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             ),
         ),
     )
+    @journaled
     def init(self, index: int, which: int, name: str, corrupt: CorruptPlan) -> None:
         program = self.programs[index % len(self.programs)]
         names = program.plan.method_names()
@@ -247,8 +259,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         if isinstance(method, str) and method in names:  # a variant that names another method ("Step")
             real = method
         text = f"init(<program of {program.plan!r}> {corrupt!r}, {method!r})"
-        got = call(self.backend.init, corrupt.apply(program.backend), method)
+        # The oracle first, everywhere: the journal notes its answer beside the backend's call.
         want = call(self.oracle.init, corrupt.apply(program.oracle), method)
+        got = call(self.backend.init, corrupt.apply(program.backend), method)
         if got.ok != want.ok:  # a handle only one side made: released before the verdict
             made, who = (got, self.backend) if got.ok else (want, self.oracle)
             call(who.destroy, made.value)
@@ -263,25 +276,24 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.live)
     @rule(index=st.integers(0, 7))
+    @journaled
     def destroy(self, index: int) -> None:
         """Destroy a handle (again, if the index picks a destroyed one); its stats are then an error."""
         handle = self._handle(index)
         text = f"destroy(<handle of {handle.method!r}>{' (destroyed)' if handle.destroyed else ''})"
-        got = call(self.backend.destroy, handle.backend)
         want = call(self.oracle.destroy, handle.oracle)
+        got = call(self.backend.destroy, handle.backend)
         handle.destroyed = True
         judge("destroy", text, got, want)
-        judge(
-            "execute_stats",
-            f"execute_stats(<destroyed handle of {handle.method!r}>)",
-            call(self.backend.execute_stats, handle.backend),
-            call(self.oracle.execute_stats, handle.oracle),
-        )
+        stats_o = call(self.oracle.execute_stats, handle.oracle)
+        stats_b = call(self.backend.execute_stats, handle.backend)
+        judge("execute_stats", f"execute_stats(<destroyed handle of {handle.method!r}>)", stats_b, stats_o)
 
     # -- options -------------------------------------------------------------------------------------
 
     @precondition(lambda self: self.has_options)
     @rule(key_value=st.deferred(lambda: option_calls()))
+    @journaled
     def set_option(self, key_value: tuple[object, object]) -> None:
         """``set_option`` with an odd value for the known key, or an odd key with a good value (one broken
         argument per call), then the read-back, then every live handle executes once (options take effect
@@ -295,6 +307,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.live)
     @rule(index=st.integers(0, 7), broken=st.deferred(lambda: broken_calls()))
+    @journaled
     def execute(self, index: int, broken: tuple[InputsPlan, OutputsPlan]) -> None:
         """An execute that breaks one argument (``inputs``, or ``outputs=``): the oracle says how it fails."""
         self._execute(self._handle(index), *broken)
@@ -305,6 +318,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         inputs=st.deferred(lambda: valid_inputs_plans()),
         provided=st.booleans(),
     )
+    @journaled
     def execute_valid(self, index: int, inputs: InputsPlan, provided: bool) -> None:
         """An execute the spec allows (any layout and size in range), with or without ``outputs=``: the
         calls a backend must get right, drawn as often as all the broken ones together."""
@@ -327,8 +341,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         before_out = snapshot(flat_tensors(given_b))
         kw_b = {} if given_b is None else {"outputs": given_b}
         kw_o = {} if given_o is None else {"outputs": given_o}
-        got = call(self.backend.execute, handle.backend, args_b, **kw_b)
         want = call(self.oracle.execute, handle.oracle, args_o, **kw_o)
+        got = call(self.backend.execute, handle.backend, args_b, **kw_b)
         _sync()
         full = f"{text} with inputs {describe_args(flat_tensors(args_b))}"
         judge("execute", full, got, want)
@@ -355,8 +369,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.held = [*self.held[-3:], (full, returned, snapshot(returned))]
         host_strided = any(t.device.type == "cpu" and not t.is_contiguous() for t in flat_tensors(args_b))
         if not host_strided:
-            stats_b = call(self.backend.execute_stats, handle.backend)
             stats_o = call(self.oracle.execute_stats, handle.oracle)
+            stats_b = call(self.backend.execute_stats, handle.backend)
             judge("execute_stats", f"execute_stats after {full}", stats_b, stats_o)
             if stats_b.ok and stats_o.ok and dict(stats_b.value) != dict(stats_o.value):
                 fail(
@@ -367,6 +381,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # -- focused calls (driven by the chapter's generated cases, not by the machine's rules) -----------
 
+    @journaled
     def open_every_method(self) -> None:
         """A program of every menu model both sides lower, and a handle of each of its methods."""
         for model in sorted(self.lowerable):
@@ -375,6 +390,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             for which in range(len(program.plan.method_names())):
                 self.init(index, which, "exact", CorruptPlan())
 
+    @journaled
     def execute_call(self, index: int, named: bool, inputs: InputsPlan, outputs: OutputsPlan) -> None:
         """One execute on live handle ``index`` (see :meth:`open_every_method`), the skip-copy option first
         naming its method or not (``named``; it takes effect on this execute), judged like the machine's."""
@@ -385,6 +401,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 compare_option_call(self.backend, self.oracle, SKIP_COPY_OPTION, value)
         self._execute(handle, inputs, outputs)
 
+    @journaled
     def lower_under_option(
         self, option: object, option_first: bool, plan: LowerPlan, which: int, name: str
     ) -> None:
@@ -408,6 +425,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.live)
     @rule(index=st.integers(0, 7), seeds=st.lists(st.integers(0, 2**16), min_size=2, max_size=4, unique=True))
+    @journaled
     def execute_in_threads(self, index: int, seeds: list[int]) -> None:
         """Several threads execute one handle at once, each on inputs of its own: each gets its own result."""
         handle = self._handle(index)
@@ -463,10 +481,19 @@ class ProtocolMachine(RuleBasedStateMachine):
 
 
 def machine_for(
-    backend: Any, oracle: Any, device: str, *, shard: int = 0, run_seed: object = None
+    backend: Any,
+    oracle: Any,
+    device: str,
+    *,
+    shard: int = 0,
+    run_seed: object = None,
+    journal: CallJournal | None = None,
+    lowerable: Iterable[str] | None = None,
 ) -> type[ProtocolMachine]:
     """The machine class for one backend, oracle and target ("cpu" or "cuda"), as shard ``shard`` of a run
-    seeded ``run_seed`` (``--hypothesis-seed``, if any): see :func:`as_shard`."""
+    seeded ``run_seed`` (``--hypothesis-seed``, if any): see :func:`as_shard`. With a ``journal``, every
+    step and every backend call is noted there first (a replay passes the ``lowerable`` models the case
+    found, so that it does not lower every model again)."""
     keys = tuple(
         k for k in (SKIP_H2D, SKIP_D2H) if k in lower_options(backend) and k in lower_options(oracle)
     )
@@ -487,18 +514,24 @@ def machine_for(
             "lowerable": frozenset(),
         },
     )
+    if journal is not None:
+        machine.backend, machine.oracle = Watched(backend, journal, False), Watched(oracle, journal, True)
+        machine.journal = journal
+    if lowerable is not None:
+        machine.lowerable = frozenset(lowerable)
+        return as_shard(machine, shard, run_seed)
     # Each model lowered once, plainly, before any example: what the backend can lower at all (a model it
     # cannot is a coverage gap, not this chapter's finding), and a baseline that a later refusal of the
     # same model (a failure that stuck) is judged against.
     # Only a clean refusal is a gap: the protocol's ValueError naming what the backend lacks. A crash of
     # any other kind on a model the oracle lowers is this chapter's finding (conformance/oracle.py).
     probe = machine()
-    lowerable = set()
+    found = set()
     for model in MENU:
-        got = probe._lower("backend", backend, LowerPlan(model))
-        want = probe._lower("oracle", oracle, LowerPlan(model))
+        want = probe._lower("oracle", machine.oracle, LowerPlan(model))
+        got = probe._lower("backend", machine.backend, LowerPlan(model))
         if got.ok and want.ok:
-            lowerable.add(model)
+            found.add(model)
         elif want.ok and got.kind != "invalid-argument":
             fail(
                 ERROR_CLASS,
@@ -506,7 +539,9 @@ def machine_for(
                 f"{got.describe()}; a backend that cannot lower a model raises ValueError naming what it "
                 "lacks (the oracle lowers it)",
             )
-    machine.lowerable = frozenset(lowerable)
+    machine.lowerable = frozenset(found)
+    if journal is not None:
+        journal.state.machine["lowerable"] = sorted(found)
     return as_shard(machine, shard, run_seed)
 
 

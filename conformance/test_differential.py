@@ -28,6 +28,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis.strategies import SearchStrategy
 
+from conformance import crash_journal
 from conformance import differential_view_pass as view_pass_checks
 from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
 from conformance.generation import budget
@@ -47,6 +48,7 @@ from conformance.protocol_strategies import (
 )
 from conformance.rules import rule_id
 from conformance.strategies import MmOutPlan, mm_out_plans
+from harness.backend_loader import backend_path, backend_spec
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 
@@ -156,22 +158,40 @@ def test_protocol_calls_agree_with_the_oracle(
     argument), values match float64 eager, inputs are never written, provided outputs hold the result on
     success and are untouched on error, outputs land where the oracle puts them, counters and option
     read-backs agree, threads get their own results. Rules ``differential/*``."""
-    machine = _machine(runtime, oracle, device, shard, request.config.getoption("--hypothesis-seed", None))
+    machine = _machine(runtime, oracle, device, request, shard)
     examples = PROTOCOL_EXAMPLES // PROTOCOL_SHARDS
     run_machine(machine, examples=examples, steps=20, spec=request.config.stash[ORACLE_SPEC_KEY])
 
 
 def _machine(
-    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, shard: int = 0, run_seed: object = None
+    runtime: LoweringRuntimeBackend,
+    oracle: Backend,
+    device: str,
+    request: pytest.FixtureRequest,
+    shard: int = 0,
 ) -> type[ProtocolMachine]:
     """The machine class for this backend, target and shard, or a skip saying which part or device is
-    missing (the ``runtime`` fixture has already required the backend's own parts)."""
+    missing (the ``runtime`` fixture has already required the backend's own parts). Its steps are
+    journaled: should one kill the process, the crash is found again and shrunk in fresh processes
+    (``conformance/crash_replay.py``)."""
     for part in ("lowering", "runtime"):
         if missing_attributes(oracle, part):
             pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")
     require_lowering_device(runtime, device)
     require_lowering_device(oracle, device)
-    return machine_for(runtime, oracle, device, shard=shard, run_seed=run_seed)
+    config = request.config
+    run_seed = config.getoption("--hypothesis-seed", None)
+    made = {
+        "backend": backend_spec(config.getoption("--backend")),
+        "backend_path": backend_path(config.getoption("--backend-path")),
+        "oracle": config.stash[ORACLE_SPEC_KEY],
+        "device": device,
+        "shard": shard,
+        "run_seed": run_seed,
+    }
+    journal = crash_journal.for_case(config, request.node.nodeid, made)
+    request.addfinalizer(journal.close)
+    return machine_for(runtime, oracle, device, shard=shard, run_seed=run_seed, journal=journal)
 
 
 # ============================================================================================== options
@@ -219,14 +239,20 @@ def focused(
     strategy: Callable[[str], SearchStrategy[tuple[Any, ...]]],
     examples: int,
     step: Callable[..., None],
+    machine: ProtocolMachine,
 ) -> None:
     """``step(*arguments)`` on ``examples`` draws of ``strategy(focus)`` for each focus in turn: every kind
-    of call gets its share of the budget, not what a draw happens to give."""
+    of call gets its share of the budget, not what a draw happens to give. Each example's journal is the
+    machine's set-up steps and its own call."""
+    journal = machine.journal
+    mark = journal.mark() if journal is not None else 0
     for focus in focuses:
 
         @given(arguments=strategy(focus))
         @budget(examples=examples)
         def check(arguments: tuple[Any, ...]) -> None:
+            if journal is not None:
+                journal.truncate(mark)
             step(*arguments)
 
         run_generated(check)
@@ -234,13 +260,13 @@ def focused(
 
 @pytest.mark.parametrize("device", TARGETS)
 def test_execute_calls_agree_with_the_oracle(
-    runtime: LoweringRuntimeBackend, oracle: Backend, device: str
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
 ) -> None:
     """Executes on a handle of every method of the menu's models, broken one way (a dtype, a rank, a size
     past a ``Dim``'s bound or empty, an element, ``outputs=``) or valid in any layout and size, with the
     skip-copy option naming the method or not: the same calls are errors as for the oracle, and every other
     observable is judged as in the state machine (rules ``differential/*``)."""
-    machine = _machine(runtime, oracle, device)()
+    machine = _machine(runtime, oracle, device, request)()
     machine.remember_options()
     try:
         machine.open_every_method()
@@ -248,7 +274,8 @@ def test_execute_calls_agree_with_the_oracle(
             pytest.skip("no menu model that both the backend and the oracle lower (coverage)")
 
         handles = len(machine.live)
-        focused(EXECUTE_FOCUSES, lambda f: execute_calls(handles, f), EXECUTE_EXAMPLES, machine.execute_call)
+        strategy = lambda f: execute_calls(handles, f)  # noqa: E731
+        focused(EXECUTE_FOCUSES, strategy, EXECUTE_EXAMPLES, machine.execute_call, machine)
     finally:
         machine.teardown()
 
@@ -258,7 +285,7 @@ def test_execute_calls_agree_with_the_oracle(
 @pytest.mark.parametrize("focus", PLACEMENT_FOCUSES)
 @pytest.mark.parametrize("device", TARGETS)
 def test_placement_calls_agree_with_the_oracle(
-    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, focus: str
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, focus: str, request: pytest.FixtureRequest
 ) -> None:
     """Rounds of ``lower`` → ``init`` → one execute, aimed at one thing (``focus``, one of
     ``PLACEMENT_FOCUSES``): methods renamed at ``lower`` and misspelt at ``init``; placement values written
@@ -267,13 +294,13 @@ def test_placement_calls_agree_with_the_oracle(
     errors as for the oracle (a conflict is one at ``lower`` and at ``init``), naming the same argument
     (rules ``differential/*``)."""
     require_part(runtime, "device_placement")
-    machine = _machine(runtime, oracle, device)()
+    machine = _machine(runtime, oracle, device, request)()
     if not machine.placement_keys:
         pytest.skip(f"the oracle {oracle.name!r} lacks protocol part 'device_placement'")
     machine.remember_options()
 
     try:
-        focused((focus,), placement_rounds, PLACEMENT_EXAMPLES, machine.lower_under_option)
+        focused((focus,), placement_rounds, PLACEMENT_EXAMPLES, machine.lower_under_option, machine)
     finally:
         machine.teardown()
 

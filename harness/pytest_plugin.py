@@ -349,6 +349,8 @@ class ResultRecorder:
             if isinstance(note, dict) and note.get("note"):  # a worker replaced after this case: why
                 message = _truncate(f"{message}\n({note['note']})" if message else f"({note['note']})")
         repro = self._repro(nodeid)
+        if crash_result is not None and crash_result.get("repro"):  # a crash found again: its own replay
+            repro = str(crash_result["repro"])
         if outcome == Outcome.DEVICE_FAULT:
             repro = sanitizer_repro(repro)
         duration = pending.duration

@@ -1,0 +1,430 @@
+"""A generated call sequence that killed the backend's process, found again and shrunk in child processes.
+
+When a differential case's process dies (a segmentation fault, an abort), Hypothesis dies with it: no
+shrinking, no example printed. The case's journal (``conformance/crash_journal.py``) says which example
+was running, step by step, and which backend call was in progress. The process that gathers the reports
+(pytest-xdist's controller: ``CrashReplays.pytest_handlecrashitem``) then
+
+1. replays that example in a child process, to see that it crashes on its own;
+2. shrinks it there: drops steps (halves, then quarters, down to single steps; the crashing step stays)
+   while a child replaying what is left still dies, within a budget of time and replays;
+3. records the case ``crashed`` under the rule of the call that crashed, from the oracle's answer to the
+   same call (a call the oracle rejects: ``differential/missing-error``, the backend had to raise; one it
+   accepts: ``differential/spurious-error``), with the shortest sequence in the message and a repro
+   script that replays it in one process, crashing as printed (``python results/crashes/<case>.py``).
+
+A ``crash = true`` known failure naming that rule declares such a case (``conformance/known_failures.py``).
+Children come from a ``forkserver`` that imported torch, Hypothesis and the backend once: each replay is a
+fresh process (a crash kills it alone) that starts warm. ``CONFORMANCE_CRASH_REPLAY_S`` bounds the search
+(default 180 s; 0 turns it off: the crash is recorded as pytest-xdist reports it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import math
+import multiprocessing
+import os
+import pickle
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.crash_journal import Calling, CallJournal, JournalState, journal_path, read
+from conformance.oracle import ERROR_CLASS, MISSING_ERROR, SPURIOUS_ERROR
+from conformance.rules import Level
+
+BUDGET_ENV = "CONFORMANCE_CRASH_REPLAY_S"
+DEFAULT_BUDGET_S = 180.0
+#: At most this many replays per crash (the first one included).
+MAX_REPLAYS = 40
+#: A replay that runs longer than this is taken as not crashing.
+REPLAY_TIMEOUT_S = 120.0
+#: Imported once by the fork server; each replay starts from there.
+PRELOAD = ["torch", "hypothesis", "hypothesis.stateful", "conformance.protocol_machine"]
+ROOT = Path(__file__).resolve().parent.parent
+
+Step = tuple[str, dict[str, Any]]
+
+
+# ================================================================================================ replay
+
+
+def replay(machine: dict[str, Any], steps: Sequence[Step], journal: Path | None = None) -> None:
+    """Make the calls of ``steps`` on a machine like the case's, in this process (a crash ends it).
+    ``journal``: where the replay notes its own steps and calls, for the process that watches it."""
+    from conformance.protocol_machine import machine_for
+    from harness.backend_loader import load_backend, use_backend_path
+
+    use_backend_path(list(machine.get("backend_path") or []))
+    backend, oracle = load_backend(machine["backend"]), load_backend(machine["oracle"])
+    notes = CallJournal(journal, str(machine.get("case", "replay")), machine)
+    cls = machine_for(
+        backend,
+        oracle,
+        machine["device"],
+        shard=int(machine.get("shard", 0)),
+        run_seed=machine.get("run_seed"),
+        journal=notes,
+        lowerable=machine.get("lowerable"),
+    )
+    instance = cls()
+    try:
+        for method, kwargs in steps:
+            getattr(instance, method)(**kwargs)
+    finally:
+        instance.teardown()
+
+
+def _replay_child(machine: dict[str, Any], steps: list[Step], journal: str) -> None:
+    """A replay's child: exit 0 when the steps ran out (judged or not), 1 when one raised; a crash is the
+    process's own death."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        replay(machine, steps, Path(journal))
+    except BaseException:  # a failed check, an exception: anything but a crash
+        os._exit(1)
+    os._exit(0)
+
+
+# ================================================================================================ search
+
+
+@dataclass
+class Finding:
+    """What the search found: whether the example crashed again in a fresh process, the shortest crashing
+    sequence (``steps``; the journal's own when it did not replay), the call that crashed, how it died."""
+
+    case: str
+    machine: dict[str, Any]
+    steps: list[Step]
+    calling: Calling | None
+    replayed: bool
+    signal: int | None = None
+    original_steps: int = 0
+    replays: int = 0
+    seconds: float = 0.0
+    script: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rule(self) -> str | None:
+        """The rule the crashing call broke, from the oracle's answer to the same call."""
+        return rule_for(self.calling)
+
+    def message(self) -> str:
+        death = f" ({_signal_name(self.signal)})" if self.signal else ""
+        where = self.calling.text if self.calling else "outside any call to the backend"
+        head = f"[{self.rule}] " if self.rule else ""
+        lines = [f"{head}crashed: the process died{death} in {where}; {_verdict(self.calling)}"]
+        if self.replayed:
+            lines.append(
+                f"shortest crashing sequence: {len(self.steps)} of {self.original_steps} steps (found in "
+                f"{self.replays} replays in fresh processes, {self.seconds:.0f} s):"
+            )
+        else:
+            lines.append(
+                f"the example did not crash again in a fresh process ({self.replays} replays, "
+                f"{self.seconds:.0f} s): it needs what earlier examples left behind; its steps:"
+            )
+        lines += [f"  {describe_step(s)}" for s in self.steps]
+        lines += self.notes
+        return "\n".join(lines)
+
+    def repro(self) -> str | None:
+        if self.script is None:
+            return None
+        return f"python {_shown_path(self.script)}"
+
+
+def rule_for(calling: Calling | None) -> str | None:
+    if calling is None:
+        return None
+    if calling.oracle in ("invalid-argument", "type-error"):
+        return MISSING_ERROR
+    if calling.oracle in (None, "ok"):
+        return SPURIOUS_ERROR
+    return ERROR_CLASS
+
+
+def _verdict(calling: Calling | None) -> str:
+    if calling is None:
+        return "no backend call was in progress"
+    if calling.oracle in ("invalid-argument", "type-error"):
+        return f"the oracle rejects this call ({calling.oracle}): it must raise, never kill the process"
+    if calling.oracle == "ok":
+        return "the oracle accepts this call: it must run, never kill the process"
+    if calling.oracle is None:
+        return "a call no step judged: it must return or raise, never kill the process"
+    return f"the oracle raises ({calling.oracle}): it must raise too, never kill the process"
+
+
+def describe_step(step: Step) -> str:
+    method, kwargs = step
+    return f"{method}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Replayer:
+    """Runs replays in children of one fork server."""
+
+    def __init__(self, machine: dict[str, Any], scratch: Path) -> None:
+        self.machine = machine
+        self.scratch = scratch
+        self.replays = 0
+        context = multiprocessing.get_context("forkserver")
+        modules = [*PRELOAD, *(str(machine[k]).split(":")[0] for k in ("backend", "oracle"))]
+        context.set_forkserver_preload(modules)
+        self.context = context
+
+    def crashes(self, steps: list[Step]) -> tuple[int | None, Calling | None]:
+        """Replay ``steps`` in a child: the signal it died of (None: it did not crash) and the backend
+        call it was in."""
+        self.replays += 1
+        notes = self.scratch / f"replay-{self.replays}{'.steps'}"
+        child = self.context.Process(target=_replay_child, args=(self.machine, steps, str(notes)))
+        child.start()
+        child.join(REPLAY_TIMEOUT_S)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            return None, None
+        code = child.exitcode
+        if code is None or code >= 0:
+            return None, None
+        state = read(notes, str(self.machine.get("case", "replay")))
+        return -code, state.calling if state is not None else None
+
+
+def find(state: JournalState, budget_s: float, scripts: Path | None) -> Finding:
+    """Replay the journal's example, then shrink it, within ``budget_s`` seconds."""
+    start = time.monotonic()
+    steps = list(state.steps)
+    machine = {**state.machine, "case": state.case}
+    finding = Finding(state.case, machine, steps, state.calling, False, original_steps=len(steps))
+    with tempfile.TemporaryDirectory(prefix="crash-replay-") as scratch:
+        replayer = Replayer(machine, Path(scratch))
+        died, calling = replayer.crashes(steps)
+        if died is not None:
+            finding.replayed, finding.signal = True, died
+            finding.calling = calling or state.calling
+            finding.steps, finding.signal, finding.calling, cut = _shrink(
+                replayer, steps, (died, finding.calling), start + budget_s
+            )
+            if cut:
+                finding.notes.append(f"(the search stopped at its budget: {cut}; a shorter one may exist)")
+        finding.replays = replayer.replays
+    finding.seconds = time.monotonic() - start
+    if scripts is not None:
+        finding.script = write_script(finding, scripts)
+    return finding
+
+
+def _shrink(
+    replayer: Replayer, steps: list[Step], found: tuple[int, Calling | None], deadline: float
+) -> tuple[list[Step], int, Calling | None, str]:
+    """Drop chunks of the steps before the crashing one while a replay still crashes (delta debugging's
+    reduction to a 1-minimal prefix). Returns the steps, how the shortest one died, and why it stopped
+    early (empty when it did not)."""
+    prefix, last = steps[:-1], steps[-1:]
+    died, calling = found
+    parts = 2
+    while prefix:
+        chunk = math.ceil(len(prefix) / parts)
+        for begin in range(0, len(prefix), chunk):
+            if time.monotonic() > deadline:
+                return prefix + last, died, calling, f"{BUDGET_ENV} seconds"
+            if replayer.replays >= MAX_REPLAYS:
+                return prefix + last, died, calling, f"{MAX_REPLAYS} replays"
+            candidate = prefix[:begin] + prefix[begin + chunk :]
+            signal_number, where = replayer.crashes(candidate + last)
+            if signal_number is not None:
+                prefix, died, calling = candidate, signal_number, where or calling
+                parts = max(parts - 1, 2)
+                break
+        else:
+            if chunk == 1:
+                break
+            parts = min(parts * 2, len(prefix))
+    return prefix + last, died, calling, ""
+
+
+# ================================================================================================ script
+
+
+def write_script(finding: Finding, directory: Path) -> Path:
+    """A Python file that replays the finding's steps in one process: run as printed, it crashes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{_slug(finding.case)}.py"
+    machine = {k: v for k, v in finding.machine.items() if _literal(v)}
+    steps = ",\n".join(f"    {_step_source(step)}" for step in finding.steps)
+    rule = finding.rule or "no rule (outside any backend call)"
+    text = f'''"""Replays the shortest call sequence found to crash {finding.machine.get("backend")} in
+{finding.case}
+(rule {rule}). Run it from the suite's checkout: python {_shown_path(path)}"""
+
+import os
+import sys
+
+sys.path[:0] = [os.getcwd(), {str(ROOT)!r}]
+
+from conformance.crash_replay import replay, unpickled  # noqa: E402
+from conformance.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402, F401
+
+MACHINE = {machine!r}
+STEPS = [
+{steps},
+]
+
+if __name__ == "__main__":
+    replay(MACHINE, STEPS)
+    print("the sequence ran to its end without a crash")
+'''
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def unpickled(text: str) -> Any:
+    """A step's arguments that have no source form, as the repro script carries them."""
+    return pickle.loads(base64.b64decode(text))
+
+
+def _step_source(step: Step) -> str:
+    from conformance.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan
+
+    namespace = {c.__name__: c for c in (CorruptPlan, InputsPlan, LowerPlan, OutputsPlan)}
+    source = repr(step)
+    try:
+        if eval(source, namespace) == step:
+            return source
+    except Exception:
+        pass
+    return f"unpickled({base64.b64encode(pickle.dumps(step)).decode('ascii')!r})"
+
+
+def _literal(value: object) -> bool:
+    try:
+        import ast
+
+        return ast.literal_eval(repr(value)) == value
+    except (ValueError, SyntaxError):
+        return False
+
+
+def _slug(case: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", case.split("/")[-1]).strip("_")[:120]
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# ============================================================================================ the plugin
+
+
+def budget_s() -> float:
+    text = os.environ.get(BUDGET_ENV, "").strip()
+    try:
+        return max(0.0, float(text)) if text else DEFAULT_BUDGET_S
+    except ValueError:
+        return DEFAULT_BUDGET_S
+
+
+class CrashReplays:
+    """The controller's plugin: a worker that died in a journaled case gets its crash found again, shrunk
+    and recorded under the crashing call's rule. Runs after the run's end read the watchdog's verdicts
+    (a timeout or a device fault is not a crash) and before known failures are matched."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
+        from harness.pytest_plugin import CASE_RESULT_ATTR
+        from harness.run_end import run_end
+
+        end = run_end(self.config)
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+        if end is None or worker is None or getattr(report, CASE_RESULT_ATTR, None) is not None:
+            return
+        state = read(journal_path(end.directory, str(worker)), crashitem)
+        seconds = budget_s()
+        if state is None or seconds <= 0:
+            return
+        self._say(
+            f"crash in {crashitem}: replaying its example in fresh processes for the shortest crashing "
+            f"sequence (at most {seconds:.0f} s, {BUDGET_ENV})"
+        )
+        finding = find(state, seconds, end.directory.parent / "crashes")
+        self._say(f"crash in {crashitem}: {finding.message().splitlines()[0]}")
+        result: dict[str, Any] = {
+            "outcome": "crashed",
+            "message": finding.message(),
+            "rule": finding.rule,
+            "level": Level.MUST.value,
+        }
+        repro = finding.repro()
+        if repro:
+            result["repro"] = repro
+        setattr(report, CASE_RESULT_ATTR, result)
+        # What the terminal's failure list and the JUnit file show: xdist's line, then the finding.
+        report.longrepr = "\n".join(
+            [str(report.longrepr), finding.message(), *([f"repro: {repro}"] if repro else [])]
+        )
+        props = [
+            ("conformance:outcome", "crashed"),
+            *([("conformance:rule", finding.rule)] if finding.rule else []),
+        ]
+        report.user_properties = [*report.user_properties, *props]
+
+    def _say(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line)
+
+
+# ================================================================================================ command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.crash_replay",
+        description="find again and shrink the crash a journal (a <worker>.steps file) recorded",
+    )
+    parser.add_argument("journal", type=Path, help="the journal file a dead process left")
+    parser.add_argument("--case", help="the case it must be of (default: whichever it is)")
+    parser.add_argument("--budget", type=float, default=budget_s(), help="seconds for the search")
+    parser.add_argument("--scripts", type=Path, default=Path("results/crashes"), help="where repros go")
+    args = parser.parse_args(argv)
+    state = pickle.loads(args.journal.read_bytes())
+    if not isinstance(state, JournalState) or (args.case and state.case != args.case):
+        parser.error(f"{args.journal} is not a journal of {args.case or 'a case'}")
+    finding = find(state, args.budget, args.scripts)
+    print(finding.message())
+    if finding.repro():
+        print(f"repro: {finding.repro()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
