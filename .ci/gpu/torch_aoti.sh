@@ -5,7 +5,8 @@
 # First the standalone repros (torch_aoti/repros/run_all.sh, cpu and cuda) when REPROS=1, then every chapter
 # through the front door with the mode's known failures and those of the image's torch release
 # (known_failures*_torch2.11.toml), as `nox -s conformance_torch_aoti` passes them. Results, journal and log
-# go to $OUT/aoti/<MODE>.*; AOTI_DEADLINE (default 470 s) is the run's deadline.
+# go to $OUT/aoti/<MODE>.*; AOTI_DEADLINE (default 470 s) is the run's deadline; AOTI_SELECT adds pytest
+# arguments (e.g. "-k test_differential": one chapter).
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 mode="${1:?mode: BACKEND or CHECKED}"
 export CXX=/usr/bin/g++  # SPEC §3: the image's compiler wrapper breaks AOTInductor artifacts
@@ -22,7 +23,8 @@ known=(--known-failures="torch_aoti/$stem.toml")
 # No compile processes run beside the cases (nothing is pre-lowered for this backend): every core a worker.
 export CONFORMANCE_WORKERS_PER_GPU="${CONFORMANCE_WORKERS_PER_GPU:-15}"
 timeout $(( ${AOTI_DEADLINE:-470} + 60 )) python3 -m nox -s conformance --no-venv -- \
-  --backend="torch_aoti:$mode" "${known[@]}" --run-deadline "${AOTI_DEADLINE:-470}" > "$A/$mode.log" 2>&1
+  --backend="torch_aoti:$mode" "${known[@]}" --run-deadline "${AOTI_DEADLINE:-470}" ${AOTI_SELECT:-} \
+  > "$A/$mode.log" 2>&1
 echo "$mode: rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$A/summary.txt"
 cp results/conformance.json "$A/$mode.json" 2>/dev/null
 cp results/conformance.jsonl "$A/$mode.jsonl" 2>/dev/null
