@@ -227,3 +227,13 @@ def process_directory(config: Any) -> tuple[Path, str] | None:
         return (Path(workerinput[DIR_KEY]), str(workerinput["workerid"])) if DIR_KEY in workerinput else None
     end = run_end(config)
     return (end.directory, "main") if end is not None else None
+
+
+def watched(journal: CallJournal, backend: Any, oracle: Any) -> tuple[Watched, Watched]:
+    """The backend under test and the oracle as a case whose steps are functions calls them."""
+    return Watched(backend, journal, False), Watched(oracle, journal, True)
+
+
+def function_name(function: Callable[..., Any]) -> str:
+    """``module:name``: how a step that is a function is named in the journal (its replay imports it)."""
+    return f"{function.__module__}:{function.__qualname__}"

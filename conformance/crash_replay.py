@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from conformance.crash_journal import Calling, CallJournal, JournalState, journal_path, read
+from conformance.crash_journal import Calling, CallJournal, JournalState, journal_path, read, watched
 from conformance.oracle import ERROR_CLASS, MISSING_ERROR, SPURIOUS_ERROR
 from conformance.rules import Level
 
@@ -49,6 +49,8 @@ DEFAULT_BUDGET_S = 180.0
 MAX_REPLAYS = 40
 #: A replay that runs longer than this is taken as not crashing.
 REPLAY_TIMEOUT_S = 120.0
+#: Kept free before the run's deadline (``--run-deadline``): the search stops that much earlier.
+REPLAY_MARGIN_S = 15.0
 #: Imported once by the fork server; each replay starts from there.
 PRELOAD = ["torch", "hypothesis", "hypothesis.stateful", "conformance.protocol_machine"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +70,12 @@ def replay(machine: dict[str, Any], steps: Sequence[Step], journal: Path | None 
     use_backend_path(list(machine.get("backend_path") or []))
     backend, oracle = load_backend(machine["backend"]), load_backend(machine["oracle"])
     notes = CallJournal(journal, str(machine.get("case", "replay")), machine)
+    if machine.get("kind") == "calls":  # steps that are functions of (backend, oracle, ...)
+        sides = watched(notes, backend, oracle)
+        for name, kwargs in steps:
+            with notes.step(name, kwargs):
+                _function(name)(*sides, **kwargs)
+        return
     cls = machine_for(
         backend,
         oracle,
@@ -83,6 +91,17 @@ def replay(machine: dict[str, Any], steps: Sequence[Step], journal: Path | None 
             getattr(instance, method)(**kwargs)
     finally:
         instance.teardown()
+
+
+def _function(name: str) -> Any:
+    """The function a step names (``module:qualname``)."""
+    import importlib
+
+    module, _, qualname = name.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
 
 
 def _replay_child(machine: dict[str, Any], steps: list[Step], journal: str) -> None:
@@ -201,8 +220,13 @@ class Replayer:
         notes = self.scratch / f"replay-{self.replays}{'.steps'}"
         child = self.context.Process(target=_replay_child, args=(self.machine, steps, str(notes)))
         child.start()
-        child.join(REPLAY_TIMEOUT_S)
-        if child.is_alive():
+        try:
+            child.join(REPLAY_TIMEOUT_S)
+        except BaseException:  # the run stopped meanwhile (its deadline, a signal): no replay outlives it
+            child.kill()
+            child.join()
+            raise
+        if child.is_alive():  # past its time: taken as not crashing
             child.kill()
             child.join()
             return None, None
@@ -285,8 +309,9 @@ import sys
 
 sys.path[:0] = [os.getcwd(), {str(ROOT)!r}]
 
-from conformance.crash_replay import replay, unpickled  # noqa: E402
+from conformance.crash_replay import replay, unpickled  # noqa: E402, F401
 from conformance.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402, F401
+from conformance.strategies import MmOutPlan  # noqa: E402, F401
 
 MACHINE = {machine!r}
 STEPS = [
@@ -308,8 +333,9 @@ def unpickled(text: str) -> Any:
 
 def _step_source(step: Step) -> str:
     from conformance.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan
+    from conformance.strategies import MmOutPlan
 
-    namespace = {c.__name__: c for c in (CorruptPlan, InputsPlan, LowerPlan, OutputsPlan)}
+    namespace = {c.__name__: c for c in (CorruptPlan, InputsPlan, LowerPlan, OutputsPlan, MmOutPlan)}
     source = repr(step)
     try:
         if eval(source, namespace) == step:
@@ -369,6 +395,9 @@ class CrashReplays:
             return
         state = read(journal_path(end.directory, str(worker)), crashitem)
         seconds = budget_s()
+        left = end.control.remaining()
+        if left is not None:  # the search never holds the run past its deadline
+            seconds = min(seconds, left - REPLAY_MARGIN_S)
         if state is None or seconds <= 0:
             return
         self._say(

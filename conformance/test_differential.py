@@ -179,26 +179,31 @@ def _machine(
             pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")
     require_lowering_device(runtime, device)
     require_lowering_device(oracle, device)
+    run_seed = request.config.getoption("--hypothesis-seed", None)
+    journal = _journal(request, device=device, shard=shard, run_seed=run_seed)
+    return machine_for(runtime, oracle, device, shard=shard, run_seed=run_seed, journal=journal)
+
+
+def _journal(request: pytest.FixtureRequest, **made: Any) -> crash_journal.CallJournal:
+    """The case's journal (``conformance/crash_journal.py``): what its replay needs to make the backend and
+    the oracle again (``made``: the machine's arguments, or ``kind="calls"`` for steps that are functions)."""
     config = request.config
-    run_seed = config.getoption("--hypothesis-seed", None)
     made = {
         "backend": backend_spec(config.getoption("--backend")),
         "backend_path": backend_path(config.getoption("--backend-path")),
         "oracle": config.stash[ORACLE_SPEC_KEY],
-        "device": device,
-        "shard": shard,
-        "run_seed": run_seed,
+        **made,
     }
     journal = crash_journal.for_case(config, request.node.nodeid, made)
     request.addfinalizer(journal.close)
-    return machine_for(runtime, oracle, device, shard=shard, run_seed=run_seed, journal=journal)
+    return journal
 
 
 # ============================================================================================== options
 
 
 def test_option_calls_agree_with_the_oracle(
-    runtime_with_options: OptionsRuntimeBackend, oracle: Backend
+    runtime_with_options: OptionsRuntimeBackend, oracle: Backend, request: pytest.FixtureRequest
 ) -> None:
     """``set_option`` on generated keys and values (lists spaced every way, names in other forms, limits,
     forbidden characters, values that are not strings), each call then ``get_option``: the same calls are
@@ -209,11 +214,16 @@ def test_option_calls_agree_with_the_oracle(
     if not implements(oracle, "runtime_options"):
         pytest.skip(f"the oracle {oracle.name!r} lacks protocol part 'runtime_options'")
     saved = (runtime.get_option(SKIP_COPY_OPTION), oracle.get_option(SKIP_COPY_OPTION))
+    journal = _journal(request, kind="calls")
+    backend_side, oracle_side = crash_journal.watched(journal, runtime, oracle)
 
     @given(key_value=option_calls())
     @budget(examples=200)
     def check(key_value: tuple[object, object]) -> None:
-        compare_option_call(runtime, oracle, *key_value)
+        key, value = key_value
+        journal.truncate(0)  # the option is all the state there is: one call, one example
+        with journal.step(crash_journal.function_name(compare_option_call), {"key": key, "value": value}):
+            compare_option_call(backend_side, oracle_side, key, value)
 
     try:
         run_generated(check)
@@ -309,7 +319,9 @@ def test_placement_calls_agree_with_the_oracle(
 
 
 @pytest.mark.parametrize("device", TARGETS)
-def test_mm_out_agrees_with_the_oracle(mm: MmOutBackend, oracle: Backend, device: str) -> None:
+def test_mm_out_agrees_with_the_oracle(
+    mm: MmOutBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
+) -> None:
     """``mm_out`` on generated sizes (0, 1, primes, powers of two and one past), dtypes and operand layouts
     (transposed, step-sliced, offset, expanded), ``out`` right or broken one way: the same calls are errors
     as for the oracle (on a machine without CUDA every call is one: the operands are host tensors); values
@@ -319,29 +331,39 @@ def test_mm_out_agrees_with_the_oracle(mm: MmOutBackend, oracle: Backend, device
     if device == "cpu" and torch.cuda.is_available():
         pytest.skip("host operands are checked on machines without CUDA; here the cuda case runs")
 
+    journal = _journal(request, kind="calls")
+    backend_side, oracle_side = crash_journal.watched(journal, mm, oracle)
+
     @given(plan=mm_out_plans())
     @budget(examples=60)
     def check(plan: MmOutPlan) -> None:
-        out, a, b = plan.build(device)
-        out_o, a_o, b_o = plan.build(device)
-        before = [bits(t).clone() for t in (out, a, b)]
-        text = f"mm_out({plan!r})"
-        got = call(mm.mm_out, out, a, b)
-        want = call(oracle.mm_out, out_o, a_o, b_o)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        judge("mm_out", text, got, want)
-        for name, old, new in (("self", before[1], a), ("mat2", before[2], b)):
-            if not torch.equal(old, bits(new)):
-                fail(INPUTS_UNTOUCHED, text, f"{name} changed; mm_out never writes its operands")
-        if not got.ok:
-            if not torch.equal(before[0], bits(out)):
-                fail(OUTPUTS_UNTOUCHED, text, "out changed, yet the call was rejected")
-            return
-        if want.ok:
-            assert_matmul_close(VALUES, text, out.cpu(), a.cpu(), b.cpu())
+        journal.truncate(0)
+        with journal.step(crash_journal.function_name(mm_out_call), {"device": device, "plan": plan}):
+            mm_out_call(backend_side, oracle_side, device, plan)
 
     run_generated(check)
+
+
+def mm_out_call(backend: MmOutBackend, oracle: MmOutBackend, device: str, plan: MmOutPlan) -> None:
+    """One generated ``mm_out`` on both sides, judged (the oracle first: a journal notes its answer)."""
+    out, a, b = plan.build(device)
+    out_o, a_o, b_o = plan.build(device)
+    before = [bits(t).clone() for t in (out, a, b)]
+    text = f"mm_out({plan!r})"
+    want = call(oracle.mm_out, out_o, a_o, b_o)
+    got = call(backend.mm_out, out, a, b)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    judge("mm_out", text, got, want)
+    for name, old, new in (("self", before[1], a), ("mat2", before[2], b)):
+        if not torch.equal(old, bits(new)):
+            fail(INPUTS_UNTOUCHED, text, f"{name} changed; mm_out never writes its operands")
+    if not got.ok:
+        if not torch.equal(before[0], bits(out)):
+            fail(OUTPUTS_UNTOUCHED, text, "out changed, yet the call was rejected")
+        return
+    if want.ok:
+        assert_matmul_close(VALUES, text, out.cpu(), a.cpu(), b.cpu())
 
 
 def run_generated(test: Callable[[], None]) -> None:

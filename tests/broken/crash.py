@@ -35,3 +35,22 @@ class SegfaultsOnEmptyInput:
 
 
 SEGFAULTS_ON_EMPTY_INPUT = SegfaultsOnEmptyInput()
+
+
+class SegfaultsOnEmptyMatmul:
+    """Forwards every protocol part to the reference; ``mm_out`` dies when the inner dimension is 0 (a
+    kernel that reads ``self[0, 0]`` before looping over k), whatever the operands' device."""
+
+    name = "segfaults-on-empty-matmul"
+    version = "crash"
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(REFERENCE, attr)
+
+    def mm_out(self, out: torch.Tensor, self_: torch.Tensor, mat2: torch.Tensor, /) -> None:
+        if isinstance(self_, torch.Tensor) and self_.dim() == 2 and self_.shape[1] == 0:
+            ctypes.string_at(0)  # a read through a null pointer: SIGSEGV
+        REFERENCE.mm_out(out, self_, mat2)
+
+
+SEGFAULTS_ON_EMPTY_MATMUL = SegfaultsOnEmptyMatmul()

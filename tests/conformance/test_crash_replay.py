@@ -90,3 +90,28 @@ def test_a_crash_entry_naming_the_rule_declares_it(tmp_path: Path) -> None:
     assert declared["known_failure"]["crash"] is True
     assert "shortest crashing sequence" in declared["message"]
     assert declared["repro"].startswith("python ")
+
+
+@pytest.mark.proof
+def test_a_generated_mm_out_that_crashes_is_recorded_with_its_call(tmp_path: Path) -> None:
+    """The steps of the mm_out case are functions of (backend, oracle): the same search finds them."""
+    out = tmp_path / "results"
+    command = [
+        sys.executable, "-m", "pytest", "conformance/test_differential.py", "-k", "mm_out and cpu",
+        "--backend=tests.broken.crash:SEGFAULTS_ON_EMPTY_MATMUL", "-n", "1", "-p", "harness.pytest_plugin",
+        f"--results-json={out / 'r.json'}", "-p", "no:cacheprovider", "--no-preflight",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    cases = {c["id"]: c for c in json.loads((out / "r.json").read_text(encoding="utf-8"))["cases"]}
+    crashed = cases["conformance/test_differential.py::test_mm_out_agrees_with_the_oracle[cpu]"]
+    assert (crashed["outcome"], crashed["rule"]) == ("crashed", RULE), done.stdout + done.stderr
+    assert "in mm_out(float32[0, 0] cpu" in crashed["message"]
+    assert "conformance.test_differential:mm_out_call(device='cpu', plan=MmOutPlan(" in crashed["message"]
+    replayed = subprocess.run(
+        shlex.split(crashed["repro"].replace("python", shlex.quote(sys.executable), 1)),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+    )
+    assert replayed.returncode == -signal.SIGSEGV
