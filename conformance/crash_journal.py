@@ -17,6 +17,7 @@ import contextlib
 import functools
 import os
 import pickle
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ class CallJournal:
         self.answers: dict[str, str] = {}
         self._fd: int | None = None
         self._depth = 0
+        self._lock = threading.Lock()  # a step's threads note their calls at once: one write at a time
         self._write()
 
     # -- the steps --------------------------------------------------------------------------------------
@@ -100,18 +102,20 @@ class CallJournal:
     def _write(self) -> None:
         if self.path is None:
             return
-        data = pickle.dumps(self.state, protocol=pickle.HIGHEST_PROTOCOL)
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        # In place, then cut to length: one open file for the whole case, no new file per step.
-        os.pwrite(self._fd, data, 0)
-        os.ftruncate(self._fd, len(data))
+        with self._lock:
+            data = pickle.dumps(self.state, protocol=pickle.HIGHEST_PROTOCOL)
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            # In place, then cut to length: one open file for the whole case, no new file per step.
+            os.pwrite(self._fd, data, 0)
+            os.ftruncate(self._fd, len(data))
 
     def close(self) -> None:
         """The case ended in its own process: nothing is left to replay."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
         if self.path is not None:
             self.path.unlink(missing_ok=True)
 
