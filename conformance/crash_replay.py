@@ -217,7 +217,7 @@ class Replayer:
         """Replay ``steps`` in a child: the signal it died of (None: it did not crash) and the backend
         call it was in."""
         self.replays += 1
-        notes = self.scratch / f"replay-{self.replays}{'.steps'}"
+        notes = self.scratch / f"replay-{self.replays}.steps"
         child = self.context.Process(target=_replay_child, args=(self.machine, steps, str(notes)))
         child.start()
         try:
