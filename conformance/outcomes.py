@@ -11,7 +11,9 @@ where the case ran (each pytest-xdist worker, or the single process) and decides
   with the entry's reason and link; a matching case that passes fails with ``known-failures/stale``;
 * a case declared to kill its process (an entry with ``crash = true``) whose pytest-xdist worker died while
   running it becomes ``xfailed`` the same way; only the controller sees that (``pytest_handlecrashitem``),
-  so only a run under pytest-xdist survives the crash to record it;
+  so only a run under pytest-xdist survives the crash to record it; a generated case's crash that the crash
+  search found again (``conformance/crash_replay.py``) carries the crashing call's rule, which an entry's
+  ``rule`` must match;
 * an ``AttributeError`` for a protocol attribute the backend lacks (a case reached a part it did not ask
   for) becomes a skip naming the part (``conformance/parts.py``): optional parts never fail a case.
 
@@ -63,7 +65,8 @@ def add_options(group: pytest.OptionGroup) -> None:
         default=[],
         help="TOML (or .json) file of declared known failures: [[known_failures]] case = glob, rule = "
         "glob (optional), reason, link, crash = true or device_fault = true (optional: the case kills its "
-        "process, or breaks its CUDA context; recorded only under pytest-xdist); repeatable (see "
+        "process, or breaks its CUDA context; recorded only under pytest-xdist; a crash entry's rule names "
+        "the crashing call's rule that the crash search found); repeatable (see "
         "conformance/known_failures.py)",
     )
 
