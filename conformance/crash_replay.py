@@ -11,7 +11,7 @@ was running, step by step, and which backend call was in progress. The process t
 3. records the case ``crashed`` under the rule of the call that crashed, from the oracle's answer to the
    same call (a call the oracle rejects: ``differential/missing-error``, the backend had to raise; one it
    accepts: ``differential/spurious-error``), with the shortest sequence in the message and a repro
-   script that replays it in one process, crashing as printed (``python results/crashes/<case>.py``).
+   script that replays it in one process, crashing as printed (``<python> results/crashes/<case>.py``).
 
 A ``crash = true`` known failure naming that rule declares such a case (``conformance/known_failures.py``).
 Children come from a ``forkserver`` that imported torch, Hypothesis and the backend once: each replay is a
@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import shlex
 import signal
 import sys
 import tempfile
@@ -162,9 +163,10 @@ class Finding:
         return "\n".join(lines)
 
     def repro(self) -> str | None:
+        """The script, with this interpreter (the one with torch and the backend), as the cwd reaches both."""
         if self.script is None:
             return None
-        return f"python {_shown_path(self.script)}"
+        return f"{shlex.quote(_shown_path(Path(sys.executable)))} {shlex.quote(_shown_path(self.script))}"
 
 
 def rule_for(calling: Calling | None) -> str | None:
@@ -296,13 +298,13 @@ def _shrink(
 def write_script(finding: Finding, directory: Path) -> Path:
     """A Python file that replays the finding's steps in one process: run as printed, it crashes."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{_slug(finding.case)}.py"
+    path = finding.script = directory / f"{_slug(finding.case)}.py"
     machine = {k: v for k, v in finding.machine.items() if _literal(v)}
     steps = ",\n".join(f"    {_step_source(step)}" for step in finding.steps)
     rule = finding.rule or "no rule (outside any backend call)"
     text = f'''"""Replays the shortest call sequence found to crash {finding.machine.get("backend")} in
 {finding.case}
-(rule {rule}). Run it from the suite's checkout: python {_shown_path(path)}"""
+(rule {rule}). Run it from the suite's checkout: {finding.repro()}"""
 
 import os
 import sys
@@ -359,10 +361,13 @@ def _slug(case: str) -> str:
 
 
 def _shown_path(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it; never resolved (a venv's python
+    is a link to an interpreter without the venv's packages)."""
+    absolute = Path(os.path.abspath(path))
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(absolute.relative_to(Path.cwd()))
     except ValueError:
-        return str(path)
+        return str(absolute)
 
 
 # ============================================================================================ the plugin
