@@ -26,7 +26,7 @@ from harness.backend_loader import (
     load_backend,
     use_backend_path,
 )
-from harness.outcomes import Outcome
+from harness.outcomes import SUITE_CHECK_MARKER, Outcome
 from harness.stacks import dump_stacks_on_signal
 
 #: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
@@ -96,6 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist gives workers `workerinput`; the environment variable may be inherited from an outer run.
     worker = config.workerinput["workerid"] if hasattr(config, "workerinput") else None
     dump_stacks_on_signal()  # $CONFORMANCE_STACKS_SIGNAL: what a waiting worker waits on
+    # Also where the chapters run under another rootdir's ini than pyproject.toml (which declares it too).
+    config.addinivalue_line(
+        "markers", f"{SUITE_CHECK_MARKER}: checks the suite itself, no backend involved (counted apart)"
+    )
     gpu_ids = _gpu_ids()
     generation.configure(config)
     if worker and gpu_ids:
@@ -236,18 +240,24 @@ def pytest_terminal_summary(
 ) -> None:
     """One line per chapter, with the main skip reason, so a CPU run says plainly what it skipped."""
     per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
+    suite_checks: dict[str, Counter[str]] = defaultdict(Counter)  # the suite's own: never the backend's
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     # pytest's categories, then the outcomes.py plugin's (should-failed, coverage; xfailed: declared known
     # failures) and the watchdog's and the run's end (timeout, device-fault, not-run: harness/run_end.py).
     plain = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
     extras = (Outcome.SHOULD_FAILED, Outcome.COVERAGE, Outcome.XFAILED)
     extras += (Outcome.TIMEOUT, Outcome.DEVICE_FAULT, Outcome.NOT_RUN)
-    for outcome in (*plain, *extras):
-        for report in terminalreporter.stats.get(outcome, []):
+    categories = [(o, o) for o in (*plain, *extras)] + [(Outcome.PASSED, case_outcomes.SUITE_CHECK_CATEGORY)]
+    for outcome, category in categories:
+        for report in terminalreporter.stats.get(category, []):
             nodeid = getattr(report, "nodeid", "")
             if not nodeid.startswith("conformance/") or (outcome == Outcome.PASSED and report.when != "call"):
                 continue
             chapter = nodeid.split("::")[0].rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
+            if SUITE_CHECK_MARKER in (getattr(report, "keywords", None) or {}):
+                per_chapter[chapter]  # the chapter has a line, its counts without these
+                suite_checks[chapter][outcome] += 1
+                continue
             per_chapter[chapter][outcome] += 1
             if outcome == Outcome.SKIPPED and isinstance(report.longrepr, tuple):
                 reasons[chapter][report.longrepr[2].removeprefix("Skipped: ")] += 1
@@ -259,6 +269,12 @@ def pytest_terminal_summary(
         counts = per_chapter[chapter]
         line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in plain)
         line += "".join(f", {counts[o]} {o}" for o in extras if counts[o])
+        if suite_checks[chapter]:
+            line += (
+                " (suite self-checks, no backend: "
+                + ", ".join(f"{n} {o}" for o, n in suite_checks[chapter].items())
+                + ")"
+            )
         if reasons[chapter]:
             reason, n = reasons[chapter].most_common(1)[0]
             line += f" — {n} skipped because: {reason}"

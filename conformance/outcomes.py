@@ -39,11 +39,13 @@ from conformance.checks import CoverageGap
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
 from conformance.parts import missing_part_reason
 from conformance.rules import Level, level_of, rule_of
-from harness.outcomes import SUITE_DECIDED, Outcome
+from harness.outcomes import SUITE_CHECK_MARKER, SUITE_DECIDED, Outcome
 from harness.pytest_plugin import CASE_RESULT_ATTR
 from harness.run_end import role
 
 PROPERTY_PREFIX = "conformance:"
+#: pytest's category (its counts, its one-letter progress) for a passed suite self-check.
+SUITE_CHECK_CATEGORY = "suite self-check passed"
 WORKER_OUTPUT_KEY = "conformance_known_failures_matched"
 #: Where a summary stops listing cases one by one.
 LIST_LIMIT = 20
@@ -105,6 +107,8 @@ class CaseOutcomes:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+        if call.when == "setup" and item.get_closest_marker(SUITE_CHECK_MARKER) is not None:
+            item.user_properties.append((PROPERTY_PREFIX + "suite_check", "true"))  # JUnit: the suite's own
         report: pytest.TestReport = yield
         if report.when in ("setup", "call") and not hasattr(report, "wasxfail"):
             if report.failed and call.excinfo is not None:
@@ -199,6 +203,9 @@ class CaseOutcomes:
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        if report.when == "call" and report.passed and SUITE_CHECK_MARKER in report.keywords:
+            # The suite's own check passed: pytest's counts say so apart, never as the backend's "passed".
+            return SUITE_CHECK_CATEGORY, ",", ("SUITE-CHECK", {"green": True})
         result = case_result(report)
         if result is None or report.when not in ("setup", "call"):
             return None

@@ -308,6 +308,7 @@ def test_view_pass_meta_is_truthful(view_pass: ViewPassBackend, case: ViewPassCa
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
+@pytest.mark.suite_check
 def test_suite_self_check_verdicts_match_what_is_observable(case: ViewPassCase) -> None:
     """suite/self-check (no backend involved): every hazard copy, made a view alone, changes what a caller
     observes (so the case catches a pass that ignores its rule); no other copy does, alone or together (so

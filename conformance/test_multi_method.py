@@ -174,6 +174,7 @@ def test_pipeline_tokens_match_eager(
 
 
 @pytest.mark.parametrize("model", pipeline_params())
+@pytest.mark.suite_check
 def test_suite_self_check_float32_paths_have_no_near_ties(model: str) -> None:
     """suite/self-check (no backend): along eager's float32 greedy paths, every step's best logit beats the
     runner-up by more than float32 rounding could bridge, so exact float32 token checks are sound."""

@@ -20,7 +20,8 @@ from harness.nvml_counters import COUNTER_MODULUS
 from harness.nvml_traffic import TrafficMeasurement, TrafficMeter
 from harness.pytest_plugin import set_case_params
 
-pytestmark = [pytest.mark.gpu, pytest.mark.traffic, pytest.mark.slow]
+# The meter checks itself: no backend is involved (its cases are the suite's, never the backend's passes).
+pytestmark = [pytest.mark.gpu, pytest.mark.traffic, pytest.mark.slow, pytest.mark.suite_check]
 
 # The rules this module checks (conformance/catalogue/rule_table.py).
 CALIBRATION = rule_id("traffic/calibration")

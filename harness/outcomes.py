@@ -81,6 +81,9 @@ CRASH_LIKE: frozenset[Outcome] = FAULTS | {Outcome.CRASHED}
 #: Final whatever phase's report carries them: a ``case_result`` with one of these ends the case over
 #: what its other reports say (the watchdog's faults and the run's end).
 FINAL: frozenset[Outcome] = FAULTS | {Outcome.NOT_RUN}
+#: The pytest marker of a case that checks the test suite itself (its oracles, its meter), with no backend
+#: involved: recorded as the suite's (``CaseResult.suite_check``), never counted as the backend's.
+SUITE_CHECK_MARKER = "suite_check"
 #: What the conformance suite's outcome plugin makes of a failed check, besides ``failed``
 #: (``conformance/outcomes.py``): pytest sees an xfail, the result file records the outcome.
 SUITE_DECIDED: frozenset[Outcome] = frozenset({Outcome.SHOULD_FAILED, Outcome.COVERAGE, Outcome.XFAILED})

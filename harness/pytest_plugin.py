@@ -36,7 +36,7 @@ import pytest
 from harness import case_order, run_end, start_gate, worker_exit
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
-from harness.outcomes import FINAL, Outcome
+from harness.outcomes import FINAL, SUITE_CHECK_MARKER, Outcome
 from harness.results import (
     LEVELS,
     OUTCOMES,
@@ -184,6 +184,7 @@ class _Pending:
         self.duration = 0.0
         self.worker: str | None = None
         self.start: float | None = None  # epoch seconds of the earliest report's start (setup)
+        self.suite_check = False  # marked SUITE_CHECK_MARKER: the suite's own check, no backend involved
 
 
 class ResultRecorder:
@@ -260,6 +261,9 @@ class ResultRecorder:
         pending = self._pending.setdefault(report.nodeid, _Pending())
         pending.duration += float(getattr(report, "duration", 0.0) or 0.0)
         pending.worker = pending.worker or _worker_of(report)
+        pending.suite_check = pending.suite_check or SUITE_CHECK_MARKER in (
+            getattr(report, "keywords", None) or {}
+        )
         start = getattr(report, "start", None)
         if isinstance(start, float) and (pending.start is None or start < pending.start):
             pending.start = start
@@ -277,6 +281,11 @@ class ResultRecorder:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.write_final(self._incomplete_reason(session, exitstatus))
+        if session.exitstatus == pytest.ExitCode.OK and self.run.cases and not self.run.exercised():
+            # Green must mean "the backend was checked": skips, coverage gaps and the suite's own checks
+            # say nothing about it. pytest's "no tests" status: the front door reads it per phase.
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+            self._summary_line = f"{self._summary_line}\n{nothing_exercised_line(self.run)}"
 
     def write_final(self, reason: str | None) -> None:
         """The final result file (once), the journal then discarded."""
@@ -373,6 +382,7 @@ class ResultRecorder:
                 duration_s=round(duration, 6),
                 worker=pending.worker,
                 started_s=None if pending.start is None else round(pending.start - self._session_start, 3),
+                suite_check=pending.suite_check,
                 **details,
             )
         )
@@ -391,12 +401,31 @@ def _nothing() -> Iterator[None]:
 
 
 def summary_line(path: Path, run: RunResult) -> str:
-    """``results: PATH (N passed, N failed, N skipped, N crashed)``, plus any other outcome that occurred."""
-    counts = run.summary()["outcomes"]
+    """``results: PATH (N passed, N failed, N skipped, N crashed)``, plus any other outcome that occurred,
+    then the suite's own checks apart (``; 56 suite self-checks passed``)."""
+    summary = run.summary()
+    counts = summary["outcomes"]
     always = (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED, Outcome.CRASHED)
     parts = [f"{counts[name]} {name}" for name in always]
     parts += [f"{count} {name}" for name, count in counts.items() if name not in always and count]
-    return f"results: {path} ({', '.join(parts)})"
+    return f"results: {path} ({', '.join(parts)}{suite_checks_words(summary['suite_checks'])})"
+
+
+def suite_checks_words(counts: dict[str, int]) -> str:
+    """``; 56 suite self-checks passed`` (the suite's own checks, never the backend's), or nothing."""
+    shown = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+    return f"; suite self-checks: {shown}" if shown else ""
+
+
+def nothing_exercised_line(run: RunResult) -> str:
+    """The one line of a run in which no case checked the backend under test."""
+    summary = run.summary()
+    outcomes = ", ".join(f"{n} {o}" for o, n in summary["outcomes"].items() if n) or "none"
+    suite = sum(summary["suite_checks"].values())
+    return (
+        f"no case exercised the backend under test ({outcomes}; {suite} suite self-checks, which involve "
+        "no backend): nothing here says it works, so the run is not green (exit 5); see the skip reasons"
+    )
 
 
 def _is_crash_report(report: pytest.TestReport, crashed: set[str]) -> bool:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.outcomes import FAILING, Outcome
+from harness.outcomes import FAILING, NOT_CHECKING, Outcome
 
 SCHEMA = "aoti-conformance-results"
 #: Version 2 added the case fields ``rule``, ``level`` and ``known_failure`` and the outcomes
@@ -68,6 +68,15 @@ class CaseResult:
     #: What a fault left behind, for the reader to judge it: every thread's stack at a ``timeout``, the
     #: CUDA error at a ``device-fault``. None for every other case.
     evidence: str | None = None
+    #: A check of the test suite itself (marked ``suite_check``): no backend involved, so its outcome is
+    #: the suite's, never the backend's (``RunResult.summary`` counts it apart).
+    suite_check: bool = False
+
+    @property
+    def exercised(self) -> bool:
+        """The case checked the backend under test: not a suite check, and not skipped, a coverage gap or
+        not run (``NOT_CHECKING``)."""
+        return not self.suite_check and self.outcome not in NOT_CHECKING
 
 
 @dataclass
@@ -87,14 +96,28 @@ class RunResult:
     traffic: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        """Counts per outcome (every outcome present, zeros included) and per chapter."""
+        """Counts per outcome (every outcome present, zeros included) and per chapter, of the cases that
+        judge the backend; the suite's own checks apart (``suite_checks``: the outcomes that occurred)."""
         outcomes = dict.fromkeys(OUTCOMES, 0)
         chapters: dict[str, dict[str, int]] = {}
+        suite: dict[str, int] = {}
         for case in self.cases:
+            if case.suite_check:
+                suite[case.outcome] = suite.get(case.outcome, 0) + 1
+                continue
             outcomes[case.outcome] = outcomes.get(case.outcome, 0) + 1
             per_chapter = chapters.setdefault(case.chapter, dict.fromkeys(OUTCOMES, 0))
             per_chapter[case.outcome] = per_chapter.get(case.outcome, 0) + 1
-        return {"total": len(self.cases), "outcomes": outcomes, "chapters": dict(sorted(chapters.items()))}
+        return {
+            "total": len(self.cases) - sum(suite.values()),
+            "outcomes": outcomes,
+            "chapters": dict(sorted(chapters.items())),
+            "suite_checks": suite,
+        }
+
+    def exercised(self) -> bool:
+        """Whether any case checked the backend under test (see ``CaseResult.exercised``)."""
+        return any(case.exercised for case in self.cases)
 
 
 def utc_now() -> str:
@@ -416,6 +439,7 @@ _OPTIONAL_CASE_FIELDS: dict[str, tuple[type, ...]] = {
     "known_failure": (dict, type(None)),
     "started_s": (int, float, type(None)),
     "evidence": (str, type(None)),
+    "suite_check": (bool,),
 }
 
 
@@ -499,6 +523,7 @@ def _case_from_dict(data: object, source: str, where: str) -> CaseResult:
         known_failure=obj.get("known_failure"),
         started_s=None if obj.get("started_s") is None else float(obj["started_s"]),
         evidence=obj.get("evidence"),
+        suite_check=bool(obj.get("suite_check", False)),
     )
 
 

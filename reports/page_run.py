@@ -151,6 +151,8 @@ class RunPage:
     gpus: str
     total: int
     counts: list[tuple[str, int]]
+    #: The suite's own checks (no backend involved), by outcome: shown apart, never among the cases above.
+    suite_checks: list[tuple[str, int]]
     incomplete_reasons: list[str]
     facts: list[tuple[str, str]]
     gpu_rows: list[GpuRow]
@@ -188,14 +190,15 @@ def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
         finished=show_time(run.finished_at),
         duration=duration(run),
         gpus=gpu_summary(run),
-        total=len(run.cases),
+        total=run.summary()["total"],
         counts=outcome_counts(run),
+        suite_checks=[(o, n) for o, n in run.summary()["suite_checks"].items() if n],
         incomplete_reasons=incomplete_reasons(run),
         facts=environment_facts(run),
         gpu_rows=gpu_rows(run),
         workers=worker_rows(run),
         shards=shard_views(loaded),
-        matrices=build_matrices(run.cases, anchors),
+        matrices=build_matrices([c for c in run.cases if not c.suite_check], anchors),
         problems=problems,
         should_failures=should,
         known_failures=known,

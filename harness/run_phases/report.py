@@ -69,7 +69,9 @@ def verdict(stop: tuple[str, int] | None, exit_codes: Sequence[int]) -> Verdict 
         return Verdict(f"conformance run failed: pytest exit code {failed[0]}")
     if exit_codes and all(code == EXIT_NO_TESTS for code in exit_codes):
         return Verdict(
-            "conformance run selected no case (pytest exit code 5): check -k / -m / the chapter path"
+            "conformance run exercised no case of the backend under test (pytest exit code 5 in every "
+            "phase): every case it selected was skipped, a coverage gap or one of the suite's self-checks "
+            "(see the skip reasons), or -k / -m / the chapter path selected none"
         )
     return None
 
