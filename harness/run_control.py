@@ -49,7 +49,10 @@ EXIT_CODES: dict[int, str] = {
         "GPU run) the cases were stopped"
     ),
     EXIT_USAGE: "usage error (a bad option or backend)",
-    EXIT_NO_TESTS: "no case selected",
+    EXIT_NO_TESTS: (
+        "no case selected, or none exercised the backend under test (every case skipped, a coverage gap or "
+        "a suite self-check)"
+    ),
     EXIT_STOPPED_BY_FAULT: "a hang or device fault in a run without pytest-xdist stopped it (no fresh "
     "process could take over); the rest is not-run",
     EXIT_DEADLINE: "the run deadline (--run-deadline) was reached; the rest is not-run",
