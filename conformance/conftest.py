@@ -26,7 +26,7 @@ from harness.backend_loader import (
     load_backend,
     use_backend_path,
 )
-from harness.outcomes import SUITE_CHECK_MARKER, Outcome
+from harness.outcomes import SUITE_CHECK_MARKER, Outcome, count_words, is_suite_check
 from harness.stacks import dump_stacks_on_signal
 
 #: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
@@ -254,7 +254,7 @@ def pytest_terminal_summary(
             if not nodeid.startswith("conformance/") or (outcome == Outcome.PASSED and report.when != "call"):
                 continue
             chapter = nodeid.split("::")[0].rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
-            if SUITE_CHECK_MARKER in (getattr(report, "keywords", None) or {}):
+            if is_suite_check(report):
                 per_chapter[chapter]  # the chapter has a line, its counts without these
                 suite_checks[chapter][outcome] += 1
                 continue
@@ -270,11 +270,7 @@ def pytest_terminal_summary(
         line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in plain)
         line += "".join(f", {counts[o]} {o}" for o in extras if counts[o])
         if suite_checks[chapter]:
-            line += (
-                " (suite self-checks, no backend: "
-                + ", ".join(f"{n} {o}" for o, n in suite_checks[chapter].items())
-                + ")"
-            )
+            line += f" (suite self-checks, no backend: {count_words(suite_checks[chapter])})"
         if reasons[chapter]:
             reason, n = reasons[chapter].most_common(1)[0]
             line += f" — {n} skipped because: {reason}"

@@ -222,15 +222,12 @@ def for_case(config: Any, case: str, machine: dict[str, Any]) -> CallJournal:
 
 
 def process_directory(config: Any) -> tuple[Path, str] | None:
-    """The run's watchdog directory and this process's name in it (an xdist worker's id, or ``main``)."""
-    from harness.run_end import run_end
-    from harness.watchdog import DIR_KEY
+    """The run's watchdog directory and this process's name in it (an xdist worker's id, or ``main``): where
+    the case watchdog keeps this process's files."""
+    from harness.run_end import case_files
 
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        return (Path(workerinput[DIR_KEY]), str(workerinput["workerid"])) if DIR_KEY in workerinput else None
-    end = run_end(config)
-    return (end.directory, "main") if end is not None else None
+    files = case_files(config)
+    return (files.directory, files.process) if files is not None else None
 
 
 def watched(journal: CallJournal, backend: Any, oracle: Any) -> tuple[Watched, Watched]:

@@ -146,8 +146,9 @@ class Finding:
     def message(self) -> str:
         death = f" ({_signal_name(self.signal)})" if self.signal else ""
         where = self.calling.text if self.calling else "outside any call to the backend"
-        head = f"[{self.rule}] " if self.rule else ""
-        lines = [f"{head}crashed: the process died{death} in {where}; {_verdict(self.calling)}"]
+        rule, why = judged(self.calling)
+        head = f"[{rule}] " if rule else ""
+        lines = [f"{head}crashed: the process died{death} in {where}; {why}"]
         if self.replayed:
             lines.append(
                 f"shortest crashing sequence: {len(self.steps)} of {self.original_steps} steps (found in "
@@ -169,26 +170,23 @@ class Finding:
         return f"{shlex.quote(_shown_path(Path(sys.executable)))} {shlex.quote(_shown_path(self.script))}"
 
 
+def judged(calling: Calling | None) -> tuple[str | None, str]:
+    """The rule the crashing call broke and why, from the oracle's answer to the same call."""
+    if calling is None:
+        return None, "no backend call was in progress"
+    answer = calling.oracle
+    if answer in ("invalid-argument", "type-error"):
+        why = f"the oracle rejects this call ({answer}): it must raise, never kill the process"
+        return MISSING_ERROR, why
+    if answer == "ok":
+        return SPURIOUS_ERROR, "the oracle accepts this call: it must run, never kill the process"
+    if answer is None:
+        return SPURIOUS_ERROR, "a call no step judged: it must return or raise, never kill the process"
+    return ERROR_CLASS, f"the oracle raises ({answer}): it must raise too, never kill the process"
+
+
 def rule_for(calling: Calling | None) -> str | None:
-    if calling is None:
-        return None
-    if calling.oracle in ("invalid-argument", "type-error"):
-        return MISSING_ERROR
-    if calling.oracle in (None, "ok"):
-        return SPURIOUS_ERROR
-    return ERROR_CLASS
-
-
-def _verdict(calling: Calling | None) -> str:
-    if calling is None:
-        return "no backend call was in progress"
-    if calling.oracle in ("invalid-argument", "type-error"):
-        return f"the oracle rejects this call ({calling.oracle}): it must raise, never kill the process"
-    if calling.oracle == "ok":
-        return "the oracle accepts this call: it must run, never kill the process"
-    if calling.oracle is None:
-        return "a call no step judged: it must return or raise, never kill the process"
-    return f"the oracle raises ({calling.oracle}): it must raise too, never kill the process"
+    return judged(calling)[0]
 
 
 def describe_step(step: Step) -> str:
@@ -249,10 +247,9 @@ def find(state: JournalState, budget_s: float, scripts: Path | None) -> Finding:
         replayer = Replayer(machine, Path(scratch))
         died, calling = replayer.crashes(steps)
         if died is not None:
-            finding.replayed, finding.signal = True, died
-            finding.calling = calling or state.calling
+            finding.replayed = True
             finding.steps, finding.signal, finding.calling, cut = _shrink(
-                replayer, steps, (died, finding.calling), start + budget_s
+                replayer, steps, (died, calling or state.calling), start + budget_s
             )
             if cut:
                 finding.notes.append(f"(the search stopped at its budget: {cut}; a shorter one may exist)")

@@ -39,7 +39,7 @@ from conformance.checks import CoverageGap
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
 from conformance.parts import missing_part_reason
 from conformance.rules import Level, level_of, rule_of
-from harness.outcomes import SUITE_CHECK_MARKER, SUITE_DECIDED, Outcome
+from harness.outcomes import SUITE_CHECK_MARKER, SUITE_DECIDED, Outcome, is_suite_check
 from harness.pytest_plugin import CASE_RESULT_ATTR
 from harness.run_end import role
 
@@ -203,7 +203,7 @@ class CaseOutcomes:
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
-        if report.when == "call" and report.passed and SUITE_CHECK_MARKER in report.keywords:
+        if report.when == "call" and report.passed and is_suite_check(report):
             # The suite's own check passed: pytest's counts say so apart, never as the backend's "passed".
             return SUITE_CHECK_CATEGORY, ",", ("SUITE-CHECK", {"green": True})
         result = case_result(report)

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from conformance.checks import fail
-from conformance.crash_journal import CallJournal, Watched, journaled
+from conformance.crash_journal import CallJournal, journaled, watched
 from conformance.models import get_model
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
 from conformance.oracle import CallResult, call, describe_args, judge
@@ -515,7 +515,7 @@ def machine_for(
         },
     )
     if journal is not None:
-        machine.backend, machine.oracle = Watched(backend, journal, False), Watched(oracle, journal, True)
+        machine.backend, machine.oracle = watched(journal, backend, oracle)
         machine.journal = journal
     if lowerable is not None:
         machine.lowerable = frozenset(lowerable)

@@ -18,6 +18,7 @@ Standard library only: ``reports`` and ``harness.finalize`` import it without to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 
 
@@ -87,3 +88,13 @@ SUITE_CHECK_MARKER = "suite_check"
 #: What the conformance suite's outcome plugin makes of a failed check, besides ``failed``
 #: (``conformance/outcomes.py``): pytest sees an xfail, the result file records the outcome.
 SUITE_DECIDED: frozenset[Outcome] = frozenset({Outcome.SHOULD_FAILED, Outcome.COVERAGE, Outcome.XFAILED})
+
+
+def is_suite_check(report: object) -> bool:
+    """Whether a test report (a worker's, serialised, or the process's own) is of a ``suite_check`` case."""
+    return SUITE_CHECK_MARKER in (getattr(report, "keywords", None) or {})
+
+
+def count_words(counts: Mapping[str, int]) -> str:
+    """``2 passed, 1 skipped``: the counts that are not zero, in the mapping's order."""
+    return ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)

@@ -36,7 +36,7 @@ import pytest
 from harness import case_order, run_end, start_gate, worker_exit
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
-from harness.outcomes import FINAL, SUITE_CHECK_MARKER, Outcome
+from harness.outcomes import FINAL, Outcome, count_words, is_suite_check
 from harness.results import (
     LEVELS,
     OUTCOMES,
@@ -184,7 +184,7 @@ class _Pending:
         self.duration = 0.0
         self.worker: str | None = None
         self.start: float | None = None  # epoch seconds of the earliest report's start (setup)
-        self.suite_check = False  # marked SUITE_CHECK_MARKER: the suite's own check, no backend involved
+        self.suite_check = False  # a suite_check case: the suite's own check, no backend involved
 
 
 class ResultRecorder:
@@ -261,9 +261,7 @@ class ResultRecorder:
         pending = self._pending.setdefault(report.nodeid, _Pending())
         pending.duration += float(getattr(report, "duration", 0.0) or 0.0)
         pending.worker = pending.worker or _worker_of(report)
-        pending.suite_check = pending.suite_check or SUITE_CHECK_MARKER in (
-            getattr(report, "keywords", None) or {}
-        )
+        pending.suite_check = pending.suite_check or is_suite_check(report)
         start = getattr(report, "start", None)
         if isinstance(start, float) and (pending.start is None or start < pending.start):
             pending.start = start
@@ -402,7 +400,7 @@ def _nothing() -> Iterator[None]:
 
 def summary_line(path: Path, run: RunResult) -> str:
     """``results: PATH (N passed, N failed, N skipped, N crashed)``, plus any other outcome that occurred,
-    then the suite's own checks apart (``; 56 suite self-checks passed``)."""
+    then the suite's own checks apart (``; suite self-checks: 56 passed``)."""
     summary = run.summary()
     counts = summary["outcomes"]
     always = (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED, Outcome.CRASHED)
@@ -412,15 +410,15 @@ def summary_line(path: Path, run: RunResult) -> str:
 
 
 def suite_checks_words(counts: dict[str, int]) -> str:
-    """``; 56 suite self-checks passed`` (the suite's own checks, never the backend's), or nothing."""
-    shown = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+    """``; suite self-checks: 56 passed`` (the suite's own checks, never the backend's), or nothing."""
+    shown = count_words(counts)
     return f"; suite self-checks: {shown}" if shown else ""
 
 
 def nothing_exercised_line(run: RunResult) -> str:
     """The one line of a run in which no case checked the backend under test."""
     summary = run.summary()
-    outcomes = ", ".join(f"{n} {o}" for o, n in summary["outcomes"].items() if n) or "none"
+    outcomes = count_words(summary["outcomes"]) or "none"
     suite = sum(summary["suite_checks"].values())
     return (
         f"no case exercised the backend under test ({outcomes}; {suite} suite self-checks, which involve "

@@ -54,6 +54,8 @@ _STATUS = {
 }
 LIST_LIMIT = 20
 _RUN_END_KEY = pytest.StashKey["RunEnd"]()
+#: The name the case watchdog is registered under, in the processes that run cases.
+WATCHDOG_PLUGIN = "harness-case-watchdog"
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -143,7 +145,7 @@ def configure(config: pytest.Config, results_path: Path | None) -> None:
         directory = Path(config.workerinput[DIR_KEY])  # type: ignore[attr-defined]
         files = WatchdogFiles(directory, config.workerinput["workerid"])  # type: ignore[attr-defined]
         watchdog = CaseWatchdog(config, files, limits, probe, native)
-        config.pluginmanager.register(watchdog, "harness-case-watchdog")
+        config.pluginmanager.register(watchdog, WATCHDOG_PLUGIN)
         return
     if deadline is not None and deadline <= 0 and here == "controller":
         # Nothing will run: no workers to start; the cases are collected here and all recorded not-run.
@@ -158,11 +160,18 @@ def configure(config: pytest.Config, results_path: Path | None) -> None:
             config, files, limits, probe, native, end.on_verdict, extra_margin_s=end.control.grace_s + 5
         )
         end.watchdog = watchdog
-        config.pluginmanager.register(watchdog, "harness-case-watchdog")
+        config.pluginmanager.register(watchdog, WATCHDOG_PLUGIN)
 
 
 def run_end(config: pytest.Config) -> RunEnd | None:
     return config.stash.get(_RUN_END_KEY, None)
+
+
+def case_files(config: pytest.Config) -> WatchdogFiles | None:
+    """The files of this process's case watchdog (its directory, its name in it), where it runs cases: an
+    xdist worker or the single process; None in a controller or outside a recorded run."""
+    watchdog = config.pluginmanager.get_plugin(WATCHDOG_PLUGIN)
+    return watchdog.files if isinstance(watchdog, CaseWatchdog) else None
 
 
 def _watchdog_dir(results_path: Path | None) -> Path:

@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from harness.formatting import show_duration, show_quantity
+from harness.outcomes import count_words
 from harness.results import ResultFileError, RunResult
 from harness.run_history import RUNS_DIR
 from reports.compare import (
@@ -121,7 +122,7 @@ def describe(run: RunResult) -> str:
     backend = run.metadata.get("backend") if isinstance(run.metadata.get("backend"), dict) else {}
     who = f"{backend.get('name', '?')} {backend.get('version', '')}".strip()
     counts = run.summary()["outcomes"]
-    shown = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+    shown = count_words(counts)
     incomplete = "" if run.complete else ", INCOMPLETE"
     return f"{run.run_id}  {who}  started {run.started_at}  {len(run.cases)} cases ({shown}{incomplete})"
 

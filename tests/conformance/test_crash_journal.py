@@ -164,6 +164,6 @@ def test_a_crash_entry_with_a_rule_declares_only_that_rules_crash() -> None:
 
 
 def test_a_journal_outside_a_recorded_run_is_kept_in_memory() -> None:
-    journal = crash_journal.for_case(SimpleNamespace(stash={}), CASE, {})
+    journal = crash_journal.for_case(SimpleNamespace(pluginmanager=pytest.PytestPluginManager()), CASE, {})
     assert journal.path is None
     journal.close()
