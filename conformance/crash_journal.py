@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from conformance.oracle import error_kind
+from conformance.oracle import describe_args, error_kind
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -190,28 +190,10 @@ class Watched:
 
 
 def brief_call(function: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """``execute(<handle>, [float32[4, 32] cpu], ...)``: the call as a reader needs it, tensors by kind."""
-    shown = [_brief(a) for a in args] + [f"{k}={_brief(v)}" for k, v in kwargs.items()]
+    """``execute(<handle>, [float32[4, 32]@cpu])``: the call as the suite's messages show arguments."""
+    shown = [describe_args(args)] if args else []
+    shown += [f"{key}={describe_args([value])}" for key, value in kwargs.items()]
     return f"{function}({', '.join(shown)})"
-
-
-def _brief(value: Any) -> str:
-    shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "dtype") and hasattr(value, "device"):
-        dtype = str(value.dtype).removeprefix("torch.")
-        strided = "" if value.is_contiguous() else f" strides {tuple(value.stride())}"
-        return f"{dtype}{list(shape)} {value.device}{strided}"
-    if isinstance(value, (list, tuple)):
-        inner = ", ".join(_brief(v) for v in value[:8]) + (", ..." if len(value) > 8 else "")
-        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
-    if isinstance(value, (bytes, bytearray)):
-        return f"<{len(value)} bytes>"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_brief(v)}" for k, v in list(value.items())[:8]) + "}"
-    if value is None or isinstance(value, (bool, int, float, str)):
-        text = repr(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-    return f"<{type(value).__name__}>"
 
 
 def for_case(config: Any, case: str, machine: dict[str, Any]) -> CallJournal:

@@ -106,7 +106,7 @@ def test_a_generated_mm_out_that_crashes_is_recorded_with_its_call(tmp_path: Pat
     cases = {c["id"]: c for c in json.loads((out / "r.json").read_text(encoding="utf-8"))["cases"]}
     crashed = cases["conformance/test_differential.py::test_mm_out_agrees_with_the_oracle[cpu]"]
     assert (crashed["outcome"], crashed["rule"]) == ("crashed", RULE), done.stdout + done.stderr
-    assert "in mm_out(float32[0, 0] cpu" in crashed["message"]
+    assert "in mm_out(float32[0, 0]@cpu" in crashed["message"]
     assert "conformance.test_differential:mm_out_call(device='cpu', plan=MmOutPlan(" in crashed["message"]
     replayed = subprocess.run(shlex.split(crashed["repro"]), cwd=ROOT, capture_output=True, timeout=300)
     assert replayed.returncode == -signal.SIGSEGV
