@@ -371,11 +371,20 @@ def _shown_path(path: Path) -> str:
 
 
 def budget_s() -> float:
+    """``$CONFORMANCE_CRASH_REPLAY_S`` (unset or empty: the default; 0: no search); anything but a number of
+    seconds ≥ 0 is a ValueError naming the setting."""
     text = os.environ.get(BUDGET_ENV, "").strip()
-    try:
-        return max(0.0, float(text)) if text else DEFAULT_BUDGET_S
-    except ValueError:
+    if not text:
         return DEFAULT_BUDGET_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0 or math.isinf(seconds):
+        raise ValueError(
+            f"${BUDGET_ENV} must be a number of seconds >= 0 (0 turns the search off), got {text!r}"
+        )
+    return seconds
 
 
 class CrashReplays:
@@ -385,6 +394,10 @@ class CrashReplays:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        try:  # a bad setting stops the run before it starts, not at its first crash
+            self.budget_s = budget_s()
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from exc
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
@@ -396,7 +409,7 @@ class CrashReplays:
         if end is None or worker is None or getattr(report, CASE_RESULT_ATTR, None) is not None:
             return
         state = read(journal_path(end.directory, str(worker)), crashitem)
-        seconds = budget_s()
+        seconds = self.budget_s
         left = end.control.remaining()
         if left is not None:  # the search never holds the run past its deadline
             seconds = min(seconds, left - REPLAY_MARGIN_S)
@@ -444,13 +457,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("journal", type=Path, help="the journal file a dead process left")
     parser.add_argument("--case", help="the case it must be of (default: whichever it is)")
-    parser.add_argument("--budget", type=float, default=budget_s(), help="seconds for the search")
+    parser.add_argument("--budget", type=float, default=None, help=f"seconds for the search (${BUDGET_ENV})")
     parser.add_argument("--scripts", type=Path, default=Path("results/crashes"), help="where repros go")
     args = parser.parse_args(argv)
     state = pickle.loads(args.journal.read_bytes())
     if not isinstance(state, JournalState) or (args.case and state.case != args.case):
         parser.error(f"{args.journal} is not a journal of {args.case or 'a case'}")
-    finding = find(state, args.budget, args.scripts)
+    try:
+        seconds = budget_s() if args.budget is None else args.budget
+    except ValueError as exc:
+        parser.error(str(exc))
+    finding = find(state, seconds, args.scripts)
     print(finding.message())
     if finding.repro():
         print(f"repro: {finding.repro()}")

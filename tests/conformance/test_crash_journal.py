@@ -167,3 +167,18 @@ def test_a_journal_outside_a_recorded_run_is_kept_in_memory() -> None:
     journal = crash_journal.for_case(SimpleNamespace(pluginmanager=pytest.PytestPluginManager()), CASE, {})
     assert journal.path is None
     journal.close()
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf"])
+def test_a_bad_search_budget_is_named(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(crash_replay.BUDGET_ENV, value)
+    with pytest.raises(ValueError, match=rf"\${crash_replay.BUDGET_ENV} must be a number of seconds"):
+        crash_replay.budget_s()
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("", crash_replay.DEFAULT_BUDGET_S), (" 0 ", 0.0), ("42.5", 42.5)]
+)
+def test_the_search_budget_reads_seconds(monkeypatch: pytest.MonkeyPatch, value: str, seconds: float) -> None:
+    monkeypatch.setenv(crash_replay.BUDGET_ENV, value)
+    assert crash_replay.budget_s() == seconds
