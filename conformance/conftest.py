@@ -11,6 +11,7 @@ import torch
 
 from conformance import generation, known_failures
 from conformance import outcomes as case_outcomes
+from conformance.contract_monitor import ContractMonitor, MonitorFailure
 from conformance.crash_replay import CrashReplays
 from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
 from conformance.parts import part_fixture
@@ -75,6 +76,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"the differential chapter's oracle backend as module:attr (default: {DEFAULT_ORACLE})",
     )
     progress.add_option(group)  # --progress-every
+    group.addoption(
+        "--no-contract-monitor",
+        action="store_true",
+        help="call the backend directly instead of through the contract monitor, which checks on every call "
+        "what the contract states for every call (inputs untouched, results owned, result signature, error "
+        "classes); for measuring its cost",
+    )
 
 
 @functools.cache
@@ -120,6 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
         backend = load_backend(spec)
     except BackendLoadError as exc:
         raise pytest.UsageError(str(exc)) from exc
+    if not config.getoption("--no-contract-monitor"):
+        backend = ContractMonitor(backend)  # every chapter's calls checked (conformance/contract_monitor.py)
     config.stash[BACKEND_KEY] = backend
     config.stash[SPEC_KEY] = spec
     progress.register(config)  # a line every 30 s from here on, the preflight's compile included
@@ -219,6 +229,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         elif item.get_closest_marker("multi_gpu") and gpus < 2:
             item.add_marker(pytest.mark.skip(reason=f"needs 2 or more CUDA devices; {gpus} present"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The contract monitor's record starts with the case (its fixtures' calls included)."""
+    monitor = item.config.stash.get(BACKEND_KEY, None)
+    if isinstance(monitor, ContractMonitor):
+        monitor.begin()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    """A case whose calls broke an every-call invariant fails under the monitor's rule, ahead of whatever
+    the case itself then found (kept in the message, and its rule for known-failure entries)."""
+    __tracebackhide__ = True
+    own: BaseException | None = None
+    try:
+        result = yield
+    except BaseException as exc:  # a failure, a skip or an interruption: the monitor speaks first
+        own = exc
+    monitor = item.config.stash.get(BACKEND_KEY, None)
+    found = monitor.violations() if isinstance(monitor, ContractMonitor) else []
+    if found and not isinstance(own, (KeyboardInterrupt, SystemExit)):
+        raise MonitorFailure.of(found, own) from None
+    if own is not None:
+        raise own
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -139,6 +139,9 @@ class CaseOutcomes:
         rule = rule_of(str(exc)) if isinstance(exc, AssertionError) else None
         level = level_of(rule) if rule else Level.MUST
         known = first_match(self.entries, item.nodeid, rule)
+        case_rule = getattr(exc, "case_rule", None)  # a contract monitor's failure: the case's own rule
+        if known is None and case_rule is not None:
+            known = first_match(self.entries, item.nodeid, case_rule)
         if known is not None:
             shown = f"{_known_why(known)} — {first}"
             self._convert(item, report, Outcome.XFAILED, shown, message, rule, level, known)

@@ -24,6 +24,17 @@ Errors (every part)
     error, outputs are left untouched. Calling with a missing positional argument is Python's own
     ``TypeError``; passing ``None`` is an invalid-argument error.
 
+Every call (the suite's contract monitor checks these on every call of every chapter)
+    A call never writes an argument it only reads: its tensors, a program's bytes, the modules and example
+    inputs given to ``lower``. A call that raises leaves the tensors it may write (``outputs=`` of
+    ``execute``, ``out`` of ``mm_out``) untouched. A tensor a call returns belongs to the caller: it shares
+    no element with an argument the call only read, nor with a tensor an earlier call returned that the
+    caller still holds. A call returns what its signature says: ``lower`` non-empty ``bytes``, ``init`` a
+    handle (not ``None``), ``execute`` a ``list`` of tensors, ``execute_stats`` a mapping whose
+    ``h2d_bytes`` and ``d2h_bytes`` are non-negative ``int`` values, ``get_option`` a ``str``, and
+    ``destroy``, ``set_option`` and ``mm_out`` ``None``. An exception a call raises is a ``ValueError``, a
+    ``TypeError`` or a ``RuntimeError`` (subclasses welcome), never of another class.
+
 Part ``mm_out`` (chapter ``mm_out``; SPEC §1c)
     ``mm_out(out, self, mat2) -> None`` computes ``out = self @ mat2`` for rank-2 CUDA tensors of one
     dtype (bfloat16, float16 or float32) on one device, on the caller's current CUDA stream, and returns

@@ -415,10 +415,33 @@ def _fixtures(module: ModuleType) -> dict[str, Callable]:
     return found
 
 
+#: The suite's fixtures that give a case the backend under test (``conformance/conftest.py``).
+_BACKEND_FIXTURES = frozenset({"backend", "runtime"})
+
+
+def _backend_fixtures(fixtures: Mapping[str, Callable]) -> frozenset[str]:
+    """The fixtures that give a case the backend, the chapter's own that ask for one included."""
+    found = set(_BACKEND_FIXTURES)
+    while True:
+        more = {
+            name
+            for name, fixture in fixtures.items()
+            if name not in found and found & set(inspect.signature(fixture).parameters)
+        }
+        if not more:
+            return frozenset(found)
+        found |= more
+
+
 def chapter_cases(stem: str) -> list[Case]:
-    """Every case of chapter module ``conformance/<stem>.py`` with the rule ids it checks."""
+    """Every case of chapter module ``conformance/<stem>.py`` with the rule ids it checks. A case that asks
+    for the backend checks the contract monitor's rules too: its every call goes through the monitor
+    (``conformance/contract_monitor.py``)."""
+    from conformance.contract_monitor import RULES as MONITOR_RULES
+
     module = _module(f"conformance.{stem}")
     fixtures = _fixtures(module)
+    backend_fixtures = _backend_fixtures(fixtures)
     cases: list[Case] = []
     path = f"conformance/{stem}.py"
     for name, func in vars(module).items():
@@ -427,6 +450,8 @@ def chapter_cases(stem: str) -> list[Case]:
         for case_id, params in _expand(getattr(func, "pytestmark", [])) or [("", {})]:
             node = f"{path}::{name}" + (f"[{case_id}]" if case_id else "")
             rules = rules_of(func, params, fixtures=fixtures)
+            if backend_fixtures & set(inspect.signature(func).parameters):
+                rules |= set(MONITOR_RULES)
             # A parameter that knows which of the spelled-out rules its case cannot fail (a view-pass case
             # with no policy copy cannot fail ``<rule>/policy``) takes them out: static analysis cannot
             # tell a branch no case reaches.

@@ -18,6 +18,7 @@ from conformance.catalogue.entry import Entry, enforced, informative, uncovered
 PROTOCOL_INTRO = "protocol.py: intro"
 KNOWN_FAILURES = "protocol.py: Known failures"
 ERRORS = "protocol.py: Errors"
+EVERY_CALL = "protocol.py: Every call"
 MM_OUT = "protocol.py: Part mm_out"
 VIEW_PASS = "protocol.py: Part view_pass"
 PREFLIGHT = "protocol.py: Part preflight"
@@ -146,6 +147,39 @@ ENTRIES: tuple[Entry, ...] = (
         "mm_out/none-*",
         "bad-inputs/inputs-none",
         "bad-inputs/none-element",
+    ),
+    # ==================================================================== protocol.py: Every call
+    enforced(
+        EVERY_CALL,
+        "A call never writes an argument it only reads: its tensors, a program's bytes, the modules and "
+        "example inputs given to ``lower``.",
+        "contract/inputs-untouched",
+    ),
+    enforced(
+        EVERY_CALL,
+        "A call that raises leaves the tensors it may write (``outputs=`` of ``execute``, ``out`` of "
+        "``mm_out``) untouched.",
+        "contract/outputs-untouched",
+    ),
+    enforced(
+        EVERY_CALL,
+        "A tensor a call returns belongs to the caller: it shares no element with an argument the call only "
+        "read, nor with a tensor an earlier call returned that the caller still holds.",
+        "contract/results-owned",
+    ),
+    enforced(
+        EVERY_CALL,
+        "A call returns what its signature says: ``lower`` non-empty ``bytes``, ``init`` a handle (not "
+        "``None``), ``execute`` a ``list`` of tensors, ``execute_stats`` a mapping whose ``h2d_bytes`` and "
+        "``d2h_bytes`` are non-negative ``int`` values, ``get_option`` a ``str``, and ``destroy``, "
+        "``set_option`` and ``mm_out`` ``None``.",
+        "contract/result-signature",
+    ),
+    enforced(
+        EVERY_CALL,
+        "An exception a call raises is a ``ValueError``, a ``TypeError`` or a ``RuntimeError`` (subclasses "
+        "welcome), never of another class.",
+        "contract/error-class",
     ),
     # ======================================================================== protocol.py: Part mm_out
     enforced(

@@ -31,6 +31,12 @@ DIFFERENTIAL = "differential"
 METAMORPHIC = "metamorphic"
 TRAFFIC = "traffic_meter"
 
+#: The chapters whose cases call the backend: each of their calls goes through the contract monitor.
+MONITORED = (
+    BAD_INPUTS, PLACEMENT, DIFFERENTIAL, LOWERING, METAMORPHIC, MM_OUT, MULTI_METHOD, FORMAT, OPTIONS,
+    STREAMS,
+)  # fmt: skip
+
 #: The view pass's rules on one copy, by kind of situation -> why the pass must refuse (or make) the view.
 #: Failure messages quote it (``conformance.view_pass_cases.RULES``).
 VIEW_PASS_KINDS: dict[str, str] = {
@@ -311,6 +317,29 @@ RULE_TABLE: tuple[Rule, ...] = (
         must("traffic/accuracy", "a measured transfer is within tolerance of its bytes", exempt=_METER),
         must("traffic/wrap", "a transfer past the 32-bit counters' wrap is measured", exempt=_METER),
         must("traffic/drift", "the idle counters' drift is measured and small", exempt=_METER),
+    ),
+    # ============================ the contract monitor (conformance/contract_monitor.py): every call of every
+    # case that asks for the backend, whatever its chapter
+    must(
+        "contract/inputs-untouched",
+        "no call writes an argument it only reads (tensors, program bytes, lower's modules and inputs)",
+        also=MONITORED,
+    ),
+    must(
+        "contract/outputs-untouched",
+        "a call that raises leaves outputs= and out as they were",
+        also=MONITORED,
+    ),
+    must(
+        "contract/results-owned",
+        "a returned tensor shares no element with a read-only argument or a result the caller holds",
+        also=MONITORED,
+    ),
+    must("contract/result-signature", "every call returns what its signature declares", also=MONITORED),
+    must(
+        "contract/error-class",
+        "an exception is a ValueError, TypeError or RuntimeError, never another",
+        also=MONITORED,
     ),
     # ========================================================== the known-failures plugin (no chapter's case)
     must(

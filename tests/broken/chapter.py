@@ -536,7 +536,8 @@ CASTS_INPUTS = CastsInputs(
 WRITES_OUTPUTS_BEFORE_CHECKING = WritesOutputsBeforeChecking(
     "writes-outputs-before-checking",
     Breaks(
-        ("bad-inputs/outputs-one-more", "bad-inputs/outputs-wrong-dtype"),
+        # The contract monitor names the write first; the chapter's own rule follows in the message.
+        ("contract/outputs-untouched", "bad-inputs/outputs-one-more", "bad-inputs/outputs-wrong-dtype"),
         BAD_INPUTS,
         ("-k", "bad_outputs and cpu-program"),
     ),

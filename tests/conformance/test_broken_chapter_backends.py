@@ -64,8 +64,9 @@ def test_chapter_fails_the_broken_backend_on_the_rules_it_breaks(
     failed = broke(run)
     assert failed, output
     declared = set(broken.breaks.rules)
-    rules = {case.id: case.rule for case in run.cases if case.id in failed}
-    assert all(rule in declared for rule in rules.values()), {c: (rules[c], failed[c]) for c in failed}
+    # A case the contract monitor failed first names the case's own rule after the monitor's: either counts.
+    rules = {case.id: {case.rule, *_RULES.findall(case.message)} for case in run.cases if case.id in failed}
+    assert all(named & declared for named in rules.values()), {c: (rules[c], failed[c]) for c in failed}
     named = {rule for message in failed.values() for rule in _RULES.findall(message)}
     assert declared <= named, f"declared but never failed: {sorted(declared - named)}"
 
