@@ -52,9 +52,17 @@ def snapshot(t: torch.Tensor) -> torch.Tensor:
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    # Compare raw bits: NaN != NaN numerically, and -0.0 == 0.0 would hide a write.
-    int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.detach().contiguous().view(int_type)
+    """``t``'s raw bits, to compare: NaN != NaN numerically, and -0.0 == 0.0 would hide a write. Every dtype
+    and layout a caller can pass (a sparse tensor: its dense values; ``meta``: no bits at all)."""
+    t = t.detach()
+    if t.device.type == "meta":
+        return torch.empty(0, dtype=torch.uint8)
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+    if int_type is None or t.dtype == torch.bool:  # complex128 (16 bytes), bool: as bytes
+        return t.contiguous().reshape(-1).view(torch.uint8)
+    return t.contiguous().view(int_type)
 
 
 def assert_untouched(rule: str, call: str, name: str, before: torch.Tensor, after: torch.Tensor) -> None:

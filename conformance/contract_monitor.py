@@ -34,7 +34,7 @@ import torch
 from conformance.checks import bits
 from conformance.rules import rule_id
 
-__all__ = ["RULES", "ContractMonitor", "MonitorFailure", "Violation", "overlaps"]
+__all__ = ["RULES", "ContractMonitor", "MonitorFailure", "Violation", "overlaps", "unwrapped"]
 
 INPUTS_UNTOUCHED = rule_id("contract/inputs-untouched")
 OUTPUTS_UNTOUCHED = rule_id("contract/outputs-untouched")
@@ -240,7 +240,10 @@ class ContractMonitor:
     # -- the proxy ---------------------------------------------------------------------------------------
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self._backend, name)
+        try:
+            value = getattr(self._backend, name)
+        except AttributeError as exc:  # the monitor's own, as if it were the backend (parts.py reads obj)
+            raise AttributeError(str(exc), name=name, obj=self) from None
         if name not in PARAMETERS or not callable(value):
             return value
         bound = self._methods.get(name)
@@ -429,3 +432,8 @@ def _capturing() -> bool:
     return (
         torch.cuda.is_available() and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
     )
+
+
+def unwrapped(backend: Any) -> Any:
+    """The backend behind the monitor (``backend`` itself when it is not monitored)."""
+    return object.__getattribute__(backend, "_backend") if isinstance(backend, ContractMonitor) else backend

@@ -167,7 +167,11 @@ def _names(message: str, argument: str) -> bool:
 
 
 def judge(
-    function: str, call_text: str, got: CallResult, want: CallResult, also_broken: Sequence[str] = ()
+    function: str,
+    call_text: str,
+    got: CallResult,
+    want: CallResult,
+    also_broken: Sequence[str] = (),
 ) -> None:
     """The backend's outcome of one call against the oracle's, on what the spec determines.
 
@@ -222,7 +226,10 @@ def _short(value: object) -> str:
     import torch
 
     if isinstance(value, torch.Tensor):
-        layout = "" if value.is_contiguous() else f" strides {tuple(value.stride())}"
+        if value.layout != torch.strided:
+            layout = f" {str(value.layout).removeprefix('torch.')}"
+        else:
+            layout = "" if value.is_contiguous() else f" strides {tuple(value.stride())}"
         return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}@{value.device}{layout}"
     if isinstance(value, (list, tuple)):
         inner = ", ".join(_short(v) for v in value)

@@ -8,22 +8,29 @@ the machine that makes the calls is ``conformance/protocol_machine.py``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from conformance.checks import assert_model_output_close, bits, fail
+from conformance.observed import shared_pairs, structure, structure_difference
 from conformance.oracle import CallResult, call, judge
 from conformance.protocol_inputs import MethodSpec, eager_float64
 from conformance.protocol_plans import SKIP_COPY_OPTION
 from conformance.rules import rule_id
 
 __all__ = [
+    "Held",
+    "check_aliasing",
     "check_held",
     "check_results",
+    "check_structure",
     "check_thread_results",
     "compare_option_call",
+    "compare_read_back",
     "flat_tensors",
     "snapshot",
     "unchanged",
@@ -37,6 +44,7 @@ OUTPUT_DEVICE = rule_id("differential/output-device")
 OUTPUTS_OWNED = rule_id("differential/outputs-owned")
 OUTPUTS_FILLED = rule_id("differential/outputs-filled")
 THREADS = rule_id("differential/threads")
+STRUCTURE = rule_id("differential/result-structure")
 
 
 def flat_tensors(value: object) -> list[torch.Tensor]:
@@ -73,15 +81,16 @@ def compare_option_call(backend: Any, oracle: Any, key: object, value: object) -
         oracle.set_option, key, value
     )  # the oracle first: a journal notes its answer (crash_journal.py)
     judge("set_option", text, call(backend.set_option, key, value), want)
-    _compare_read_back(backend, oracle, f"get_option({key!r}) after {text}", key)
+    compare_read_back(backend, oracle, f"get_option({key!r}) after {text}", key)
     if key != SKIP_COPY_OPTION:
         after = f"get_option({SKIP_COPY_OPTION!r}) after {text}"
-        _compare_read_back(backend, oracle, after, SKIP_COPY_OPTION)
+        compare_read_back(backend, oracle, after, SKIP_COPY_OPTION)
     return text
 
 
-def _compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None:
-    """``get_option(key)`` on both sides: the same outcome, and the same value."""
+def compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None:
+    """``get_option(key)`` on both sides: the same outcome, and the same value; and the backend's answer
+    read from another thread is the same (options are backend-wide)."""
     want = call(oracle.get_option, key)
     got = call(backend.get_option, key)
     judge("get_option", text, got, want)
@@ -91,20 +100,83 @@ def _compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> Non
             text,
             f"returned {got.value!r}; after the same calls the oracle returns {want.value!r}",
         )
+    elsewhere: list[CallResult] = []
+    reader = threading.Thread(target=lambda: elsewhere.append(call(backend.get_option, key)))
+    reader.start()
+    reader.join()
+    other = elsewhere[0]
+    if other.ok != got.ok or (got.ok and (type(other.value), other.value) != (type(got.value), got.value)):
+        seen = other.value if other.ok else other.describe()
+        fail(
+            OPTION_READ_BACK,
+            f"{text}, read from another thread",
+            f"gave {seen!r} where the calling thread reads {got.value if got.ok else got.describe()!r}; "
+            "options are backend-wide, the same for every thread",
+        )
+
+
+def check_structure(text: str, got: object, want: object) -> None:
+    """What a successful call returned has the structure of the oracle's answer (``conformance/observed.py``:
+    container and length, each tensor's class, dtype, shape, device, layout and ``requires_grad``, a
+    mapping's keys and value types)."""
+    difference = structure_difference(structure(got), structure(want))
+    if difference is not None:
+        fail(STRUCTURE, text, f"{difference}; a caller sees what the oracle returns, in this structure")
+
+
+def check_aliasing(text: str, got: Sequence[object], want: Sequence[object]) -> None:
+    """No two results of one call share memory unless the oracle's do: a caller writing one would change
+    the other."""
+    extra = sorted(shared_pairs(got) - shared_pairs(want))
+    if extra:
+        i, j = extra[0]
+        fail(
+            OUTPUTS_OWNED,
+            text,
+            f"result[{i}] and result[{j}] share memory (the oracle's do not): writing one changes the other; "
+            "returned tensors belong to the caller",
+        )
 
 
 # ============================================================================================== execute
 
 
-def check_held(held: Sequence[tuple[str, list[torch.Tensor], list[torch.Tensor]]], text: str) -> None:
-    """No result the caller still holds (``(call, tensors, snapshot)``) changed during call ``text``."""
-    for earlier, tensors, before in held:
-        if not unchanged(before, tensors):
+@dataclass
+class Held:
+    """A result the caller still holds: the call, the object it returned (a list), the tensors in it, and
+    their bits then."""
+
+    call: str
+    returned: object
+    tensors: list[torch.Tensor]
+    before: list[torch.Tensor]
+
+    @classmethod
+    def of(cls, call: str, returned: object) -> Held:
+        tensors = flat_tensors(returned)
+        return cls(call, returned, list(tensors), snapshot(tensors))
+
+
+def check_held(held: Sequence[Held], text: str) -> None:
+    """No result the caller still holds changed during call ``text``: neither its tensors' values, nor the
+    list itself (the tensors in it, their number)."""
+    for earlier in held:
+        if not unchanged(earlier.before, earlier.tensors):
             fail(
                 OUTPUTS_OWNED,
                 text,
-                f"changed the outputs an earlier call returned ({earlier}); returned tensors belong to "
+                f"changed the outputs an earlier call returned ({earlier.call}); returned tensors belong to "
                 "the caller and no later call may write them",
+            )
+        now = flat_tensors(earlier.returned)
+        if len(now) != len(earlier.tensors) or any(
+            a is not b for a, b in zip(now, earlier.tensors, strict=True)
+        ):
+            fail(
+                OUTPUTS_OWNED,
+                text,
+                f"changed the list an earlier call returned ({earlier.call}): its items were replaced; the "
+                "returned list belongs to the caller",
             )
 
 

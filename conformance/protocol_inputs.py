@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from conformance.contract_surface import apply_tensor_variant
 from conformance.models import get_model
 from conformance.oracle import CallResult
-from conformance.protocol_plans import DTYPE, InputsPlan, OutputsPlan
+from conformance.protocol_plans import DTYPE, VARIANT, InputsPlan, OutputsPlan
 from conformance.strategies import TensorRecipe, dtype_name
 
 __all__ = ["InputSpec", "MethodSpec", "build_inputs", "build_outputs", "eager_float64", "method_spec"]
@@ -140,6 +141,8 @@ def build_inputs(spec: MethodSpec, plan: InputsPlan, device: torch.device) -> ob
     elif bad == "empty-size":
         t = tensors[at]
         tensors[at] = t.narrow(-1, 0, 0) if t.dim() else t
+    elif bad.startswith(VARIANT):  # any tensor a caller can make (conformance/contract_surface.py)
+        tensors[at] = apply_tensor_variant(tensors[at], bad.removeprefix(VARIANT))
     return tensors
 
 
@@ -173,4 +176,6 @@ def build_outputs(plan: OutputsPlan, first: CallResult, target: torch.device) ->
     elif kind == "other-device" and torch.cuda.is_available():
         other = "cpu" if made[0].is_cuda else target
         made[0] = made[0].to(other)
+    elif kind.startswith(VARIANT) and made:
+        made[0] = apply_tensor_variant(made[0], kind.removeprefix(VARIANT))
     return made

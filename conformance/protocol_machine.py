@@ -34,9 +34,13 @@ from conformance.models import get_model
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
 from conformance.oracle import CallResult, call, describe_args, judge
 from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
+from conformance.protocol_caller_steps import CallerSteps
 from conformance.protocol_checks import (
+    Held,
+    check_aliasing,
     check_held,
     check_results,
+    check_structure,
     check_thread_results,
     compare_option_call,
     flat_tensors,
@@ -92,6 +96,9 @@ class HandlePair:
     backend: object
     oracle: object
     destroyed: bool = False
+    #: Whether the handle's byte counters are comparable now: its last execute succeeded on both sides with
+    #: nothing the spec lets a backend count its own way (a strided host input); None: never executed.
+    countable: bool | None = None
 
 
 def _sync() -> None:
@@ -99,7 +106,7 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-class ProtocolMachine(RuleBasedStateMachine):
+class ProtocolMachine(CallerSteps, RuleBasedStateMachine):
     """Subclassed by :func:`machine_for` with the backend, the oracle and the target device."""
 
     backend: ClassVar[Any]
@@ -122,7 +129,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.programs: list[ProgramPair] = []
         self.live: list[HandlePair] = []
         #: Results the caller still holds (a few of the latest): no later call may change them.
-        self.held: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
+        self.held: list[Held] = []
         self.lower_failed = False  # the backend refused a lower: the next one asks it again
         self.saved_options: tuple[object, object] | None = None
         if self.journal is not None:  # a new example (a focused case's examples mark their own start)
@@ -324,11 +331,21 @@ class ProtocolMachine(RuleBasedStateMachine):
         calls a backend must get right, drawn as often as all the broken ones together."""
         self._execute(self._handle(index), inputs, OutputsPlan("provided" if provided else "none"))
 
-    def _execute(self, handle: HandlePair, inputs: InputsPlan, outputs: OutputsPlan) -> None:
+    def _execute(
+        self,
+        handle: HandlePair,
+        inputs: InputsPlan,
+        outputs: OutputsPlan,
+        given: tuple[object, object] | None = None,
+    ) -> None:
+        """One execute on both sides, judged. ``given``: the ``inputs`` arguments (backend's, oracle's) the
+        caller already holds, with the values ``inputs`` describes (else they are built from it)."""
         spec = method_spec(handle.program.plan.model, handle.zoo_method)
         device = self.target if (inputs.on_device and self.device == "cuda") else torch.device("cpu")
-        args_b = build_inputs(spec, inputs, device)
-        args_o = build_inputs(spec, inputs, device)
+        if given is None:
+            args_b, args_o = build_inputs(spec, inputs, device), build_inputs(spec, inputs, device)
+        else:
+            args_b, args_o = given
         state = " (destroyed)" if handle.destroyed else ""
         text = f"execute(<handle of {handle.method!r}>{state}, {inputs!r}, {outputs!r})"
         # Where outputs go this call, and what they are: the oracle's answer without outputs=.
@@ -345,6 +362,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         got = call(self.backend.execute, handle.backend, args_b, **kw_b)
         _sync()
         full = f"{text} with inputs {describe_args(flat_tensors(args_b))}"
+        if not (got.ok and want.ok):
+            handle.countable = False  # a failed execute: its counters are the backend's business
         judge("execute", full, got, want)
         if not unchanged(before_in, flat_tensors(args_b)):
             fail(
@@ -363,21 +382,34 @@ class ProtocolMachine(RuleBasedStateMachine):
         check_held(self.held, full)
         if not want.ok:
             return
+        check_structure(full, got.value, want.value)
+        check_aliasing(full, got.value, want.value)
         check_results(full, spec, args_b, got.value, want.value, given_b)
         if given_b is None:
-            returned = flat_tensors(got.value)
-            self.held = [*self.held[-3:], (full, returned, snapshot(returned))]
-        host_strided = any(t.device.type == "cpu" and not t.is_contiguous() for t in flat_tensors(args_b))
-        if not host_strided:
-            stats_o = call(self.oracle.execute_stats, handle.oracle)
-            stats_b = call(self.backend.execute_stats, handle.backend)
-            judge("execute_stats", f"execute_stats after {full}", stats_b, stats_o)
-            if stats_b.ok and stats_o.ok and dict(stats_b.value) != dict(stats_o.value):
-                fail(
-                    COUNTERS,
-                    f"execute_stats after {full}",
-                    f"{dict(stats_b.value)}; for the same execute the oracle counts {dict(stats_o.value)}",
-                )
+            self.held = [*self.held[-3:], Held.of(full, got.value)]
+        host_strided = any(
+            t.device.type == "cpu" and (t.layout != torch.strided or not t.is_contiguous())
+            for t in flat_tensors(args_b)
+        )
+        handle.countable = not host_strided
+        if handle.countable:
+            self._compare_stats(handle, f"execute_stats after {full}")
+
+    def _compare_stats(self, handle: HandlePair, text: str) -> None:
+        """``execute_stats`` of ``handle`` on both sides: the same outcome, the same structure, and the same
+        counts where they are comparable (``handle.countable``)."""
+        stats_o = call(self.oracle.execute_stats, handle.oracle)
+        stats_b = call(self.backend.execute_stats, handle.backend)
+        judge("execute_stats", text, stats_b, stats_o)
+        if not (stats_b.ok and stats_o.ok):
+            return
+        check_structure(text, stats_b.value, stats_o.value)
+        if handle.countable is not False and dict(stats_b.value) != dict(stats_o.value):
+            fail(
+                COUNTERS,
+                text,
+                f"{dict(stats_b.value)}; for the same calls the oracle counts {dict(stats_o.value)}",
+            )
 
     # -- focused calls (driven by the chapter's generated cases, not by the machine's rules) -----------
 

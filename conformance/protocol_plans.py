@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from conformance.contract_surface import python_value
 from conformance.models import get_model
 from conformance.protocol import SKIP_COPY_OPTION
 
@@ -26,9 +27,11 @@ __all__ = [
     "OUTPUT_KINDS",
     "SIZES",
     "SKIP_COPY_OPTION",
+    "VARIANT",
     "CorruptPlan",
     "InputsPlan",
     "LowerPlan",
+    "OddArgument",
     "OutputsPlan",
 ]
 
@@ -83,6 +86,10 @@ BAD_INPUTS: tuple[str, ...] = (
     "fewer", "more", "none-element", "int-element", "bare-tensor", "none-inputs", "wrong-dtype",
     "wrong-rank", "wrong-size", "empty-size", "size-below", "size-above",
 )  # fmt: skip
+#: ``bad`` (of :class:`InputsPlan`) or ``kind`` (of :class:`OutputsPlan`) ``variant:<v>``: the argument's
+#: tensor changed by variant ``<v>`` of ``conformance/contract_surface.py`` (any dtype, device, rank, size,
+#: layout, or a value of another Python type), whether valid or not: the oracle says.
+VARIANT = "variant:"
 #: Sizes for a method's dynamic dimensions (``Dim(min, max)``): inside the range, and just past it.
 SIZES: tuple[str, ...] = ("example", "min", "max", "mid")
 
@@ -111,3 +118,38 @@ OUTPUT_KINDS: tuple[str, ...] = (
 @dataclass(frozen=True)
 class OutputsPlan:
     kind: str = "none"
+
+
+#: Protocol method -> its positional parameters, as the contract names them (``outputs=`` is optional).
+POSITIONAL: dict[str, tuple[str, ...]] = {
+    "init": ("program", "method"),
+    "execute": ("handle", "inputs"),
+    "destroy": ("handle",),
+    "execute_stats": ("handle",),
+    "set_option": ("key", "value"),
+    "get_option": ("key",),
+}
+
+
+@dataclass(frozen=True)
+class OddArgument:
+    """A call of ``method`` whose argument ``parameter`` is left out (``kind="missing"``: it and those after
+    it), replaced by a value of Python type ``detail`` (``kind="type"``: a name of
+    ``conformance.contract_surface.PYTHON_VALUES``), or by ``count`` times the string ``detail``
+    (``kind="limit"``: a string at or past a limit)."""
+
+    method: str
+    parameter: str
+    kind: str
+    detail: str = ""
+    count: int = 0
+
+    def value(self) -> object:
+        return self.detail * self.count if self.kind == "limit" else python_value(self.detail)
+
+    def arguments(self, valid: list[object]) -> list[object]:
+        """``valid`` (the call's arguments, right) with this argument changed."""
+        position = POSITIONAL[self.method].index(self.parameter)
+        if self.kind == "missing":
+            return valid[:position]
+        return [*valid[:position], self.value(), *valid[position + 1 :]]

@@ -13,16 +13,20 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from conformance.contract_surface import PYTHON_VALUES, tensor_variants
 from conformance.protocol import SKIP_D2H, SKIP_H2D
 from conformance.protocol_plans import (
     BAD_INPUTS,
     MENU,
     OPAQUE,
     OUTPUT_KINDS,
+    POSITIONAL,
     SIZES,
     SKIP_COPY_OPTION,
+    VARIANT,
     InputsPlan,
     LowerPlan,
+    OddArgument,
     OutputsPlan,
 )
 from conformance.strategies import (
@@ -40,10 +44,13 @@ __all__ = [
     "INIT_NAMES",
     "PLACEMENT_FOCUSES",
     "broken_calls",
+    "every_odd_argument",
     "execute_calls",
     "lower_plans",
+    "odd_arguments",
     "option_calls",
     "placement_rounds",
+    "surface_inputs",
     "valid_inputs_plans",
 ]
 
@@ -190,4 +197,67 @@ def broken_calls() -> st.SearchStrategy[tuple[InputsPlan, OutputsPlan]]:
     return st.one_of(
         st.tuples(broken_inputs, st.just(OutputsPlan())),
         st.tuples(valid_inputs_plans(), broken_outputs.map(OutputsPlan)),
+        surface_inputs(tensor_variants()),
     )
+
+
+#: Strings at and past a limit, every way a limit can be counted (``conformance/contract_surface.py``'s
+#: ``limit_strings``): the limit in code points of 1, 2 and 4 UTF-8 bytes, and in two-code-point graphemes.
+#: Limits: option keys 63 characters, values 255 (SPEC §1b); method names have no limit at ``init``.
+_LIMITS: dict[tuple[str, str], int] = {
+    ("set_option", "key"): 63,
+    ("set_option", "value"): 255,
+    ("get_option", "key"): 63,
+}
+
+
+def _limit_arguments() -> st.SearchStrategy[OddArgument]:
+    return st.sampled_from(_limit_cases())
+
+
+def _limit_cases() -> list[OddArgument]:
+    return [
+        OddArgument(method, parameter, "limit", unit, count)
+        for (method, parameter), limit in _LIMITS.items()
+        for unit, counts in (
+            ("a", (limit, limit + 1)),
+            ("é", (limit, limit + 1)),
+            ("\U0001f600", (limit, limit + 1)),
+            ("e\u0301", (limit // 2, limit // 2 + 1)),
+        )
+        for count in counts
+    ]
+
+
+def odd_arguments() -> st.SearchStrategy[OddArgument]:
+    """One argument of one runtime call changed: left out, ``None`` or of another Python type (every
+    parameter of every method, from ``POSITIONAL``), or a string at or past its limit."""
+    parameters = st.sampled_from([(m, p) for m, ps in POSITIONAL.items() for p in ps])
+    typed = st.builds(
+        lambda mp, t: OddArgument(mp[0], mp[1], "type", t), parameters, st.sampled_from(tuple(PYTHON_VALUES))
+    )
+    missing = parameters.map(lambda mp: OddArgument(mp[0], mp[1], "missing"))
+    return st.one_of(typed, typed, missing, _limit_arguments())
+
+
+def surface_inputs(variants: tuple[str, ...]) -> st.SearchStrategy[tuple[InputsPlan, OutputsPlan]]:
+    """An execute whose one input (or provided output) is changed by a tensor variant of
+    ``conformance/contract_surface.py``: any dtype, device, rank, size or layout, or another Python value."""
+    variant = st.sampled_from(variants).map(lambda v: VARIANT + v)
+    inputs = st.builds(
+        InputsPlan,
+        seed=st.integers(0, 2**16),
+        bad=variant,
+        bad_index=st.integers(0, 3),
+        on_device=st.booleans(),
+    )
+    outputs = st.tuples(valid_inputs_plans(), variant.map(OutputsPlan))
+    return st.one_of(st.tuples(inputs, st.just(OutputsPlan())), outputs)
+
+
+def every_odd_argument() -> list[OddArgument]:
+    """Every argument :func:`odd_arguments` draws from, each once: the exhaustive round of the chapter."""
+    pairs = [(m, p) for m, ps in POSITIONAL.items() for p in ps]
+    typed = [OddArgument(m, p, "type", t) for m, p in pairs for t in PYTHON_VALUES]
+    missing = [OddArgument(m, p, "missing") for m, p in pairs]
+    return [*typed, *missing, *_limit_cases()]

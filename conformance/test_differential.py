@@ -31,6 +31,7 @@ from hypothesis.strategies import SearchStrategy
 from conformance import crash_journal
 from conformance import differential_view_pass as view_pass_checks
 from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
+from conformance.contract_surface import tensor_variants
 from conformance.generation import budget
 from conformance.graph_strategies import GeneratedGraph, graphs
 from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
@@ -39,9 +40,11 @@ from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
 from conformance.protocol_checks import compare_option_call
 from conformance.protocol_machine import ProtocolMachine, machine_for
+from conformance.protocol_plans import VARIANT, InputsPlan, OutputsPlan
 from conformance.protocol_strategies import (
     EXECUTE_FOCUSES,
     PLACEMENT_FOCUSES,
+    every_odd_argument,
     execute_calls,
     option_calls,
     placement_rounds,
@@ -286,6 +289,36 @@ def test_execute_calls_agree_with_the_oracle(
         handles = len(machine.live)
         strategy = lambda f: execute_calls(handles, f)  # noqa: E731
         focused(EXECUTE_FOCUSES, strategy, EXECUTE_EXAMPLES, machine.execute_call, machine)
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.parametrize("device", TARGETS)
+def test_every_argument_agrees_with_the_oracle(
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
+) -> None:
+    """Every argument a caller can pass, each once (``conformance/contract_surface.py``): at an input of a
+    handle of every menu method, and as a provided output, a tensor of every dtype this torch has, on every
+    device here (``meta`` too), of rank 0 and one more or fewer, of size 0, 1 or far past any bound, in every
+    layout, requiring grad, a Parameter, an inference tensor, or a value of every other Python type; then
+    every parameter of every runtime call left out, ``None``, of every other Python type, and option strings
+    at and past their limits counted in characters, bytes, UTF-16 units and graphemes. The same calls are
+    errors as for the oracle, and what succeeds returns what the oracle returns, in its structure, with the
+    same counters and option after (rules ``differential/*``)."""
+    machine = _machine(runtime, oracle, device, request)()
+    machine.remember_options()
+    try:
+        machine.open_every_method()
+        if not machine.live:
+            pytest.skip("no menu model that both the backend and the oracle lower (coverage)")
+        handles = len(machine.live)
+        for n, variant in enumerate(tensor_variants()):
+            for k in range(handles):
+                broken = InputsPlan(seed=n, bad=VARIANT + variant, bad_index=n + k, on_device=bool(k % 2))
+                machine.execute_call(k, False, broken, OutputsPlan())
+            machine.execute_call(n % handles, False, InputsPlan(seed=n), OutputsPlan(VARIANT + variant))
+        for n, odd in enumerate(every_odd_argument()):
+            machine.odd_call(n, odd)
     finally:
         machine.teardown()
 

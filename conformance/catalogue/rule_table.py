@@ -285,6 +285,11 @@ RULE_TABLE: tuple[Rule, ...] = (
         must("differential/output-device", "outputs are where the option and placement say"),
         must("differential/counters", "execute_stats counts exactly the bytes the execute copied"),
         must("differential/threads", "a valid execute racing others behaves as it would alone"),
+        must(
+            "differential/result-structure",
+            "what a call returns has the oracle's structure: container, length, each tensor's class, dtype, "
+            "shape, device, layout and requires_grad, a mapping's keys and value types",
+        ),
         must("differential/option-read-back", "get_option returns what set_option set"),
         must("differential/missing-error", "a call the oracle refuses is refused by the backend too"),
         must("differential/spurious-error", "a call the oracle accepts is accepted by the backend too"),

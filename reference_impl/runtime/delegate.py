@@ -355,6 +355,17 @@ def _check_outputs_before(
             f"but {len(tensors)} were provided"
         )
     for index, tensor in enumerate(tensors):
+        # Checked before anything runs: torch refuses these in-place writes only after the kernels ran.
+        if tensor.is_inference() and not torch.is_inference_mode_enabled():
+            raise OutputError(
+                f"outputs[{index}] is an inference tensor; outside torch.inference_mode() it cannot be "
+                "written in place (pass a normal tensor, or call execute inside inference mode)"
+            )
+        if tensor.requires_grad and torch.is_grad_enabled():
+            raise OutputError(
+                f"outputs[{index}] requires grad; autograd forbids writing it in place (pass a tensor that "
+                "does not require grad, or call execute under torch.no_grad())"
+            )
         if tensor.device != out_device:
             why = _output_placement_reason(handle, out_device)
             got = str(tensor.device)

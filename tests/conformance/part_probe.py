@@ -144,8 +144,9 @@ class PartProbe:
 
     def _backend(self) -> MinimalBackend:
         from conformance.conftest import BACKEND_KEY
+        from conformance.contract_monitor import unwrapped
 
-        backend = self.config.stash[BACKEND_KEY]
+        backend = unwrapped(self.config.stash[BACKEND_KEY])
         if not isinstance(backend, MinimalBackend):
             raise pytest.UsageError(
                 "-p tests.conformance.part_probe needs --backend tests.minimal_backends:<spec>"
