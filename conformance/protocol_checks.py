@@ -8,8 +8,9 @@ the machine that makes the calls is ``conformance/protocol_machine.py``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,15 +24,19 @@ from conformance.protocol_plans import SKIP_COPY_OPTION
 from conformance.rules import rule_id
 
 __all__ = [
+    "BUSY_CYCLES",
     "Held",
+    "busy_caller_stream",
     "check_aliasing",
     "check_held",
+    "check_read_at_once",
     "check_results",
     "check_structure",
     "check_thread_results",
     "compare_option_call",
     "compare_read_back",
     "flat_tensors",
+    "read_at_once",
     "snapshot",
     "unchanged",
 ]
@@ -213,6 +218,67 @@ def check_results(
                 f"{text}: provided outputs[{index}] after the call",
                 dst,
                 _reference_for(ref, dst),
+            )
+
+
+# ============================================================================================== streams
+
+#: How long the caller's stream is kept busy before a CUDA call (``torch.cuda._sleep`` cycles, ~1 ms on an
+#: H100 or H200): work the backend enqueues behind it is not done when a call that only enqueues returns.
+BUSY_CYCLES = 2_000_000
+_side_streams: dict[int, torch.cuda.Stream] = {}
+
+
+def _side_stream(role: str) -> torch.cuda.Stream:
+    """One stream per role and device, made once (creating streams per call would be its own cost)."""
+    key = hash((role, torch.cuda.current_device()))
+    if key not in _side_streams:
+        _side_streams[key] = torch.cuda.Stream()
+    return _side_streams[key]
+
+
+@contextlib.contextmanager
+def busy_caller_stream(device: str, seed: int) -> Iterator[None]:
+    """On a CUDA target: the call is made with the caller's current stream busy (a sleep kernel enqueued
+    just before it), on a non-default stream for odd ``seed``s (that stream first waits for the work the
+    caller did on its default stream: a correct caller's order). On the host: nothing."""
+    if device != "cuda" or not torch.cuda.is_available():
+        yield
+        return
+    caller = _side_stream("caller") if seed % 2 else torch.cuda.current_stream()
+    caller.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(caller):
+        torch.cuda._sleep(BUSY_CYCLES)
+        yield
+    torch.cuda.current_stream().wait_stream(caller)
+
+
+def read_at_once(results: object) -> list[torch.Tensor]:
+    """What a consumer reads the moment a call returns: host results copied now (no synchronisation), CUDA
+    results copied on a stream of the consumer's own, without waiting for anything (the protocol: outputs
+    are safe to read on any stream once execute returns)."""
+    seen = []
+    for t in flat_tensors(results):
+        if t.device.type == "cuda":
+            consumer = _side_stream("consumer")
+            with torch.cuda.stream(consumer):
+                seen.append(t.detach().clone())
+        else:
+            seen.append(t.detach().clone())
+    return seen
+
+
+def check_read_at_once(text: str, seen: Sequence[torch.Tensor], results: object) -> None:
+    """What was read when the call returned (:func:`read_at_once`) is what the results hold once all work
+    is done: the backend finished before returning."""
+    for index, (early, final) in enumerate(zip(seen, flat_tensors(results), strict=False)):
+        if early.shape != final.shape or not torch.equal(bits(early), bits(final.detach())):
+            where = "on another stream" if final.device.type == "cuda" else "on the host"
+            fail(
+                VALUES,
+                text,
+                f"output {index} read {where} as the call returned differs from its final value: execute "
+                "returned before its work was done (outputs must be safe to read once execute returns)",
             )
 
 

@@ -37,13 +37,16 @@ from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attr
 from conformance.protocol_caller_steps import CallerSteps
 from conformance.protocol_checks import (
     Held,
+    busy_caller_stream,
     check_aliasing,
     check_held,
+    check_read_at_once,
     check_results,
     check_structure,
     check_thread_results,
     compare_option_call,
     flat_tensors,
+    read_at_once,
     snapshot,
     unchanged,
 )
@@ -359,9 +362,13 @@ class ProtocolMachine(CallerSteps, RuleBasedStateMachine):
         kw_b = {} if given_b is None else {"outputs": given_b}
         kw_o = {} if given_o is None else {"outputs": given_o}
         want = call(self.oracle.execute, handle.oracle, args_o, **kw_o)
-        got = call(self.backend.execute, handle.backend, args_b, **kw_b)
+        with busy_caller_stream(self.device, inputs.seed):  # CUDA: a busy, sometimes non-default stream
+            got = call(self.backend.execute, handle.backend, args_b, **kw_b)
+            seen = read_at_once(got.value) if got.ok else []
         _sync()
         full = f"{text} with inputs {describe_args(flat_tensors(args_b))}"
+        if got.ok:
+            check_read_at_once(full, seen, got.value)
         if not (got.ok and want.ok):
             handle.countable = False  # a failed execute: its counters are the backend's business
         judge("execute", full, got, want)

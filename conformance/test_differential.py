@@ -18,7 +18,8 @@ Rules read ``differential/<rule>``; the differences the spec allows are listed o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
 from conformance.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
 from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
-from conformance.protocol_checks import compare_option_call
+from conformance.protocol_checks import BUSY_CYCLES, compare_option_call
 from conformance.protocol_machine import ProtocolMachine, machine_for
 from conformance.protocol_plans import VARIANT, InputsPlan, OutputsPlan
 from conformance.protocol_strategies import (
@@ -384,7 +385,8 @@ def mm_out_call(backend: MmOutBackend, oracle: MmOutBackend, device: str, plan: 
     before = [bits(t).clone() for t in (out, a, b)]
     text = f"mm_out({plan!r})"
     want = call(oracle.mm_out, out_o, a_o, b_o)
-    got = call(backend.mm_out, out, a, b)
+    with written_on_a_busy_stream(a, b):  # CUDA: the operands' values land just before the call
+        got = call(backend.mm_out, out, a, b)
     if device == "cuda":
         torch.cuda.synchronize()
     judge("mm_out", text, got, want)
@@ -397,6 +399,35 @@ def mm_out_call(backend: MmOutBackend, oracle: MmOutBackend, device: str, plan: 
         return
     if want.ok:
         assert_matmul_close(VALUES, text, out.cpu(), a.cpu(), b.cpu())
+
+
+@contextlib.contextmanager
+def written_on_a_busy_stream(*operands: object) -> Iterator[None]:
+    """For CUDA operands: the call is made on a non-default stream that is busy, and the operands get their
+    values on that stream just before the call (NaN until then): a backend that reads them on any other
+    stream, or before the caller's earlier work, reads NaN. Elsewhere: nothing."""
+    tensors = [
+        t
+        for t in operands
+        if isinstance(t, torch.Tensor)
+        and t.is_cuda
+        and t.is_floating_point()
+        and all(step != 0 or n <= 1 for n, step in zip(t.shape, t.stride(), strict=True))  # not expanded
+    ]
+    if not tensors:
+        yield
+        return
+    values = [t.clone() for t in tensors]
+    for t in tensors:
+        t.fill_(float("nan"))
+    caller = torch.cuda.Stream()
+    caller.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(caller):
+        torch.cuda._sleep(BUSY_CYCLES)
+        for t, v in zip(tensors, values, strict=True):
+            t.copy_(v)
+        yield
+    torch.cuda.current_stream().wait_stream(caller)
 
 
 def run_generated(test: Callable[[], None]) -> None:

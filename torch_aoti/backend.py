@@ -251,6 +251,12 @@ def check_outputs(outputs: object, results: Sequence[torch.Tensor]) -> list[torc
     for index, (dst, src) in enumerate(zip(outputs, results, strict=True)):
         if not isinstance(dst, torch.Tensor):
             raise ValueError(f"outputs[{index}]: must be a tensor, got {type(dst).__name__}")
+        if dst.layout != torch.strided:
+            raise ValueError(f"outputs[{index}]: must be a dense (strided) tensor, got layout {dst.layout}")
+        if dst.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(f"outputs[{index}]: an inference tensor, not writable outside inference mode")
+        if dst.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"outputs[{index}]: requires grad; autograd forbids writing it in place")
         for what, want, got in (("dtype", src.dtype, dst.dtype), ("shape", src.shape, dst.shape)):
             if want != got:
                 raise ValueError(f"outputs[{index}]: {what} {got}, the method returns {want}")
