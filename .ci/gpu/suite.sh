@@ -16,7 +16,8 @@ if [ "${MEASURE_HOST:-0}" = 1 ]; then python3 .ci/gpu/host_scaling.py "$OUT/host
 for run in $RUNS; do
   mkdir -p "$OUT/$run"
   start=$(date +%s)
-  timeout "${limit[$run]}" python3 -m nox -s conformance --no-venv > "$OUT/$run/conformance.log" 2>&1
+  # SUITE_ARGS: the front door's own arguments (e.g. --no-contract-monitor, to measure what the monitor costs).
+  timeout "${limit[$run]}" python3 -m nox -s conformance --no-venv -- ${SUITE_ARGS:-} > "$OUT/$run/conformance.log" 2>&1
   echo "$run: rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/summary.txt"
   # The journals too: a run cut short by its limit leaves only them (every finished case is in them).
   cp results/conformance*.json results/conformance*.jsonl results/conformance*.junit.xml \
