@@ -31,6 +31,8 @@ _COMMON = {
     "database": None,
     "deadline": None,
     "print_blob": True,
+    # One failure per case, the first found shrunk: a group of several has no one rule to report or declare.
+    "report_multiple_bugs": False,
     # Explicit examples, generation and shrinking; no "explain" phase (it reruns every example again).
     "phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
     "suppress_health_check": (
