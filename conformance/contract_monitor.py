@@ -23,6 +23,7 @@ the caller's current stream, and their verdicts read when the case ends.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -34,7 +35,7 @@ import torch
 from conformance.checks import bits
 from conformance.rules import rule_id
 
-__all__ = ["RULES", "ContractMonitor", "MonitorFailure", "Violation", "overlaps", "unwrapped"]
+__all__ = ["RULES", "ContractMonitor", "MonitorFailure", "Violation", "overlaps", "paused", "unwrapped"]
 
 INPUTS_UNTOUCHED = rule_id("contract/inputs-untouched")
 OUTPUTS_UNTOUCHED = rule_id("contract/outputs-untouched")
@@ -287,7 +288,7 @@ class ContractMonitor:
 
     def _checked(self, method: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            if _capturing():  # a CUDA graph capture: nothing may be enqueued beside the call
+            if _capturing() or getattr(_paused, "depth", 0):  # a CUDA graph capture, a metered window
                 return fn(*args, **kwargs)
             named = dict(zip(PARAMETERS[method], args, strict=False)) | kwargs
             shown = (f"{k}=<handle>" if k == "handle" else f"{k}={_describe(v)}" for k, v in named.items())
@@ -426,6 +427,22 @@ class ContractMonitor:
     def _note(self, violation: Violation) -> None:
         with self._lock:
             self._record.violations.append(violation)
+
+
+_paused = threading.local()
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Calls made by this thread inside the block go straight to the backend, unchecked: for windows that
+    measure the device's own traffic (NVML's PCIe counters), where the monitor's snapshots and comparisons
+    would be kernels of their own. The case's other calls stay checked."""
+    depth = getattr(_paused, "depth", 0)
+    _paused.depth = depth + 1
+    try:
+        yield
+    finally:
+        _paused.depth = depth
 
 
 def _capturing() -> bool:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from conformance import contract_monitor
 from conformance.checks import assert_raises_invalid_argument, bits, fail, snapshot
 from conformance.conftest import cuda_device_count
 from conformance.method_runs import (
@@ -383,7 +384,8 @@ def _per_execute(meter: TrafficMeter, execute: Callable[[], object], runs: int, 
             torch.cuda.synchronize()
 
     for _ in range(PCIE_ATTEMPTS):
-        measured = meter.measure(window)
+        with contract_monitor.paused():  # its checks are kernels: they would cross PCIe in the window
+            measured = meter.measure(window)
         traffic = PerRunTraffic.from_measurement(measured, runs)
         if traffic.valid:
             return traffic

@@ -41,7 +41,7 @@ from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
 from conformance.protocol_checks import BUSY_CYCLES, compare_option_call
 from conformance.protocol_machine import ProtocolMachine, machine_for
-from conformance.protocol_plans import VARIANT, InputsPlan, OutputsPlan
+from conformance.protocol_plans import BAD_INPUTS, OUTPUT_KINDS, VARIANT, InputsPlan, OutputsPlan
 from conformance.protocol_strategies import (
     EXECUTE_FOCUSES,
     PLACEMENT_FOCUSES,
@@ -318,6 +318,11 @@ def test_every_argument_agrees_with_the_oracle(
                 broken = InputsPlan(seed=n, bad=VARIANT + variant, bad_index=n + k, on_device=bool(k % 2))
                 machine.execute_call(k, False, broken, OutputsPlan())
             machine.execute_call(n % handles, False, InputsPlan(seed=n), OutputsPlan(VARIANT + variant))
+        for n, bad in enumerate(BAD_INPUTS):  # and the named mistakes, each once on every handle
+            for k in range(handles):
+                machine.execute_call(k, False, InputsPlan(seed=n, bad=bad, bad_index=n + k), OutputsPlan())
+        for n, kind in enumerate(OUTPUT_KINDS):
+            machine.execute_call(n % handles, False, InputsPlan(seed=n), OutputsPlan(kind))
         for n, odd in enumerate(every_odd_argument()):
             machine.odd_call(n, odd)
     finally:
