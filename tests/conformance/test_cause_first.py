@@ -1,0 +1,34 @@
+"""One bug, one headline (issue 48, item 1, for the bug it names): a backend whose ``execute`` writes its
+result into the caller's first input fails, in every chapter, under the contract monitor's inputs rule, so the
+run's failed-rules headline opens with the cause, not with the chapters' consequences (before the monitor
+the same backend failed 76 cases under 37 rules, the list opening with ``format/flipped-byte``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = (
+    "conformance/test_program_format.py",
+    "conformance/test_multi_method.py",
+    "conformance/test_bad_inputs.py",
+)
+
+
+@pytest.mark.proof
+def test_a_backend_writing_into_its_inputs_is_headlined_by_the_inputs_rule(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "pytest", *CHAPTERS, "-k", "cpu", "-q", "-p", "no:cacheprovider",
+        "--no-preflight", "--backend", "tests.broken.contract:WRITES_RESULT_INTO_INPUTS",
+        f"--basetemp={tmp_path / 'base'}",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if "failed rules:" in line)
+    assert "[contract/inputs-untouched]" in lines[start + 1], "\n".join(lines[start : start + 5])
