@@ -280,16 +280,24 @@ def test_execute_calls_agree_with_the_oracle(
     past a ``Dim``'s bound or empty, an element, ``outputs=``) or valid in any layout and size, with the
     skip-copy option naming the method or not: the same calls are errors as for the oracle, and every other
     observable is judged as in the state machine (rules ``differential/*``)."""
+    with every_method_open(runtime, oracle, device, request) as (machine, handles):
+        strategy = lambda f: execute_calls(handles, f)  # noqa: E731
+        focused(EXECUTE_FOCUSES, strategy, EXECUTE_EXAMPLES, machine.execute_call, machine)
+
+
+@contextlib.contextmanager
+def every_method_open(
+    runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[ProtocolMachine, int]]:
+    """A machine with a handle of every method of the menu's models (and how many), torn down after; a
+    skip where no menu model lowers on both sides."""
     machine = _machine(runtime, oracle, device, request)()
     machine.remember_options()
     try:
         machine.open_every_method()
         if not machine.live:
             pytest.skip("no menu model that both the backend and the oracle lower (coverage)")
-
-        handles = len(machine.live)
-        strategy = lambda f: execute_calls(handles, f)  # noqa: E731
-        focused(EXECUTE_FOCUSES, strategy, EXECUTE_EXAMPLES, machine.execute_call, machine)
+        yield machine, len(machine.live)
     finally:
         machine.teardown()
 
@@ -306,13 +314,7 @@ def test_every_argument_agrees_with_the_oracle(
     at and past their limits counted in characters, bytes, UTF-16 units and graphemes. The same calls are
     errors as for the oracle, and what succeeds returns what the oracle returns, in its structure, with the
     same counters and option after (rules ``differential/*``)."""
-    machine = _machine(runtime, oracle, device, request)()
-    machine.remember_options()
-    try:
-        machine.open_every_method()
-        if not machine.live:
-            pytest.skip("no menu model that both the backend and the oracle lower (coverage)")
-        handles = len(machine.live)
+    with every_method_open(runtime, oracle, device, request) as (machine, handles):
         for n, variant in enumerate(tensor_variants()):
             for k in range(handles):
                 broken = InputsPlan(seed=n, bad=VARIANT + variant, bad_index=n + k, on_device=bool(k % 2))
@@ -325,8 +327,6 @@ def test_every_argument_agrees_with_the_oracle(
             machine.execute_call(n % handles, False, InputsPlan(seed=n), OutputsPlan(kind))
         for n, odd in enumerate(every_odd_argument()):
             machine.odd_call(n, odd)
-    finally:
-        machine.teardown()
 
 
 # One case per aim: each draws the same examples as in one loop, and xdist spreads them (in one case they
