@@ -132,6 +132,10 @@ class Comparison:
     cases: list[CaseChange] = field(default_factory=list)
     #: The run is a deliberate subset of the baseline: lost and newly skipped cases do not gate.
     narrowed: bool = False
+    #: Why a side checked less than it set out to (cut by a deadline or a signal, cases not run): "" when it
+    #: ran whole. Nothing can be vouched unchanged against such a side (:func:`incompleteness`).
+    baseline_incomplete: str = ""
+    current_incomplete: str = ""
 
     def metric_counts(self) -> dict[str, int]:
         counts = dict.fromkeys(METRIC_VERDICTS, 0)
@@ -153,6 +157,9 @@ class Comparison:
         """What ``--fail-on-regression`` prints: one line per slower metric and per gating case change (at
         most :data:`GATE_LIST_LIMIT` of each kind, then how many more), each kind's count first."""
         lines = [m.one_line() for m in self.metrics if m.verdict == "slower"]
+        for side, why in (("the baseline", self.baseline_incomplete), ("this run", self.current_incomplete)):
+            if why:
+                lines.append(f"{side} is {why}: nothing can be vouched unchanged against it")
         for change in self.gating_changes():
             items = [c for c in self.cases if c.change == change]
             if not items:
@@ -167,10 +174,12 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """regression > ambiguous > improved > unchanged: the first that applies."""
+        """regression > incomplete > ambiguous > improved > unchanged: the first that applies."""
         metrics, cases = self.metric_counts(), self.case_counts()
         if metrics["slower"] or any(cases[change] for change in self.gating_changes()):
             return "regression"
+        if self.baseline_incomplete or self.current_incomplete:
+            return "incomplete"
         if metrics["ambiguous"]:
             return "ambiguous"
         if metrics["faster"] or cases["newly_passing"]:
@@ -196,6 +205,8 @@ class Comparison:
             metrics=[MetricComparison(**item) for item in data["metrics"]],
             cases=[c for c in cases if c.change in CASE_CHANGES],
             narrowed=bool(data.get("narrowed", True)),
+            baseline_incomplete=str(data.get("baseline_incomplete", "")),
+            current_incomplete=str(data.get("current_incomplete", "")),
         )
 
 
@@ -222,7 +233,18 @@ def compare_runs(
         metrics=metrics,
         cases=compare_cases(current.cases, baseline.cases),
         narrowed=narrowed,
+        baseline_incomplete=incompleteness(baseline),
+        current_incomplete=incompleteness(current),
     )
+
+
+def incompleteness(run: RunResult) -> str:
+    """Why ``run`` checked less than it set out to, in words ("" when it ran whole): cut before its end (a
+    deadline, a signal, a crash of the run), or cases recorded as not run."""
+    not_run = sum(case.outcome == Outcome.NOT_RUN for case in run.cases)
+    why = [] if run.complete else ["cut before its end (INCOMPLETE)"]
+    why += [f"{not_run} case(s) not run"] if not_run else []
+    return "incomplete: " + ", ".join(why) if why else ""
 
 
 MetricKey = tuple[str, str, str, str]

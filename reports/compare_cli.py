@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from harness.formatting import show_duration, show_quantity
-from harness.outcomes import count_words
+from harness.outcomes import NOT_CHECKING, count_words
 from harness.results import ResultFileError, RunResult
 from harness.run_history import RUNS_DIR
 from reports.compare import (
@@ -153,17 +153,24 @@ def timing_lines(baseline: RunResult, current: RunResult, slowest: int = 5) -> l
     lines = [f"timing{'':<60} {'baseline':>12} {'this run':>12} {'ratio':>8}"]
     lines.append(_row("wall time", wall_seconds(baseline), wall_seconds(current), "wall"))
     per_chapter: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    ran: dict[str, list[bool]] = defaultdict(lambda: [False, False])
     for index, run in enumerate((baseline, current)):
         for case in run.cases:
             per_chapter[case.chapter][index] += case.duration_s
+            ran[case.chapter][index] |= case.outcome not in NOT_CHECKING  # no run, no time to compare
     for chapter, (before, now) in sorted(per_chapter.items()):
-        lines.append(_row(f"{chapter} (case-seconds)", before, now))
+        did = ran[chapter]
+        lines.append(_row(f"{chapter} (case-seconds)", before if did[0] else None, now if did[1] else None))
     before_by_id = {c.id: c.duration_s for c in baseline.cases}
+    ran_before = {c.id for c in baseline.cases if c.outcome not in NOT_CHECKING}
     slowed = sorted(
         (
             (c.duration_s - before_by_id[c.id], c.id, before_by_id[c.id], c.duration_s)
             for c in current.cases
-            if c.id in before_by_id and c.duration_s - before_by_id[c.id] > 0.05
+            if c.id in before_by_id
+            and c.id in ran_before
+            and c.outcome not in NOT_CHECKING
+            and c.duration_s - before_by_id[c.id] > 0.05
         ),
         reverse=True,
     )[:slowest]
@@ -221,6 +228,7 @@ def render(baseline: LoadedRun, current: LoadedRun, comparison: Comparison, limi
         f"baseline: {describe(baseline.run)}",
         f"this run: {describe(current.run)}",
         f"verdict:  {verdict}{' — ' + counts if counts else ''}{narrowed}",
+        *(f"          {line}" for line in comparison.regressions() if "nothing can be vouched" in line),
         "",
         *case_lines(comparison, current.run, limit),
         "",
@@ -270,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     comparison = compare_runs(current.run, baseline.run, args.threshold_pct, narrowed=args.narrowed)
     print(render(baseline, current, comparison, args.limit))
-    return EXIT_REGRESSION if args.fail_on_regression and comparison.verdict == "regression" else EXIT_OK
+    gated = comparison.verdict in ("regression", "incomplete")  # an incomplete side vouches for nothing
+    return EXIT_REGRESSION if args.fail_on_regression and gated else EXIT_OK
 
 
 if __name__ == "__main__":

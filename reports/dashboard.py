@@ -194,6 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     _print_written(out, len(site_runs), len(new_runs), coverage, compared)
     regressions = report_regressions(new_runs)
+    for entry in new_runs:  # the verdict and its baseline, whether or not the gate fails
+        if entry.comparison is not None:
+            print(
+                f"gate: {entry.loaded.run.run_id}: verdict {entry.comparison.verdict} against baseline "
+                f"{entry.comparison.baseline_run_id}"
+            )
     if inputs.errors:
         return EXIT_BAD_INPUT
     if args.fail_on_regression and regressions:

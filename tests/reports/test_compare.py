@@ -307,3 +307,33 @@ def test_unreadable_baseline_exits_2(tmp_path, capsys) -> None:
     assert err.count("\n") == 1
     assert "baseline" in err
     assert str(bad) in err
+
+
+def test_an_incomplete_baseline_is_never_unchanged_and_fails_the_gate(tmp_path, capsys) -> None:
+    """Issue 48 item 4: against a baseline cut short (its cases not run), the verdict is "incomplete", the
+    gate says why and fails, and a passing gate still prints its verdict and baseline."""
+    cut = dataclasses.replace(
+        run([case("t::a", "not-run"), case("t::b", "passed")], [record("mm_out", "m", time=time(1.0))]),
+        complete=False,
+    )
+    now = run([case("t::a", "passed"), case("t::b", "passed")], [record("mm_out", "m", time=time(1.0))])
+    comparison = compare_runs(now, cut)
+    assert comparison.verdict == "incomplete"
+    assert comparison.baseline_incomplete == "incomplete: cut before its end (INCOMPLETE), 1 case(s) not run"
+    assert any("nothing can be vouched unchanged" in line for line in comparison.regressions())
+    assert gate(tmp_path, write(tmp_path / "cut.json", cut), now, "--fail-on-regression") == 1
+    out = capsys.readouterr().out
+    assert "the baseline is incomplete" in out
+    assert "verdict incomplete" in out
+    whole = write(tmp_path / "whole.json", now)
+    assert gate(tmp_path, whole, now, "--fail-on-regression") == 0
+    assert "verdict unchanged against baseline" in capsys.readouterr().out
+
+
+def test_a_chapter_that_did_not_run_on_one_side_shows_no_ratio() -> None:
+    from reports.compare_cli import timing_lines
+
+    before = run([case("t::a", "not-run")], [])
+    now = run([case("t::a", "passed")], [])
+    (row,) = [line for line in timing_lines(before, now) if "mm_out (case-seconds)" in line]
+    assert row.rstrip().endswith("n/a"), row
