@@ -150,10 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--phase", action="append", type=parse_phase, default=[], help="NAME=SECONDS[=DETAIL]"
     )
     parser.add_argument("--no-store", action="store_true", help="print the table only")
+    parser.add_argument("--no-print", action="store_true", help="store the phases only")
     args = parser.parse_args(argv)
     if not args.no_store:
         store_phases(args.results, args.phase)
-    print(format_table(args.phase, chapter_seconds(args.results)))
+    if not args.no_print:
+        print(format_table(args.phase, chapter_seconds(args.results)))
     return 0
 
 

@@ -34,6 +34,9 @@ def report_run(console: Console, run: SuiteRun, record: RunRecord, door: FrontDo
         html = run.results / f"{run.name}.html"
 
         def render() -> str:
+            # The phases so far first: the page's "Where the time went" reads them from the files (all
+            # but this step's own time, stored with the table below).
+            console.run([run.python, "-m", "harness.phases", *present, *record.phase_flags(), "--no-print"])
             console.run([run.python, "-m", "reports", *present, "-o", str(html)])
             return "summary page"
 

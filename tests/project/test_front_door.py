@@ -115,6 +115,7 @@ def _assert_stopped_with_every_file(repo: Path, reason: str) -> list[str]:
     page = (repo / "results" / f"{CELL}.html").read_text()
     assert "Incomplete run" in page
     assert reason in page
+    assert "Where the time went" in page  # the phases are stored before the page is rendered (issue 48)
     return outcomes
 
 
