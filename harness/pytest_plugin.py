@@ -173,6 +173,38 @@ def pytest_configure(config: pytest.Config) -> None:
         end.writers.append(recorder.write_final)
     config.stash[_RECORDER_KEY] = recorder
     config.pluginmanager.register(recorder, "harness-results-recorder")
+    config.pluginmanager.register(ReproOnFailures(recorder), "harness-repro-on-failures")
+
+
+class ReproOnFailures:
+    """Where a CI user looks first, each failed case's repro command (``--backend``, ``--backend-path`` and
+    the generated cases' options included, as the result file has it): a JUnit property ``repro`` on the case,
+    and a terminal section after the run listing the command of every failed case."""
+
+    #: Failed cases listed in the terminal section; the result file and the JUnit file have them all.
+    LISTED = 30
+
+    def __init__(self, recorder: ResultRecorder) -> None:
+        self.recorder = recorder
+        self.failed: dict[str, str] = {}
+
+    @pytest.hookimpl(tryfirst=True)  # before JUnit XML reads the teardown report's properties
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed and report.when in ("setup", "call"):
+            self.failed[report.nodeid] = self.recorder.repro_of(report.nodeid)
+        elif report.when == "teardown" and report.nodeid in self.failed:
+            report.user_properties = [*report.user_properties, ("repro", self.failed[report.nodeid])]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.failed:
+            return
+        terminalreporter.section(f"repro commands ({len(self.failed)} failed)", red=True)
+        for command in list(self.failed.values())[: self.LISTED]:
+            terminalreporter.write_line(command)
+        if len(self.failed) > self.LISTED:
+            terminalreporter.write_line(
+                f"... and {len(self.failed) - self.LISTED} more (the result file has all)"
+            )
 
 
 class _Pending:
@@ -333,6 +365,10 @@ class ResultRecorder:
         if not_run:  # e.g. after -x, or once pytest-xdist stopped replacing crashed workers
             return f"{len(not_run)} of {len(self.run.cases)} cases not run: {not_run[0].message}"
         return None
+
+    def repro_of(self, nodeid: str) -> str:
+        """The command that runs case ``nodeid`` again, as this run ran it."""
+        return self._repro(nodeid)
 
     def _repro(self, nodeid: str) -> str:
         extra = self.metadata.get("repro_args")

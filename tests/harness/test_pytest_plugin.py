@@ -134,6 +134,12 @@ def test_records_every_outcome_with_params_and_repro(inner: pytest.Pytester) -> 
     assert not Path(str(results) + ".journal.jsonl").exists()
     # The params also travel as user properties, so JUnit XML carries them.
     assert '<property name="param:shape" value="257x129x65" />' in junit.read_text()
+    # A failed case's repro, with its --backend, in the JUnit file and the terminal (issue 48, item 3).
+    reproes = [p.get("value") for p in ET.parse(junit).getroot().iter("property") if p.get("name") == "repro"]
+    assert failed["repro"] in reproes
+    printed = outcome.stdout.str()
+    assert "repro commands (2 failed)" in printed, printed
+    assert failed["repro"] in printed.split("repro commands (2 failed)")[1]
 
 
 @pytest.mark.proof
