@@ -219,6 +219,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = selected
     gpus = cuda_device_count()
     for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            generation.replayed(item.obj)  # --generated-replay: the @given case replays the example named
+    for item in items:
         chapter = item.path.stem.removeprefix("test_")
         if item.get_closest_marker("gpu") and gpus == 0:
             item.add_marker(

@@ -18,8 +18,14 @@ example as found, unshrunk: for the self-tests, which only need to know *that* a
 
 from __future__ import annotations
 
+import re
+from typing import TypeVar
+
+import hypothesis
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, reproduce_failure, settings
+
+T = TypeVar("T")
 
 PROFILE = "conformance"
 SEEDED_PROFILE = "conformance-seeded"
@@ -58,11 +64,46 @@ def add_options(group: pytest.OptionGroup) -> None:
         help="scale the example and step budget of every generated case (default 1: the CI budget)",
     )
     group.addoption(
+        "--generated-replay",
+        metavar="BLOB",
+        default=None,
+        help="replay one failing example of a generated case: the BLOB its failure message names (use with "
+        "that case's repro command, under the same Hypothesis version)",
+    )
+    group.addoption(
         "--generated-no-shrink",
         action="store_true",
         default=False,
         help="report a generated case's first failing example unshrunk (faster; the self-tests use it)",
     )
+
+
+#: ``--generated-replay``: the shrunk example to replay (Hypothesis's blob), or None.
+_replay: bytes | None = None
+#: How Hypothesis says to replay an example: by editing the test. The suite says its own option instead.
+_REPRODUCE = re.compile(
+    r"You can reproduce this test case by temporarily adding @reproduce_failure\('([^']+)', b'([^']+)'\) "
+    r"as a decorator on your test function"
+)
+
+
+def replay_note(text: str) -> str:
+    """``text`` with Hypothesis's advice to edit the test replaced by the suite's own option."""
+    return _REPRODUCE.sub(
+        lambda m: (
+            f"replay this example: add --generated-replay={m.group(2)} to the case's repro command "
+            f"(Hypothesis {m.group(1)})"
+        ),
+        text,
+    )
+
+
+def replayed(target: T) -> T:
+    """``target`` (a ``@given`` test or a state machine class) made to replay ``--generated-replay``'s
+    example first, when the option is given; else ``target`` itself."""
+    if _replay is None:
+        return target
+    return reproduce_failure(hypothesis.__version__, _replay)(target)
 
 
 def configure(config: pytest.Config) -> None:
@@ -74,6 +115,9 @@ def configure(config: pytest.Config) -> None:
         f"{profile}-no-shrink" if config.getoption("--generated-no-shrink", False) else profile
     )
     _scale = max(0.01, float(config.getoption("--generated-examples", 1.0) or 1.0))
+    global _replay
+    blob = config.getoption("--generated-replay", None)
+    _replay = blob.strip().removeprefix("b'").removesuffix("'").encode() if blob else None
 
 
 def budget(examples: int, steps: int | None = None) -> settings:

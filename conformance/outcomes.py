@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from conformance.checks import CoverageGap
+from conformance.generation import replay_note
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
 from conformance.parts import missing_part_reason
 from conformance.rules import Level, level_of, rule_of
@@ -110,6 +111,8 @@ class CaseOutcomes:
         if call.when == "setup" and item.get_closest_marker(SUITE_CHECK_MARKER) is not None:
             item.user_properties.append((PROPERTY_PREFIX + "suite_check", "true"))  # JUnit: the suite's own
         report: pytest.TestReport = yield
+        if report.failed and "@reproduce_failure" in str(report.longrepr):  # the suite's option, not an edit
+            report.longrepr = replay_note(str(report.longrepr))
         if report.when in ("setup", "call") and not hasattr(report, "wasxfail"):
             if report.failed and call.excinfo is not None:
                 self._decide_failure(item, call.excinfo, report)
@@ -429,4 +432,4 @@ def _failure_text(report: pytest.TestReport, exc: BaseException) -> str:
     """The failure as the result file records failures: pytest's crash line (``Type: message``)."""
     crash = getattr(report.longrepr, "reprcrash", None)
     message = getattr(crash, "message", None)
-    return str(message) if message else f"{type(exc).__name__}: {exc}"
+    return replay_note(str(message) if message else f"{type(exc).__name__}: {exc}")

@@ -33,7 +33,7 @@ from conformance import crash_journal
 from conformance import differential_view_pass as view_pass_checks
 from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
 from conformance.contract_surface import tensor_variants
-from conformance.generation import budget
+from conformance.generation import budget, replay_note, replayed
 from conformance.graph_strategies import GeneratedGraph, graphs
 from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
 from conformance.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
@@ -70,7 +70,7 @@ def oracle(request: pytest.FixtureRequest) -> Backend:
 
 def _shrunk(exc: BaseException, spec: str) -> str:
     """The failure's message, then the shrunk steps Hypothesis found, as code that replays them."""
-    notes = [n for n in getattr(exc, "__notes__", []) if n.strip()]
+    notes = [replay_note(n) for n in getattr(exc, "__notes__", []) if n.strip()]
     steps = "\n".join(notes)
     oracle = f" (oracle {spec})" if spec else ""
     return f"{exc}\nshrunk repro{oracle}:\n{steps}" if steps else str(exc)
@@ -79,7 +79,7 @@ def _shrunk(exc: BaseException, spec: str) -> str:
 def run_machine(machine: type, examples: int, steps: int, spec: str) -> None:
     """Run a state machine to its budget; a failure is re-raised with its shrunk steps in the message."""
     try:
-        run_state_machine_as_test(machine, settings=budget(examples, steps))
+        run_state_machine_as_test(replayed(machine), settings=budget(examples, steps))
     except CheckFailure as exc:
         raise CheckFailure(_shrunk(exc, spec)) from None
     except Flaky as exc:  # a failure that does not replay: a race, reported with what was seen
@@ -438,6 +438,6 @@ def written_on_a_busy_stream(*operands: object) -> Iterator[None]:
 def run_generated(test: Callable[[], None]) -> None:
     """Run a ``@given`` test; a failure is re-raised with the shrunk example in its message."""
     try:
-        test()
+        replayed(test)()
     except CheckFailure as exc:
         raise CheckFailure(_shrunk(exc, "")) from None
