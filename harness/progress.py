@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,6 +73,13 @@ class ProgressReporter:
         self.running: dict[str, float] = {}
         self.lock = threading.Lock()
         self.ticker = _ticker(interval, self.emit)
+        #: The collected case ids, what each took in this run so far, and what each took when recorded
+        #: (``--case-seconds``: the run's ``case_seconds.json``), for the ETA.
+        self.ids: list[str] = []
+        self.took: Counter[str] = Counter()
+        self.finished: set[str] = set()
+        self.expected = _recorded_seconds(config)
+        self.workers = _workers(config)
 
     def _write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -86,10 +94,12 @@ class ProgressReporter:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.total = len(session.items)
+        self.ids = [item.nodeid for item in session.items]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.total = len(ids)
+        self.ids = list(ids)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         with self.lock:
@@ -100,10 +110,13 @@ class ProgressReporter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # pytest-xdist reports a case whose worker died once, with phase "???": it ends the case too.
         crashed = report.when not in ("setup", "call", "teardown")
+        with self.lock:
+            self.took[report.nodeid] += float(getattr(report, "duration", 0.0) or 0.0)
         if report.when == "teardown" or crashed:
             with self.lock:
                 self.running.pop(report.nodeid, None)
                 self.counts["done"] += 1
+                self.finished.add(report.nodeid)
         if report.when == "call" or (report.when == "setup" and not report.passed) or crashed:
             outcome = Outcome.ERROR if report.when == "setup" and report.failed else report.outcome
             with self.lock:
@@ -127,15 +140,58 @@ class ProgressReporter:
         pct = f" ({100 * done / self.total:.0f}%)" if self.total else ""
         text = f"progress: {done}{of} cases{pct} in {duration(elapsed)}" + (f" — {shown}" if shown else "")
         if self.total and done:
-            pace = (now - cases_start) / done
-            text += f"; ETA ≈ {duration(pace * (self.total - done))} at this pace"
+            text += "; " + (self.recorded_eta(now, running) or self.pace_eta(now, cases_start, done))
         if running:
             nodeid, since = min(running.items(), key=lambda item: item[1])
             text += f"; longest running: {nodeid.split('::', 1)[-1]} ({duration(now - since)})"
         return text
 
+    def pace_eta(self, now: float, cases_start: float, done: int) -> str:
+        pace = (now - cases_start) / done
+        return f"ETA ≈ {duration(pace * ((self.total or done) - done))} at this pace (no recorded case times)"
+
+    def recorded_eta(self, now: float, running: dict[str, float]) -> str | None:
+        """The ETA from the recorded case times (``--case-seconds``): what is left of each case not finished,
+        over the workers, scaled by how this run's finished cases compare with their records; unsure where
+        that scale is far from 1 (a cold run compiles what a warm one found cached) or little is done yet.
+        None without records."""
+        if not self.expected or not self.ids:
+            return None
+        with self.lock:
+            finished, took = set(self.finished), dict(self.took)
+        expect = lambda nodeid: self.expected.get(nodeid, UNRECORDED_S)  # noqa: E731
+        left = sum(expect(i) for i in self.ids if i not in finished and i not in running)
+        left += sum(max(0.0, expect(i) - (now - since)) for i, since in running.items())
+        done_expected = sum(expect(i) for i in finished)
+        scale = sum(took.get(i, 0.0) for i in finished) / done_expected if done_expected >= 1.0 else 1.0
+        eta = f"ETA ≈ {duration(left * scale / self.workers)} from the recorded case times"
+        if done_expected < 0.05 * (done_expected + left) or not 0.5 <= scale <= 2.0:
+            eta += f" (unsure: this run so far takes {scale:.1f}x the recorded times)"
+        return eta
+
     def emit(self) -> None:
         self._write(self.line())
+
+
+#: A case the recorded times do not name (they keep only cases of 0.5 s and more): a short one.
+UNRECORDED_S = 0.1
+
+
+def _recorded_seconds(config: pytest.Config) -> dict[str, float]:
+    """The run's recorded case times (``--case-seconds``), or none (a run without the option, a bad file)."""
+    from harness.case_order import load_seconds
+
+    getoption = getattr(config, "getoption", None)
+    path = getoption("--case-seconds", None) if getoption is not None else None
+    try:
+        return load_seconds(Path(path)) if path else {}
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return {}
+
+
+def _workers(config: pytest.Config) -> int:
+    workers = getattr(getattr(config, "option", None), "numprocesses", None)
+    return workers if isinstance(workers, int) and workers > 0 else 1
 
 
 def add_option(group: pytest.OptionGroup) -> None:

@@ -37,7 +37,31 @@ def test_the_progress_line_counts_estimates_and_names_the_longest_running_case()
     reporter.running = {"conformance/test_x.py::test_slow[a]": 40.0, "conformance/test_x.py::test_b": 100.0}
     assert reporter.line(now=110.0) == (
         "progress: 25/100 cases (25%) in 1 min 50 s — 20 passed, 2 failed, 3 skipped; "
-        "ETA ≈ 5 min 00 s at this pace; longest running: test_slow[a] (1 min 10 s)"
+        "ETA ≈ 5 min 00 s at this pace (no recorded case times); longest running: test_slow[a] (1 min 10 s)"
+    )
+
+
+def test_the_eta_comes_from_the_recorded_case_times_and_says_when_it_is_unsure() -> None:
+    """Issue 48 item 6: with ``--case-seconds`` the ETA is what is left of each case's recorded time over the
+    workers, scaled by how this run's finished cases compare with their records; far from the records
+    (a cold run) it says it is unsure."""
+    reporter = ProgressReporter(SimpleNamespace(pluginmanager=None), 30.0)  # type: ignore[arg-type]
+    reporter.start, reporter.cases_start, reporter.workers = 0.0, 0.0, 2
+    reporter.ids = [f"t::c{i}" for i in range(10)]
+    reporter.total = 10
+    reporter.expected = {i: 10.0 for i in reporter.ids}
+    for i in reporter.ids[:4]:  # four finished, each as recorded
+        reporter.finished.add(i)
+        reporter.took[i] = 10.0
+    reporter.counts.update({"done": 4, "passed": 4})
+    reporter.running = {"t::c4": 95.0}  # 5 s into its 10
+    line = reporter.line(now=100.0)
+    # (5 not started x 10 s + 5 s left of the running one) / 2 workers = 27.5 s
+    assert "ETA ≈ 28 s from the recorded case times;" in line, line
+    for i in reporter.ids[:4]:  # the same cases took three times their records: a cold run
+        reporter.took[i] = 30.0
+    assert "ETA ≈ 1 min 22 s from the recorded case times (unsure: this run so far takes 3.0x" in (
+        reporter.line(now=100.0)
     )
 
 
