@@ -113,10 +113,10 @@ def test_fan_out_matrix_is_exactly_the_cells_that_select_cases() -> None:
 
 
 def readme_commands() -> list[str]:
-    """The README's commands: the lines of the first code block under "## The two commands" (the suite;
+    """The README's commands: the lines of the first code block under "## The three commands" (the suite;
     the self-tests in their two tiers)."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## The two commands", 1)[1]
+    section = readme.split("## The three commands", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
