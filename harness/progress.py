@@ -87,6 +87,9 @@ class ProgressReporter:
             print(line, flush=True)
             return
         reporter.ensure_newline()
+        # pytest-xdist writes its dots without the reporter's bookkeeping: start a line of our own.
+        if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+            reporter.write("\n")
         reporter.write_line(line)
         reporter.flush()
 
