@@ -312,9 +312,23 @@ def pytest_terminal_summary(
         if suite_checks[chapter]:
             line += f" (suite self-checks, no backend: {count_words(suite_checks[chapter])})"
         if reasons[chapter]:
-            reason, n = reasons[chapter].most_common(1)[0]
-            line += f" — {n} skipped because: {reason}"
+            line += " — " + skip_reasons(reasons[chapter])
         terminalreporter.write_line(line)
+
+
+#: Skip reasons a chapter's line names, most frequent first; the rest are counted.
+SKIP_REASONS_SHOWN = 3
+
+
+def skip_reasons(reasons: Counter[str]) -> str:
+    """``N skipped because: R; M because: S; K more for 2 other reasons``: every reason's share, not only
+    the most frequent one's."""
+    shown = reasons.most_common(SKIP_REASONS_SHOWN)
+    parts = [f"{shown[0][1]} skipped because: {shown[0][0]}"] + [f"{n} because: {r}" for r, n in shown[1:]]
+    rest = reasons.most_common()[SKIP_REASONS_SHOWN:]
+    if rest:
+        parts.append(f"{sum(n for _, n in rest)} more for {len(rest)} other reason(s)")
+    return "; ".join(parts)
 
 
 def _failed_rules_summary(terminalreporter: pytest.TerminalReporter) -> None:
