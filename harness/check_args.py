@@ -11,8 +11,10 @@ files are still where they were. A chapter that fails to import is not stopped h
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import re
+import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -33,6 +35,36 @@ def selected_count(output: str) -> int | None:
     return None
 
 
+#: A long option as ``--help`` lists it.
+_OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+
+
+def suggestions(args: Sequence[str], help_text: str) -> list[str]:
+    """``--opt: did you mean --option?`` for each long option of ``args`` that ``help_text`` does not list
+    and one it lists is close to."""
+    known = set(_OPTION.findall(help_text))
+    found = []
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+            if close:
+                found.append(f"{name}: did you mean {close[0]}?")
+    return found
+
+
+def _help_text(args: Sequence[str]) -> str:
+    """pytest's ``--help`` for the same paths (their conftest adds the suite's options); "" if it fails."""
+    paths = [a for a in args if not a.startswith("-")][:1]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--help", *paths], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     captured = io.StringIO()
@@ -48,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(code)
     if code == pytest.ExitCode.USAGE_ERROR:
         print(output.strip(), file=sys.stderr)
+        for line in suggestions(args, _help_text(args)):
+            print(f"  {line}", file=sys.stderr)
         return int(code)
     count = selected_count(output)
     errors = [line for line in output.splitlines() if line.startswith("ERROR ")]
