@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from conformance.checks import bits
+from conformance.oracle import describe_args
 from conformance.rules import rule_id
 
 __all__ = ["RULES", "ContractMonitor", "MonitorFailure", "Violation", "overlaps", "paused", "unwrapped"]
@@ -81,12 +82,13 @@ class MonitorFailure(AssertionError):
 
         first, more = found[0], found[1:]
         lines = [first.text() + " (the contract monitor checks this on every call)"]
-        rules = sorted({v.rule for v in more})
         if more:
-            lines.append(f"and {len(more)} more violation(s) in this case: {', '.join(rules)}")
-        own_text = str(own).strip() if isinstance(own, AssertionError) else ""
-        if own is not None and not isinstance(own, AssertionError):
-            own_text = f"{type(own).__name__}: {str(own).strip()}"
+            rules = ", ".join(sorted({v.rule for v in more}))
+            lines.append(f"and {len(more)} more violation(s) in this case: {rules}")
+        if isinstance(own, AssertionError):  # a check's failure: its text starts with its rule
+            own_text = str(own).strip()
+        else:
+            own_text = f"{type(own).__name__}: {str(own).strip()}" if own is not None else ""
         if own_text:
             lines.append("the case itself then found: " + own_text.splitlines()[0][:600])
         return cls("\n".join(lines), rule_of(own_text) if isinstance(own, AssertionError) else None)
@@ -104,7 +106,8 @@ class Violation:
 
 @dataclass
 class _Watched:
-    """A tensor argument and its snapshot (a CUDA one compared lazily: ``pending`` holds the verdict)."""
+    """A tensor argument (a writable byte buffer as a tensor over its memory), its bits before the call
+    (None: none to compare) and its dtype, shape, device and layout."""
 
     label: str
     tensor: torch.Tensor
@@ -148,8 +151,6 @@ def _tensors(value: object, label: str, depth: int = 0) -> Iterator[tuple[str, t
 
 
 def _describe(value: object) -> str:
-    from conformance.oracle import describe_args
-
     return describe_args([value])
 
 
@@ -312,10 +313,10 @@ class ContractMonitor:
         writes: list[_Watched] = []
         for name, value in named.items():
             into = writes if name in written else reads
-            if isinstance(value, (bytearray, memoryview)):
-                buffer = torch.frombuffer(bytearray(value), dtype=torch.uint8) if len(value) else None
-                if buffer is not None:
-                    into.append(_Watched(name, buffer, None, ("bytes", bytes(value))))
+            if isinstance(value, (bytearray, memoryview)):  # a program's bytes a caller could still change
+                if len(value) and not (isinstance(value, memoryview) and value.readonly):
+                    buffer = torch.frombuffer(value, dtype=torch.uint8)  # its memory, not a copy
+                    into.append(_Watched(name, buffer, _snapshot(buffer), _meta(buffer)))
                 continue
             for label, t in _tensors(value, name):
                 into.append(_Watched(label, t, _snapshot(t), _meta(t)))
@@ -324,8 +325,6 @@ class ContractMonitor:
     def _changed(self, watched: list[_Watched], violation: Callable[[_Watched, str], Violation]) -> None:
         """Note a violation for each watched tensor that changed (a CUDA comparison is enqueued)."""
         for w in watched:
-            if w.meta[0] == "bytes":
-                continue
             t = w.tensor
             if _meta(t) != w.meta:
                 self._note(violation(w, f"its metadata changed from {w.meta[:3]} to {_meta(t)[:3]}"))
