@@ -71,10 +71,9 @@ class CallerSteps:
         device = self.target if (on_device and self.device == "cuda") else torch.device("cpu")
         given = (build_inputs(spec, first, device), build_inputs(spec, first, device))
         self._execute(handle, first, OutputsPlan(), given)
+        refill = flat_tensors(build_inputs(spec, second, device))
         for args in given:
-            for old, new in zip(
-                flat_tensors(args), flat_tensors(build_inputs(spec, second, device)), strict=True
-            ):
+            for old, new in zip(flat_tensors(args), refill, strict=True):
                 old.copy_(new)
         self._execute(handle, second, OutputsPlan(), given)
 
@@ -100,35 +99,33 @@ class CallerSteps:
     def call_with(self, handle: HandlePair, odd: OddArgument) -> None:
         """``odd.method`` on ``handle`` (or its program) with ``odd``'s argument, judged; a handle that both
         sides made is kept, and the handle's counters and the option are compared after."""
-        sides = {"backend": (self.backend, handle.backend), "oracle": (self.oracle, handle.oracle)}
-        program = handle.program
-        valid: dict[str, dict[str, object]] = {}
-        for side, (_, h) in sides.items():
-            spec = method_spec(program.plan.model, handle.zoo_method)
-            inputs = build_inputs(spec, InputsPlan(), torch.device("cpu"))
-            valid[side] = {
-                "init": [program.backend if side == "backend" else program.oracle, handle.method],
-                "execute": [h, inputs],
-                "destroy": [h],
-                "execute_stats": [h],
-                "set_option": [SKIP_COPY_OPTION, ""],
-                "get_option": [SKIP_COPY_OPTION],
-            }[odd.method]
         if odd.method in ("set_option", "get_option") and not self.has_options:
             return
         if odd.method == "execute" and handle.destroyed:
             return
-        results = {}
-        for side in ("oracle", "backend"):  # the oracle first: a journal notes its answer
-            args = odd.arguments(valid[side])
-            who = sides[side][0]
-            results[side] = call(getattr(who, odd.method), *args)
-        got, want = results["backend"], results["oracle"]
+        program = handle.program
+
+        def valid(h: object, program_bytes: bytes) -> list[object]:
+            """The call's right arguments on one side (a handle's, a program's, the known option)."""
+            if odd.method == "init":
+                return [program_bytes, handle.method]
+            if odd.method == "execute":
+                spec = method_spec(program.plan.model, handle.zoo_method)
+                return [h, build_inputs(spec, InputsPlan(), torch.device("cpu"))]
+            if odd.method == "set_option":
+                return [SKIP_COPY_OPTION, ""]
+            if odd.method == "get_option":
+                return [SKIP_COPY_OPTION]
+            return [h]
+
+        # The oracle first: a journal notes its answer.
+        want = call(getattr(self.oracle, odd.method), *odd.arguments(valid(handle.oracle, program.oracle)))
+        got = call(getattr(self.backend, odd.method), *odd.arguments(valid(handle.backend, program.backend)))
         text = f"{odd.method}({odd!r}) on <handle of {handle.method!r}>"
         if odd.method == "init" and got.ok != want.ok:  # a handle only one side made: released first
             made, who = (got, self.backend) if got.ok else (want, self.oracle)
             call(who.destroy, made.value)
-        if odd.method in ("destroy",) and got.ok and want.ok:
+        if odd.method == "destroy" and got.ok and want.ok:
             handle.destroyed = True
         judge(odd.method, text, got, want)
         if got.ok and want.ok:

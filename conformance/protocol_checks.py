@@ -226,12 +226,12 @@ def check_results(
 #: How long the caller's stream is kept busy before a CUDA call (``torch.cuda._sleep`` cycles, ~1 ms on an
 #: H100 or H200): work the backend enqueues behind it is not done when a call that only enqueues returns.
 BUSY_CYCLES = 2_000_000
-_side_streams: dict[int, torch.cuda.Stream] = {}
+_side_streams: dict[tuple[str, int], torch.cuda.Stream] = {}
 
 
 def _side_stream(role: str) -> torch.cuda.Stream:
     """One stream per role and device, made once (creating streams per call would be its own cost)."""
-    key = hash((role, torch.cuda.current_device()))
+    key = (role, torch.cuda.current_device())
     if key not in _side_streams:
         _side_streams[key] = torch.cuda.Stream()
     return _side_streams[key]

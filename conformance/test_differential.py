@@ -39,7 +39,7 @@ from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
 from conformance.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
 from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
-from conformance.protocol_checks import BUSY_CYCLES, compare_option_call
+from conformance.protocol_checks import busy_caller_stream, compare_option_call
 from conformance.protocol_machine import ProtocolMachine, machine_for
 from conformance.protocol_plans import BAD_INPUTS, OUTPUT_KINDS, VARIANT, InputsPlan, OutputsPlan
 from conformance.protocol_strategies import (
@@ -425,14 +425,10 @@ def written_on_a_busy_stream(*operands: object) -> Iterator[None]:
     values = [t.clone() for t in tensors]
     for t in tensors:
         t.fill_(float("nan"))
-    caller = torch.cuda.Stream()
-    caller.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(caller):
-        torch.cuda._sleep(BUSY_CYCLES)
+    with busy_caller_stream("cuda", seed=1):  # the machine's busy, non-default caller stream
         for t, v in zip(tensors, values, strict=True):
             t.copy_(v)
         yield
-    torch.cuda.current_stream().wait_stream(caller)
 
 
 def run_generated(test: Callable[[], None]) -> None:

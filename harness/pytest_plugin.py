@@ -265,7 +265,7 @@ class ResultRecorder:
                     params={},
                     outcome=Outcome.ERROR,
                     message="collection failed: " + _failure_text(report),
-                    repro=self._repro(report.nodeid),
+                    repro=self.repro_of(report.nodeid),
                     duration_s=0.0,
                     worker=None,
                 )
@@ -368,9 +368,6 @@ class ResultRecorder:
 
     def repro_of(self, nodeid: str) -> str:
         """The command that runs case ``nodeid`` again, as this run ran it."""
-        return self._repro(nodeid)
-
-    def _repro(self, nodeid: str) -> str:
         extra = self.metadata.get("repro_args")
         return repro_command(self.repro_prefix, nodeid, extra if isinstance(extra, list) else None)
 
@@ -391,7 +388,7 @@ class ResultRecorder:
             details = _case_details(pending.reports, outcome)
             if isinstance(note, dict) and note.get("note"):  # a worker replaced after this case: why
                 message = _truncate(f"{message}\n({note['note']})" if message else f"({note['note']})")
-        repro = self._repro(nodeid)
+        repro = self.repro_of(nodeid)
         if crash_result is not None and crash_result.get("repro"):  # a crash found again: its own replay
             repro = str(crash_result["repro"])
         if outcome == Outcome.DEVICE_FAULT:
