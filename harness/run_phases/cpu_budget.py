@@ -67,10 +67,11 @@ LOADAVG = Path("/proc/loadavg")
 OVER_LOOKS = 1
 #: Seconds of the other processes' runnable tasks whose most a resumed compile process must fit beside.
 #: Resuming into the room of one look's lull put one H100's cold run over its cores in 39 of 157 samples
-#: (a quarter), with the case workers' runnable tasks changing between looks. With a one-core margin, one
-#: H100's looks were over in 7.1 % with 1 s and 7.0 % with 2 s (another H100), the compiles running as
-#: many tasks on average (6.0): no measurable difference either way.
-PEAK_S = 2.0
+#: (a quarter), before the quick read paused bursts within ``QUICK_S``. With the quick read, a 2 s window
+#: held compiles paused for room the workers no longer used: one H200's cold run (issue 47) averaged 7.5
+#: runnable tasks outside the group against a 2 s most of 10.5, 11.7 compile processes paused, and 10.2
+#: of 16 cores busy in a compile-bound phase. Two and a half looks keep a burst's peak, not a whole minute's.
+PEAK_S = 0.5
 #: Seconds since a compile process was last seen runnable within which, asleep with no child of its own
 #: to wait for, it counts as busy: it may wake at any moment. Counted only while runnable, sleeping
 #: compile processes woke together between looks: one H100's cold run had 22 busy processes on 16 cores
