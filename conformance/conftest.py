@@ -17,7 +17,7 @@ from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
 from conformance.parts import part_fixture
 from conformance.protocol import Backend
 from conformance.toolchain import run_preflight
-from harness import cuda_sync, progress
+from harness import causes, cuda_sync, progress
 from harness.backend_loader import (
     BACKEND_PATH_ENV_VAR,
     DEFAULT_BACKEND,
@@ -28,6 +28,7 @@ from harness.backend_loader import (
     use_backend_path,
 )
 from harness.outcomes import SUITE_CHECK_MARKER, Outcome, count_words, is_suite_check
+from harness.pytest_plugin import worker_of
 from harness.stacks import dump_stacks_on_signal
 
 #: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
@@ -332,18 +333,25 @@ def skip_reasons(reasons: Counter[str]) -> str:
 
 
 def _failed_rules_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line per rule that failed, with its count, most first: what a reader wants before case ids."""
-    rules: Counter[str] = Counter()
+    """One line per rule that failed, the rule explaining the most failures first, a failure after a broken
+    every-call invariant in its worker counted under that invariant (``harness.causes``): what a reader wants
+    before case ids. Every failure keeps its own rule in the result file and the repro list."""
+    failures = []
     for outcome in (Outcome.FAILED, Outcome.ERROR):
         for report in terminalreporter.stats.get(outcome, []):
-            if getattr(report, "when", "call") in ("setup", "call"):
+            if getattr(report, "when", "call") != "teardown":
                 rule = (case_outcomes.case_result(report) or {}).get("rule")
-                rules[f"[{rule}]" if rule else "(no rule id: a crash or an error outside the checks)"] += 1
-    if not rules:
+                start = getattr(report, "start", None)
+                failures.append(causes.Failure(report.nodeid, Outcome.FAILED, rule, worker_of(report), start))
+    ranked = causes.likely_causes(failures)
+    if not ranked:
         return
-    terminalreporter.section(f"failed rules: {len(rules)} ({sum(rules.values())} cases)", red=True)
-    for rule, count in rules.most_common():
-        terminalreporter.write_line(f"{count:>5}  {rule}")
+    explained = sum(cause.explained for cause in ranked)
+    terminalreporter.section(
+        f"failed rules: {len(ranked)} ({explained} cases), the likely cause first", red=True
+    )
+    for cause in ranked:
+        terminalreporter.write_line(cause.words())
 
 
 @pytest.fixture(autouse=True, scope="session")

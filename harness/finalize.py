@@ -23,6 +23,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness import causes
 from harness.outcomes import FAILING, SKIP_LIKE, Outcome
 from harness.results import (
     CaseResult,
@@ -94,6 +95,11 @@ def write_junit(path: Path, run: RunResult) -> None:
         skipped=str(skipped),
         time=f"{sum(case.duration_s for case in run.cases):.3f}",
     )
+    properties = causes.junit_properties(run.cases)
+    if properties:  # where pytest's writer puts them: the suite's first child
+        listed = ET.SubElement(suite, "properties")
+        for name, value in properties:
+            ET.SubElement(listed, "property", name=name, value=value)
     for case in run.cases:
         suite.append(_testcase(case))
     root = ET.Element("testsuites")

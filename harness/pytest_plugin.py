@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest import junitxml  # its stash key: where a plugin adds testsuite properties
 
-from harness import case_order, run_end, start_gate, worker_exit
+from harness import case_order, causes, run_end, start_gate, worker_exit
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
 from harness.outcomes import FINAL, Outcome, count_words, is_suite_check
@@ -174,6 +175,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_RECORDER_KEY] = recorder
     config.pluginmanager.register(recorder, "harness-results-recorder")
     config.pluginmanager.register(ReproOnFailures(recorder), "harness-repro-on-failures")
+    config.pluginmanager.register(CausesInJunit(recorder), "harness-causes-in-junit")
 
 
 class ReproOnFailures:
@@ -205,6 +207,20 @@ class ReproOnFailures:
             terminalreporter.write_line(
                 f"... and {len(self.failed) - self.LISTED} more (the result file has all)"
             )
+
+
+class CausesInJunit:
+    """The JUnit file opens with the likely cause (``harness.causes.junit_properties``): testsuite
+    properties, added before pytest's writer writes the file at its own sessionfinish."""
+
+    def __init__(self, recorder: ResultRecorder) -> None:
+        self.recorder = recorder
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        xml = self.recorder.config.stash.get(junitxml.xml_key, None)
+        for name, value in causes.junit_properties(self.recorder.run.cases) if xml is not None else ():
+            xml.add_global_property(name, value)
 
 
 class _Pending:
@@ -292,7 +308,7 @@ class ResultRecorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         pending = self._pending.setdefault(report.nodeid, _Pending())
         pending.duration += float(getattr(report, "duration", 0.0) or 0.0)
-        pending.worker = pending.worker or _worker_of(report)
+        pending.worker = pending.worker or worker_of(report)
         pending.suite_check = pending.suite_check or is_suite_check(report)
         start = getattr(report, "start", None)
         if isinstance(start, float) and (pending.start is None or start < pending.start):
@@ -467,7 +483,8 @@ def _is_crash_report(report: pytest.TestReport, crashed: set[str]) -> bool:
     return unknown_phase and " crashed while running " in str(report.longrepr)
 
 
-def _worker_of(report: pytest.TestReport) -> str | None:
+def worker_of(report: pytest.TestReport) -> str | None:
+    """The xdist worker (``gw3``) a report came from; None in a run without workers."""
     worker = getattr(report, "worker_id", None)  # set on reports deserialised from an xdist worker
     if worker:
         return str(worker)

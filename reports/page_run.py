@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from harness import formatting
+from harness.causes import Cause, likely_causes
 from harness.formatting import show_bytes, show_quantity
 from harness.outcomes import Outcome
 from harness.phases import phases_from_metadata, run_wall
@@ -172,6 +173,8 @@ class RunPage:
     comparison: ComparisonView | None
     charts_available: bool
     time: TimeView | None = None
+    #: The failed rules, the one explaining the most failures first (``harness.causes``): the page's headline.
+    causes: list[Cause] = field(default_factory=list)
 
 
 def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
@@ -212,6 +215,7 @@ def run_page(loaded: LoadedRun, comparison: Comparison | None) -> RunPage:
         comparison=comparison_view(comparison),
         charts_available=charts.available(),
         time=time_view(run),
+        causes=likely_causes(run.cases),
     )
 
 
