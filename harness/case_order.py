@@ -71,6 +71,15 @@ def long_first(ids: Sequence[str], seconds: Mapping[str, float], workers: int) -
     return [i for part in slices for i in part]
 
 
+def load_phases(path: Path) -> dict[str, float]:
+    """The expected seconds of each phase that ``path`` records, by shard suffix (``""``: the shared
+    phase, ``-exclusive``: the GPU-alone one); none in a file written before it recorded them."""
+    data = json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
+    return {str(k): float(v) for k, v in (data.get("phases") or {}).items()}
+
+
 def load_seconds(path: Path) -> dict[str, float]:
     """The expected seconds per case id that ``path`` holds (``write_seconds``'s format)."""
     data = json.loads(path.read_text())
@@ -94,6 +103,20 @@ def measured_seconds(result_files: Sequence[Path]) -> dict[str, float]:
     return {case: statistics.median(durations) for case, durations in seen.items()}
 
 
+def measured_phases(result_files: Sequence[Path]) -> dict[str, float]:
+    """Each phase's seconds in these result files, by shard suffix (``conformance-exclusive.json``:
+    ``-exclusive``): its busiest worker's summed case durations, the median where several files name it."""
+    seen: dict[str, list[float]] = {}
+    for path in result_files:
+        per_worker: dict[str, float] = {}
+        for case in json.loads(path.read_text())["cases"]:
+            worker = str(case.get("worker") or "")
+            per_worker[worker] = per_worker.get(worker, 0.0) + float(case.get("duration_s") or 0.0)
+        suffix = path.name.removesuffix(".json").partition("-")[1:]
+        seen.setdefault("".join(suffix), []).append(max(per_worker.values(), default=0.0))
+    return {suffix: statistics.median(values) for suffix, values in seen.items()}
+
+
 def named_cases(result_files: Sequence[Path]) -> set[str]:
     """Every case these result files name, whatever its outcome: the suite's cases as one run saw them."""
     return {case["id"] for case in _cases(result_files)}
@@ -104,10 +127,15 @@ def _cases(result_files: Sequence[Path]) -> Iterator[dict[str, Any]]:
         yield from json.loads(path.read_text())["cases"]
 
 
-def write_seconds(seconds: Mapping[str, float], path: Path, source: str) -> int:
-    """Write the cases of ``seconds`` at least ``LONG_S`` long to ``path``; returns how many."""
+def write_seconds(
+    seconds: Mapping[str, float], path: Path, source: str, phases: Mapping[str, float] | None = None
+) -> int:
+    """Write the cases of ``seconds`` at least ``LONG_S`` long to ``path``, and ``phases``' seconds by
+    shard suffix; returns how many cases."""
     kept = {k: round(v, 1) for k, v in sorted(seconds.items()) if v >= LONG_S}
-    body = {"schema": SCHEMA, "source": source, "seconds": kept}
+    body: dict[str, Any] = {"schema": SCHEMA, "source": source, "seconds": kept}
+    if phases:
+        body["phases"] = {k: round(v, 1) for k, v in sorted(phases.items())}
     path.write_text(json.dumps(body, indent=1) + "\n")
     return len(kept)
 
@@ -184,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.current:
         current = named_cases(args.current)
         seconds = {case: s for case, s in seconds.items() if case in current}
-    kept = write_seconds(seconds, args.output, args.source)
+    kept = write_seconds(seconds, args.output, args.source, measured_phases(args.results))
     print(f"wrote {args.output}: {kept} cases of at least {LONG_S:g} s")
     return 0
 

@@ -80,6 +80,9 @@ class ProgressReporter:
         self.finished: set[str] = set()
         self.expected = _recorded_seconds(config)
         self.workers = _workers(config)
+        #: The phases the front door runs after this one (``--then-phases``), with their recorded seconds
+        #: (None: not recorded): the ETA is the run's, not only this phase's.
+        self.then = _later_phases(config)
 
     def _write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -144,6 +147,7 @@ class ProgressReporter:
         text = f"progress: {done}{of} cases{pct} in {duration(elapsed)}" + (f" — {shown}" if shown else "")
         if self.total and done:
             text += "; " + (self.recorded_eta(now, running) or self.pace_eta(now, cases_start, done))
+            text += self.later_words()
         if running:
             nodeid, since = min(running.items(), key=lambda item: item[1])
             text += f"; longest running: {nodeid.split('::', 1)[-1]} ({duration(now - since)})"
@@ -172,6 +176,20 @@ class ProgressReporter:
             eta += f" (unsure: this run so far takes {scale:.1f}x the recorded times)"
         return eta
 
+    def later_words(self) -> str:
+        """``, then ≈ 15 s for 1 later phase (recorded)``; unrecorded phases are counted, not guessed."""
+        if not self.then:
+            return ""
+        known = [s for s in self.then.values() if s is not None]
+        unknown = len(self.then) - len(known)
+        count = len(self.then)
+        text = f", then {count} later phase{'s' if count > 1 else ''}"
+        if known:
+            text += f" ≈ {duration(sum(known))} as recorded"
+        if unknown:
+            text += f" ({unknown} with no recorded time)" if known else " (no recorded time)"
+        return text
+
     def emit(self) -> None:
         self._write(self.line())
 
@@ -192,6 +210,20 @@ def _recorded_seconds(config: pytest.Config) -> dict[str, float]:
         return {}
 
 
+def _later_phases(config: pytest.Config) -> dict[str, float | None]:
+    """``--then-phases``' shard suffixes, each with its recorded seconds in ``--case-seconds`` or None."""
+    from harness.case_order import load_phases
+
+    getoption = getattr(config, "getoption", None)
+    names = getoption("--then-phases", "") if getoption is not None else ""
+    path = getoption("--case-seconds", None) if getoption is not None else None
+    try:
+        recorded = load_phases(Path(path)) if path else {}
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        recorded = {}
+    return {name: recorded.get(name) for name in str(names or "").split(",") if name}
+
+
 def _workers(config: pytest.Config) -> int:
     workers = getattr(getattr(config, "option", None), "numprocesses", None)
     return workers if isinstance(workers, int) and workers > 0 else 1
@@ -205,6 +237,13 @@ def add_option(group: pytest.OptionGroup) -> None:
         metavar="S",
         help="print a progress line (cases done, ETA, the longest-running case) every S seconds; 0: never "
         "(default: %(default)s)",
+    )
+    group.addoption(
+        "--then-phases",
+        default="",
+        metavar="SUFFIXES",
+        help="the front door's phases after this one, by shard suffix (-exclusive): the ETA adds their "
+        "seconds recorded in --case-seconds",
     )
 
 

@@ -103,10 +103,15 @@ class PytestPhase:
     paths: tuple[str, ...] | None = None
     #: How xdist shares the cases out (``--dist``).
     dist: str = "worksteal"
+    #: The shard suffixes of the phases that run after it (``-exclusive``): its progress line's ETA counts
+    #: their recorded seconds too (``--then-phases``).
+    then: tuple[str, ...] = ()
 
     def args(self, selection: Sequence[str], skip_preflight: bool) -> list[str]:
         """pytest's arguments before the plugin's and the user's: what to collect, workers, marks."""
         args = [*(self.paths or selection), "-n", str(self.workers), "--dist", self.dist, "-m", self.marks]
+        if self.then:
+            args.append(f"--then-phases={','.join(self.then)}")
         return [*args, "--no-preflight"] if skip_preflight else args
 
 

@@ -248,7 +248,9 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
                 beside = _start_beside(context, dataclasses.replace(multi, env=plan.worker_threads(size)))
         elif multi is not None:
             later.append(multi)
-        _timed(context, plan.shared_phase(run.name, size, plan.shared_env(pinned, size)))
+        shared = plan.shared_phase(run.name, size, plan.shared_env(pinned, size))
+        then = tuple(phase.shard.removeprefix(run.name) for phase in later)  # its ETA counts them too
+        _timed(context, dataclasses.replace(shared, then=then))
         if preflight is not None:  # the phases after the shared one need its verdict
             preflight.join()
         if record.prelowering is not None:  # its GPU work must end before the NVML measurements

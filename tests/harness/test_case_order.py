@@ -12,9 +12,11 @@ from xdist.scheduler import WorkStealingScheduling
 
 from harness.case_order import (
     LONG_S,
+    load_phases,
     load_seconds,
     long_first,
     main,
+    measured_phases,
     measured_seconds,
     slice_sizes,
     write_seconds,
@@ -113,6 +115,20 @@ def test_refresh_keeps_the_long_cases_median(tmp_path: Path) -> None:
     assert write_seconds(seconds, out, "test") == 2
     assert load_seconds(out) == {"w": 0.7, "x": 2.0}
     assert min(load_seconds(out).values()) >= LONG_S
+
+
+def test_refresh_records_each_phase_by_its_busiest_worker(tmp_path: Path) -> None:
+    def run(name: str, cases: list[tuple[str, float]]) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"cases": [{"id": "x", "duration_s": d, "worker": w} for w, d in cases]}))
+        return path
+
+    shared = run("conformance.json", [("gw0", 3.0), ("gw1", 4.0), ("gw0", 2.0)])
+    alone = run("conformance-exclusive.json", [("gw0", 1.5), ("gw0", 2.5)])
+    assert measured_phases([shared, alone]) == {"": 5.0, "-exclusive": 4.0}
+    out = tmp_path / "case_seconds.json"
+    write_seconds({}, out, "test", measured_phases([shared, alone]))
+    assert load_phases(out) == {"": 5.0, "-exclusive": 4.0}
 
 
 def test_refresh_drops_the_cases_the_current_run_no_longer_has(tmp_path: Path) -> None:

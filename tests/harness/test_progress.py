@@ -65,6 +65,35 @@ def test_the_eta_comes_from_the_recorded_case_times_and_says_when_it_is_unsure()
     )
 
 
+def test_the_eta_counts_the_phases_still_to_run() -> None:
+    """Issue 48 item 6: the shared phase's ETA adds the later phases' recorded seconds (``--then-phases``,
+    ``case_seconds.json``'s phases), and counts those it has no record of rather than guessing them."""
+    reporter = ProgressReporter(SimpleNamespace(pluginmanager=None), 30.0)  # type: ignore[arg-type]
+    reporter.start, reporter.cases_start, reporter.total = 0.0, 0.0, 10
+    reporter.counts.update({"done": 5, "passed": 5})
+    reporter.then = {"-exclusive": 14.7}
+    assert "ETA ≈ 10 s at this pace (no recorded case times), then 1 later phase ≈ 15 s as recorded" in (
+        reporter.line(now=10.0)
+    )
+    reporter.then = {"-exclusive": 14.7, "-multi-gpu": None}
+    assert ", then 2 later phases ≈ 15 s as recorded (1 with no recorded time)" in reporter.line(now=10.0)
+    reporter.then = {"-exclusive": None}
+    assert reporter.line(now=10.0).endswith(", then 1 later phase (no recorded time)")
+
+
+def test_the_later_phases_come_from_the_option_and_the_recorded_file(tmp_path: Path) -> None:
+    from harness.case_order import write_seconds
+    from harness.progress import _later_phases
+
+    seconds = tmp_path / "s.json"
+    write_seconds({"t::a": 3.0}, seconds, "test", {"": 38.8, "-exclusive": 14.7})
+    options = {"--then-phases": "-exclusive,-multi-gpu", "--case-seconds": str(seconds)}
+    config = SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))
+    assert _later_phases(config) == {"-exclusive": 14.7, "-multi-gpu": None}  # type: ignore[arg-type]
+    options["--case-seconds"] = str(tmp_path / "missing.json")
+    assert _later_phases(config) == {"-exclusive": None, "-multi-gpu": None}  # type: ignore[arg-type]
+
+
 def test_a_case_whose_worker_died_is_done_and_no_longer_running() -> None:
     """pytest-xdist reports a crashed case once, in phase "???": it must leave "longest running" (a torch_aoti
     run named a crashed case there for 13 minutes) and count as done and crashed."""
