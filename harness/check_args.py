@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from harness.run_phases.plan import EXCLUSIVE_MARKS
+
 #: ``1102 tests collected``, ``12/1102 tests selected (1090 deselected)`` ... as pytest words it.
 _COUNT = re.compile(r"(?:(\d+)/)?(\d+) tests? (?:collected|selected)")
 #: Exit codes that stop a run before it starts: a usage error, nothing selected.
@@ -65,12 +67,52 @@ def _help_text(args: Sequence[str]) -> str:
     return done.stdout
 
 
+class PhaseCounts:
+    """How a GPU run's phases split the selected cases (``harness.run_phases.plan``): those that need the
+    GPU alone (``EXCLUSIVE_MARKS``) run after the shared phase, those that need several GPUs beside it; so
+    the shared phase's ``[N items]`` is fewer than the cases selected."""
+
+    def __init__(self) -> None:
+        self.total = self.alone = self.several = 0
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.total = len(session.items)
+        for item in session.items:
+            if item.get_closest_marker("multi_gpu"):
+                self.several += 1
+            elif any(item.get_closest_marker(mark) for mark in EXCLUSIVE_MARKS):
+                self.alone += 1
+
+    def words(self, gpus: int) -> str:
+        """``: 1112 share the GPU, 17 then have it alone, 6 need 2 GPUs (this machine has 1: not run)``;
+        nothing without a GPU (one phase runs them all) or where every case shares it."""
+        if gpus < 1 or not (self.alone or self.several):
+            return ""
+        parts = [f"{self.total - self.alone - self.several} share the GPU{'s' if gpus > 1 else ''}"]
+        if self.alone:
+            parts.append(f"{self.alone} then have {'one' if gpus > 1 else 'it'} alone")
+        if self.several:
+            beside = "run beside the shared ones" if gpus > 1 else "this machine has 1: not run"
+            parts.append(f"{self.several} need 2 GPUs ({beside})")
+        return ": " + ", ".join(parts)
+
+
+def _gpus() -> int:
+    """CUDA devices, where the collection imported torch (the suite's conftest does); else 0."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.cuda.device_count()) if torch is not None else 0
+    except Exception:  # a broken driver: the run itself will say so
+        return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     captured = io.StringIO()
+    counts = PhaseCounts()
     with contextlib.redirect_stdout(captured):
         # -n 0: collect here, not in xdist workers; usage errors still go to stderr as pytest writes them.
-        code = pytest.main([*args, "--collect-only", "-q", "-n", "0"])
+        code = pytest.main([*args, "--collect-only", "-q", "-n", "0"], plugins=[counts])
     output = captured.getvalue()
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print(f"error: the selection selects no case: {' '.join(args)}", file=sys.stderr)
@@ -87,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = [line for line in output.splitlines() if line.startswith("ERROR ")]
     print(
         f"{count if count is not None else '?'} cases selected"
+        + (counts.words(_gpus()) if counts.total == count else "")
         + (f"; {len(errors)} collection error(s)" if errors else "")
     )
     return 0

@@ -320,11 +320,19 @@ def _log(ctx: BenchContext, record: BenchRecord) -> None:
             return "n/a"
         return f"{metric.value:g}" if metric.unit == "nodes" else show_quantity(metric.value, metric.unit)
 
+    def pair(words: str, key: str, why: str) -> str:
+        """``words with/without A/B``, or why the pair was not measured (never ``omitted/omitted``)."""
+        both = (f"{key}_with_pass", f"{key}_without_pass")
+        if all(name not in record.metrics for name in both):
+            return f"{words}: not measured ({why})"
+        return f"{words} with/without {shown(both[0])}/{shown(both[1])}"
+
+    on_cpu = "CPU target: no device memory" if record.params.get("device") == "cpu" else "not recorded"
+    dram_why = str(record.conditions.get("dram_bw_reason") or "no reason recorded")
     ctx.log(
         f"  {record.name}: with pass {shown('time_with_pass')}, without {shown('time_without_pass')}, "
         f"speed from pass {shown('speed_from_pass')}, rewrites {shown('rewrites')}/{shown('copies')}, "
-        f"peak memory with/without {shown('peak_memory_with_pass')}/{shown('peak_memory_without_pass')}, "
-        f"DRAM util with/without {shown('dram_bw_util_with_pass')}/{shown('dram_bw_util_without_pass')}"
+        f"{pair('peak memory', 'peak_memory', on_cpu)}, {pair('DRAM util', 'dram_bw_util', dram_why)}"
     )
 
 

@@ -11,6 +11,7 @@ import ast
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -385,3 +386,17 @@ def test_per_method_saving_below_resolution_says_so() -> None:
     assert "below the meter's resolution" in agreement["note"]
     assert "2,560 B per execute" in agreement["note"]
     assert saving["metrics"]["h2d_saved_agreement"]["value"] is None  # nothing saved: no ratio
+
+
+def test_the_view_pass_line_says_why_a_pair_was_not_measured() -> None:
+    """Issue 48 item 7: the bench printed ``omitted/omitted`` with no reason on a CPU target."""
+    lines: list[str] = []
+    ctx = SimpleNamespace(log=lines.append)
+    record = bench_view_pass.view_pass_record(
+        _latency(20e-6), _latency(30e-6), (23, 55, 32), device="cpu",
+        conditions={"dram_bw_reason": "CPU target: no GPU counters"},
+    )  # fmt: skip
+    bench_view_pass._log(ctx, record)  # type: ignore[arg-type]
+    assert "omitted" not in lines[0], lines
+    assert "peak memory: not measured (CPU target: no device memory)" in lines[0]
+    assert "DRAM util: not measured (CPU target: no GPU counters)" in lines[0]
