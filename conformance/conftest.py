@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -28,7 +29,8 @@ from harness.backend_loader import (
     use_backend_path,
 )
 from harness.outcomes import SUITE_CHECK_MARKER, Outcome, count_words, is_suite_check
-from harness.pytest_plugin import worker_of
+from harness.pytest_plugin import recorded_run, worker_of
+from harness.results import chapter_of
 from harness.stacks import dump_stacks_on_signal
 
 #: Each case's time limit (harness/case_limits.py; ``--case-timeout`` overrides): ten minutes, about 4x the
@@ -276,40 +278,86 @@ runtime = part_fixture(
 )
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """One case as the end-of-run lines count it."""
+
+    id: str
+    outcome: str
+    suite_check: bool
+    skip_reason: str | None
+    rule: str | None
+    worker: str | None
+    started_s: float | None
+
+
+def _seen_cases(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> list[_Seen]:
+    """The run's cases: the result file's where the run records one (its outcomes are final: a crash or a
+    device fault a known failure declares is ``xfailed`` there, not pytest's ``failed``), else pytest's
+    report categories (a plain ``pytest conformance/...``)."""
+    run = recorded_run(config)
+    if run is not None:
+        return [
+            _Seen(c.id, c.outcome, c.suite_check, c.message if c.outcome == Outcome.SKIPPED else None,
+                  c.rule, c.worker, c.started_s)
+            for c in run.cases
+        ]  # fmt: skip
+    seen = []
+    # pytest's categories, then the outcomes.py plugin's (should-failed, coverage; xfailed: declared known
+    # failures) and the watchdog's and the run's end (timeout, device-fault, not-run: harness/run_end.py).
+    for category in (*CHAPTER_LINE_OUTCOMES, case_outcomes.SUITE_CHECK_CATEGORY):
+        outcome = Outcome.PASSED if category == case_outcomes.SUITE_CHECK_CATEGORY else category
+        for report in terminalreporter.stats.get(category, []):
+            when = getattr(report, "when", "call")
+            if when == "teardown" or (outcome == Outcome.PASSED and when != "call"):
+                continue
+            reason = None
+            if outcome == Outcome.SKIPPED and isinstance(report.longrepr, tuple):
+                reason = report.longrepr[2].removeprefix("Skipped: ")
+            rule = (case_outcomes.case_result(report) or {}).get("rule")
+            start = getattr(report, "start", None)
+            seen.append(
+                _Seen(report.nodeid, outcome, is_suite_check(report), reason, rule, worker_of(report), start)
+            )
+    return seen
+
+
+#: The outcomes a chapter's line always counts, then those it counts where some case had them.
+CHAPTER_LINE_PLAIN = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
+CHAPTER_LINE_EXTRAS = (
+    Outcome.SHOULD_FAILED, Outcome.COVERAGE, Outcome.XFAILED, Outcome.CRASHED, Outcome.TIMEOUT,
+    Outcome.DEVICE_FAULT, Outcome.NOT_RUN, Outcome.XPASSED,
+)  # fmt: skip
+CHAPTER_LINE_OUTCOMES = (*CHAPTER_LINE_PLAIN, *CHAPTER_LINE_EXTRAS)
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
-    """One line per chapter, with the main skip reason, so a CPU run says plainly what it skipped."""
+    """The failed rules, the likely cause first; then one line per chapter, with its skip reasons, so a CPU
+    run says plainly what it skipped. One list of cases for both (``_seen_cases``)."""
+    seen = _seen_cases(terminalreporter, config)
+    _failed_rules_summary(terminalreporter, seen)
+    cases = [c for c in seen if c.id.startswith("conformance/")]  # the chapters' (not a self-test's own)
     per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
     suite_checks: dict[str, Counter[str]] = defaultdict(Counter)  # the suite's own: never the backend's
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    # pytest's categories, then the outcomes.py plugin's (should-failed, coverage; xfailed: declared known
-    # failures) and the watchdog's and the run's end (timeout, device-fault, not-run: harness/run_end.py).
-    plain = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
-    extras = (Outcome.SHOULD_FAILED, Outcome.COVERAGE, Outcome.XFAILED)
-    extras += (Outcome.TIMEOUT, Outcome.DEVICE_FAULT, Outcome.NOT_RUN)
-    categories = [(o, o) for o in (*plain, *extras)] + [(Outcome.PASSED, case_outcomes.SUITE_CHECK_CATEGORY)]
-    for outcome, category in categories:
-        for report in terminalreporter.stats.get(category, []):
-            nodeid = getattr(report, "nodeid", "")
-            if not nodeid.startswith("conformance/") or (outcome == Outcome.PASSED and report.when != "call"):
-                continue
-            chapter = nodeid.split("::")[0].rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
-            if is_suite_check(report):
-                per_chapter[chapter]  # the chapter has a line, its counts without these
-                suite_checks[chapter][outcome] += 1
-                continue
-            per_chapter[chapter][outcome] += 1
-            if outcome == Outcome.SKIPPED and isinstance(report.longrepr, tuple):
-                reasons[chapter][report.longrepr[2].removeprefix("Skipped: ")] += 1
-    _failed_rules_summary(terminalreporter)
+    for case in cases:
+        chapter = chapter_of(case.id)
+        if case.suite_check:
+            per_chapter[chapter]  # the chapter has a line, its counts without these
+            suite_checks[chapter][case.outcome] += 1
+            continue
+        per_chapter[chapter][case.outcome] += 1
+        if case.skip_reason:
+            reasons[chapter][case.skip_reason] += 1
     if not per_chapter:
         return
     terminalreporter.section("conformance chapters")
     for chapter in sorted(per_chapter):
         counts = per_chapter[chapter]
-        line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in plain)
-        line += "".join(f", {counts[o]} {o}" for o in extras if counts[o])
+        line = f"{chapter}: " + ", ".join(f"{counts[o]} {o}" for o in CHAPTER_LINE_PLAIN)
+        line += "".join(f", {counts[o]} {o}" for o in CHAPTER_LINE_EXTRAS if counts[o])
         if suite_checks[chapter]:
             line += f" (suite self-checks, no backend: {count_words(suite_checks[chapter])})"
         if reasons[chapter]:
@@ -332,18 +380,11 @@ def skip_reasons(reasons: Counter[str]) -> str:
     return "; ".join(parts)
 
 
-def _failed_rules_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def _failed_rules_summary(terminalreporter: pytest.TerminalReporter, cases: list[_Seen]) -> None:
     """One line per rule that failed, the rule explaining the most failures first, a failure after a broken
     every-call invariant in its worker counted under that invariant (``harness.causes``): what a reader wants
     before case ids. Every failure keeps its own rule in the result file and the repro list."""
-    failures = []
-    for outcome in (Outcome.FAILED, Outcome.ERROR):
-        for report in terminalreporter.stats.get(outcome, []):
-            if getattr(report, "when", "call") != "teardown":
-                rule = (case_outcomes.case_result(report) or {}).get("rule")
-                start = getattr(report, "start", None)
-                failures.append(causes.Failure(report.nodeid, Outcome.FAILED, rule, worker_of(report), start))
-    ranked = causes.likely_causes(failures)
+    ranked = causes.likely_causes(cases)
     if not ranked:
         return
     explained = sum(cause.explained for cause in ranked)

@@ -209,6 +209,12 @@ class ReproOnFailures:
             )
 
 
+def recorded_run(config: pytest.Config) -> RunResult | None:
+    """The run the recorder wrote (its outcomes final), where this process records one; else None."""
+    recorder = config.stash.get(_RECORDER_KEY, None)
+    return recorder.run if recorder is not None else None
+
+
 class CausesInJunit:
     """The JUnit file opens with the likely cause (``harness.causes.junit_properties``): testsuite
     properties, added before pytest's writer writes the file at its own sessionfinish."""

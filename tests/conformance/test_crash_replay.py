@@ -66,8 +66,11 @@ def test_a_crash_is_found_again_shrunk_and_recorded_under_its_rule(tmp_path: Pat
         timeout=300,
     )
     assert replayed.returncode == -signal.SIGSEGV, replayed.stdout + replayed.stderr
-    # Where a CI user looks: the terminal's failure and the JUnit entry say it, with the repro.
+    # Where a CI user looks: the terminal's failure and the JUnit entry say it, with the repro; the
+    # headline names the crash's rule, and its chapter line counts it crashed, as the result file does.
     assert f"[{RULE}] crashed" in output
+    assert f"    1  [{RULE}]" in output.split("failed rules: 1 (1 cases)")[1], output
+    assert "0 error, 0 skipped, 1 crashed" in output, output
     assert f"repro: {crashed['repro']}" in output
     testcase = next(
         tc for tc in ET.fromstring(xml).iter("testcase") if tc.get("name") == CRASHING.split("::")[1]
@@ -90,6 +93,12 @@ def test_a_crash_entry_naming_the_rule_declares_it(tmp_path: Path) -> None:
     assert declared["known_failure"]["crash"] is True
     assert "shortest crashing sequence" in declared["message"]
     assert declared["repro"].endswith(".py")
+    # The terminal counts it as the result file does (pytest's own category for a dead worker is "failed";
+    # a GPU run's console once said "1 failed" beside a result file's xfailed).
+    output = done.stdout + done.stderr
+    assert "failed rules:" not in output, output
+    chapter = next(line for line in output.splitlines() if line.startswith("differential: "))
+    assert chapter.startswith("differential: 1 passed, 0 failed, 0 error, 0 skipped, 1 xfailed"), chapter
 
 
 @pytest.mark.proof
