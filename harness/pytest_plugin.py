@@ -37,7 +37,7 @@ from _pytest import junitxml  # its stash key: where a plugin adds testsuite pro
 from harness import case_order, causes, run_end, start_gate, worker_exit
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
-from harness.outcomes import FINAL, Outcome, count_words, is_suite_check
+from harness.outcomes import FAILING, FINAL, Outcome, count_words, is_suite_check
 from harness.results import (
     LEVELS,
     OUTCOMES,
@@ -198,15 +198,16 @@ class ReproOnFailures:
             report.user_properties = [*report.user_properties, ("repro", self.failed[report.nodeid])]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.failed:
+        # The run's final outcomes decide: a dead worker's case that a known failure declares is xfailed.
+        final = {case.id: case.outcome for case in self.recorder.run.cases}
+        failed = [cmd for nodeid, cmd in self.failed.items() if final.get(nodeid, Outcome.FAILED) in FAILING]
+        if not failed:
             return
-        terminalreporter.section(f"repro commands ({len(self.failed)} failed)", red=True)
-        for command in list(self.failed.values())[: self.LISTED]:
+        terminalreporter.section(f"repro commands ({len(failed)} failed)", red=True)
+        for command in failed[: self.LISTED]:
             terminalreporter.write_line(command)
-        if len(self.failed) > self.LISTED:
-            terminalreporter.write_line(
-                f"... and {len(self.failed) - self.LISTED} more (the result file has all)"
-            )
+        if len(failed) > self.LISTED:
+            terminalreporter.write_line(f"... and {len(failed) - self.LISTED} more (the result file has all)")
 
 
 def recorded_run(config: pytest.Config) -> RunResult | None:
