@@ -45,18 +45,19 @@ def _by_path(relative: str) -> Any:
 
 def _harness(dotted: str) -> Any:
     """A standard-library-only module of this checkout's ``harness`` (``harness.run_phases.run``), imported
-    as itself without a change to sys.path: the package is registered from ROOT first, so the module's own
-    ``from harness… import`` statements find this checkout's modules too."""
-    if "harness" not in sys.modules:
-        init = ROOT / "harness" / "__init__.py"
-        spec = importlib.util.spec_from_file_location(
-            "harness", init, submodule_search_locations=[str(init.parent)]
-        )
-        assert spec is not None
-        assert spec.loader is not None
-        package = importlib.util.module_from_spec(spec)
-        sys.modules["harness"] = package
-        spec.loader.exec_module(package)
+    as itself without a change to sys.path: the packages it stands on (``settings``, then ``harness``) are
+    registered from ROOT first, so the module's own imports find this checkout's modules too."""
+    for name in ("settings", "harness"):
+        if name not in sys.modules:
+            init = ROOT / name / "__init__.py"
+            spec = importlib.util.spec_from_file_location(
+                name, init, submodule_search_locations=[str(init.parent)]
+            )
+            assert spec is not None
+            assert spec.loader is not None
+            package = importlib.util.module_from_spec(spec)
+            sys.modules[name] = package
+            spec.loader.exec_module(package)
     return importlib.import_module(dotted)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+import settings
 from conformance import generation, known_failures
 from conformance import outcomes as case_outcomes
 from conformance.contract_monitor import ContractMonitor, MonitorFailure
@@ -38,7 +39,7 @@ from harness.stacks import dump_stacks_on_signal
 #: cases marked slow (large shapes, compiles of their own).
 CASE_TIMEOUTS = ("default=600", "marker:slow=1200")
 #: Set by ``nox -s conformance`` on multi-GPU machines: the GPU ids the xdist workers share out, one each.
-WORKER_GPUS_ENV = "CONFORMANCE_WORKER_GPUS"
+WORKER_GPUS_ENV = settings.WORKER_GPUS.name
 BACKEND_KEY = pytest.StashKey[Backend]()
 SPEC_KEY = pytest.StashKey[str]()
 DTYPE_PARAM = "dtype"

@@ -40,12 +40,13 @@ from typing import Any
 
 import pytest
 
+import settings
 from conformance.crash_journal import Calling, CallJournal, JournalState, journal_path, read, watched
 from conformance.oracle import ERROR_CLASS, MISSING_ERROR, SPURIOUS_ERROR
 from conformance.rules import Level
 
-BUDGET_ENV = "CONFORMANCE_CRASH_REPLAY_S"
-DEFAULT_BUDGET_S = 180.0
+BUDGET_ENV = settings.CRASH_REPLAY_S.name
+DEFAULT_BUDGET_S = settings.CRASH_REPLAY_S.default()
 #: At most this many replays per crash (the first one included).
 MAX_REPLAYS = 40
 #: A replay that runs longer than this is taken as not crashing.
@@ -373,18 +374,7 @@ def _shown_path(path: Path) -> str:
 def budget_s() -> float:
     """``$CONFORMANCE_CRASH_REPLAY_S`` (unset or empty: the default; 0: no search); anything but a number of
     seconds ≥ 0 is a ValueError naming the setting."""
-    text = os.environ.get(BUDGET_ENV, "").strip()
-    if not text:
-        return DEFAULT_BUDGET_S
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not seconds >= 0 or math.isinf(seconds):
-        raise ValueError(
-            f"${BUDGET_ENV} must be a number of seconds >= 0 (0 turns the search off), got {text!r}"
-        )
-    return seconds
+    return settings.CRASH_REPLAY_S.get()
 
 
 class CrashReplays:

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import settings
+
 DEFAULT_BACKEND = "reference_impl:BACKEND"
-BACKEND_ENV_VAR = "CONFORMANCE_BACKEND"
-BACKEND_PATH_ENV_VAR = "CONFORMANCE_BACKEND_PATH"
+BACKEND_ENV_VAR = settings.BACKEND.name
+BACKEND_PATH_ENV_VAR = settings.BACKEND_PATH.name
 
 
 class BackendLoadError(Exception):

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import settings
 from harness.backend_loader import backend_path, backend_spec
 
 #: Bumped when what the key covers changes, so old caches are not restored under the new meaning.
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The model zoo: most programs a run compiles are its models (and the metamorphic chapter's variants).
 ZOO = ROOT / "conformance" / "models"
 #: The front door's torch pin (noxfile.py's TORCH_SPEC), used where this interpreter has no torch.
-TORCH_PIN_ENV = "CONFORMANCE_TORCH"
+TORCH_PIN_ENV = settings.TORCH.name
 TORCH_PIN_DEFAULT = "torch==2.13.0"
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import settings
 from harness.formatting import show_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +32,8 @@ class Cache:
 
 
 def artifact_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """``$CONFORMANCE_CACHE_DIR``, else ``~/.cache/aoti-conformance``."""
-    return Path(env.get("CONFORMANCE_CACHE_DIR") or Path.home() / ".cache" / "aoti-conformance")
+    """``$CONFORMANCE_CACHE_DIR`` as ``settings.CACHE_DIR`` resolves it for every reader."""
+    return settings.CACHE_DIR.get(env)
 
 
 def bytecode_env(env: Mapping[str, str] = os.environ, folder: Path | None = None) -> dict[str, str]:

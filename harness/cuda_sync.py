@@ -22,8 +22,10 @@ import ctypes
 import os
 from collections.abc import Mapping
 
+import settings
+
 #: ``blocking``: the process's GPU waits sleep (``block_while_waiting``); anything else: CUDA's default.
-SYNC_ENV = "CONFORMANCE_CUDA_SYNC"
+SYNC_ENV = settings.CUDA_SYNC.name
 BLOCKING = "blocking"
 #: ``CU_CTX_SCHED_BLOCKING_SYNC`` (cuda.h).
 _SCHED_BLOCKING_SYNC = 0x04

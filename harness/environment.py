@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import settings
 from harness.machine_limits import usable_cores
 
 _ENV_VARS = ("CUDA_VISIBLE_DEVICES", "CXX")
@@ -34,6 +35,7 @@ def capture_environment() -> dict[str, Any]:
     env.update(_torch_info())
     env["driver_version"] = nvidia_driver_version()
     env["env"] = {name: os.environ.get(name) for name in _ENV_VARS}
+    env["settings"] = settings.set_in()  # the project's settings this run had set (settings/)
     return env
 
 

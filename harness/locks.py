@@ -18,7 +18,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-LOCK_DIR_ENV = "CONFORMANCE_LOCK_DIR"
+import settings
+
+LOCK_DIR_ENV = settings.LOCK_DIR.name
 _POLL_S = 0.01
 
 

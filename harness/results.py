@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+import settings
 from harness.outcomes import FAILING, NOT_CHECKING, Outcome
 
 SCHEMA = "aoti-conformance-results"
@@ -129,7 +130,7 @@ def utc_now() -> str:
 #: every reader (the report, the dashboard) merges them into one run without being told. A CI system that
 #: spreads the matrix cells over several runners sets it itself, one value for all of them: the front door
 #: then passes it on, and the cells' files merge into one run too.
-RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+RUN_ID_ENV = settings.RUN_ID.name
 
 
 def new_run_id() -> str:

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import settings
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 2
@@ -64,7 +66,7 @@ STOP_CODES = frozenset({EXIT_STOPPED_BY_FAULT, EXIT_DEADLINE, EXIT_SIGINT, EXIT_
 
 DEADLINE_OPTION = "--run-deadline"
 #: The front door also reads the deadline from the environment (seconds, like the option).
-DEADLINE_ENV = "CONFORMANCE_RUN_DEADLINE"
+DEADLINE_ENV = settings.RUN_DEADLINE.name
 
 _SIGNALS = {signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM), signal.SIGINT: ("SIGINT", EXIT_SIGINT)}
 

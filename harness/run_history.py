@@ -24,12 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import settings
 from harness.busy_sampler import BUSY_TRACE_SUFFIX
 from harness.results import JOURNAL_SUFFIX, ResultFileError, load_results
 
 RUNS_DIR = "runs"
-KEEP_ENV = "CONFORMANCE_KEEP_RUNS"
-DEFAULT_KEEP = 10
+KEEP_ENV = settings.KEEP_RUNS.name
+DEFAULT_KEEP = settings.KEEP_RUNS.default()
 #: The files one session's run leaves in ``results/`` per shard name.
 SUFFIXES = (
     ".json", ".json" + JOURNAL_SUFFIX, ".junit.xml", ".html", ".prelower.log", ".prelower.budget.tsv",
@@ -50,12 +51,7 @@ class StoredRun:
 
 def keep_count() -> int:
     """How many earlier runs to keep: ``$CONFORMANCE_KEEP_RUNS`` (0 keeps none), default 10."""
-    raw = os.environ.get(KEEP_ENV, "").strip()
-    if not raw:
-        return DEFAULT_KEEP
-    if not raw.isdigit():
-        raise ValueError(f"${KEEP_ENV} must be a whole number of runs to keep, got {raw!r}")
-    return int(raw)
+    return settings.KEEP_RUNS.get()
 
 
 def session_files(results: Path, names: Sequence[str]) -> list[Path]:

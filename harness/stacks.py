@@ -13,7 +13,9 @@ import os
 import signal
 from collections.abc import Mapping
 
-STACKS_SIGNAL_ENV = "CONFORMANCE_STACKS_SIGNAL"
+import settings
+
+STACKS_SIGNAL_ENV = settings.STACKS_SIGNAL.name
 
 
 def dump_stacks_on_signal(env: Mapping[str, str] = os.environ) -> signal.Signals | None:

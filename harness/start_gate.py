@@ -26,8 +26,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import settings
+
 #: ``<pid>:<path>`` of the gate a phase started early waits for; unset: no gate (start at once).
-GATE_ENV = "CONFORMANCE_START_GATE"
+GATE_ENV = settings.START_GATE.name
 #: Seconds between looks at the gate: a phase's cases start within this of its opening.
 POLL_S = 0.05
 #: Imported by a held process before it waits: ``torch.export`` and dynamo (with sympy and the symbolic
@@ -35,9 +37,9 @@ POLL_S = 0.05
 #: backend (2-5 s of a first case on the GPU image). Torch's own modules, never a backend's.
 WARM_IMPORTS = ("torch._dynamo", "torch.export")
 #: Comma-separated modules to import instead of ``WARM_IMPORTS`` (empty: none).
-WARM_ENV = "CONFORMANCE_WARM_IMPORTS"
+WARM_ENV = settings.WARM_IMPORTS.name
 #: The threads for torch's ops a held process takes once its gate opens (``held_threads``).
-THREADS_ENV = "CONFORMANCE_THREADS_AT_GATE"
+THREADS_ENV = settings.THREADS_AT_GATE.name
 
 
 class FrontDoorGone(RuntimeError):

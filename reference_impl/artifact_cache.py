@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import settings
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - non-POSIX: atomic writes still hold, builds may duplicate
@@ -70,18 +72,16 @@ __all__ = [
     "value_digest",
 ]
 
-CACHE_ENV_VAR = "CONFORMANCE_CACHE_DIR"
+CACHE_ENV_VAR = settings.CACHE_DIR.name
 KEY_SCHEMA_VERSION = 1
 _LAYOUT = "v1"
 _KEY = re.compile(r"[0-9a-f]{64}")
 
 
 def default_cache_dir() -> Path:
-    """``$CONFORMANCE_CACHE_DIR`` if set and non-empty, else ``~/.cache/aoti-conformance``."""
-    configured = os.environ.get(CACHE_ENV_VAR, "").strip()
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".cache" / "aoti-conformance"
+    """``$CONFORMANCE_CACHE_DIR`` as ``settings.CACHE_DIR`` resolves it for every reader (the suite's
+    cleaning and stamps name the same directory), else ``~/.cache/aoti-conformance``."""
+    return settings.CACHE_DIR.get()
 
 
 def inductor_cache_env() -> dict[str, str]:

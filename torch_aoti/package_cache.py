@@ -35,14 +35,15 @@ from typing import Any
 
 import torch
 
-CACHE_ENV = "CONFORMANCE_CACHE_DIR"
+import settings
+
+CACHE_ENV = settings.CACHE_DIR.name
 #: Bumped when what the key covers changes.
 KEY_VERSION = "torch_aoti/1"
 
 
 def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
-    root = env.get(CACHE_ENV) or str(Path.home() / ".cache" / "aoti-conformance")
-    return Path(root) / "torch_aoti"
+    return settings.CACHE_DIR.get(env) / "torch_aoti"
 
 
 def _tensor(value: torch.Tensor) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import settings
 from conformance.benchmarks import timing_metric
 from conformance.protocol import part_attributes
 from harness.bench import BenchContext, Suite
@@ -49,7 +50,7 @@ DTYPE_NAME = "float32"
 ROOT = Path(__file__).resolve().parents[2]
 # Where the reference backend keeps its artifact cache (reference_impl.artifact_cache); named
 # here, not imported, because the suite never imports a backend's code.
-CACHE_ENV_VAR = "CONFORMANCE_CACHE_DIR"
+CACHE_ENV_VAR = settings.CACHE_DIR.name
 COLD_CACHE_VARS = {
     CACHE_ENV_VAR: "artifacts",
     "TORCHINDUCTOR_CACHE_DIR": "inductor",

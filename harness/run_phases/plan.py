@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import settings
 from harness import cuda_sync
 from harness.results import RUN_ID_ENV
 from harness.run_phases import sizing
@@ -23,9 +24,9 @@ EXCLUSIVE_MARKS = ("traffic", "timing")
 EXCLUSIVE = " or ".join(EXCLUSIVE_MARKS)
 #: conformance/conftest.py's ``WORKER_GPUS_ENV`` (harness does not import the suite): each xdist worker
 #: pins itself to one of these GPUs before CUDA starts.
-WORKER_GPUS_ENV = "CONFORMANCE_WORKER_GPUS"
+WORKER_GPUS_ENV = settings.WORKER_GPUS.name
 #: ``0`` turns the background pre-lowering off (a backend without an artifact cache only loses the time).
-PRELOWER_ENV = "CONFORMANCE_PRELOWER"
+PRELOWER_ENV = settings.PRELOWER.name
 #: The measured seconds of the suite's long cases, which the plugin starts first (harness/case_order.py).
 CASE_SECONDS = Path("conformance", "case_seconds.json")
 #: The shards of a run: ``results/<name><suffix>.json``, one per pytest phase.
@@ -176,7 +177,7 @@ def prelowers(run: SuiteRun, env: Mapping[str, str] = os.environ) -> bool:
     (``SuiteRun.prelower``), a narrowed selection, or ``$CONFORMANCE_PRELOWER=0``. The front door then asks
     whether an earlier run already lowered everything (``prelowering.earlier_prelowering``), and the sizing
     says whether the cores leave room for it (``sizing.size_gpu_run``)."""
-    return run.prelower and not run.narrowed and env.get(PRELOWER_ENV) != "0"
+    return run.prelower and not run.narrowed and settings.PRELOWER.get(env)
 
 
 def shared_env(

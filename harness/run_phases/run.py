@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import settings
 from harness.busy_sampler import BUSY_TRACE_SUFFIX, BusySampler
 from harness.results import RUN_ID_ENV
 from harness.run_control import (
@@ -209,6 +210,9 @@ def run_phases(
     run_id = plan.run_id(run.name)
     given = f" (${RUN_ID_ENV})" if os.environ.get(RUN_ID_ENV, "").strip() else ""
     console.log(f"run id {run_id}{given}")
+    chosen = settings.set_in()
+    shown = ", ".join(f"{name}={value!r}" for name, value in chosen.items())
+    console.log(f"settings: {shown}" if chosen else "settings: none set (`python -m settings` lists them)")
     context = _Context(console, run, door, record, {RUN_ID_ENV: run_id})
     record.shards.append(run.name)
     if gpus == 0:

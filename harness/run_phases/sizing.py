@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import settings
 from harness.machine_limits import Cgroups, Cores, memory_headroom_gib, usable_cores
 
 #: Overrides the case workers per GPU (a positive integer; anything else is ignored).
-WORKERS_PER_GPU_ENV = "CONFORMANCE_WORKERS_PER_GPU"
+WORKERS_PER_GPU_ENV = settings.WORKERS_PER_GPU.name
 #: ``0``: the compile processes are not paused to keep the run within its cores (they then take what the
 #: workers leave by their lower priority alone, more runnable tasks than cores).
-CPU_BUDGET_ENV = "CONFORMANCE_CPU_BUDGET"
+CPU_BUDGET_ENV = settings.CPU_BUDGET.name
 #: Inductor starts a pool of compile subprocesses per compiling process (one per core); with a process per
 #: core compiling, one each is enough and spares hundreds of torch imports.
 COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
@@ -80,9 +81,9 @@ def burst_headroom(cpus: int) -> int:
 
 
 def workers_override(env: Mapping[str, str] = os.environ) -> int | None:
-    """``$CONFORMANCE_WORKERS_PER_GPU`` when it is a positive integer; None otherwise."""
-    configured = env.get(WORKERS_PER_GPU_ENV, "").strip()
-    return int(configured) if configured.isdigit() and int(configured) > 0 else None
+    """``$CONFORMANCE_WORKERS_PER_GPU``, None where unset; anything but a whole number ≥ 1 is a
+    ``settings.SettingError`` naming it (a typo no longer sizes the run silently)."""
+    return settings.WORKERS_PER_GPU.get(env)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def size_gpu_run(
         jobs = room if room >= MIN_PRELOWER_JOBS else 0
         if jobs:
             reasons.append(f"pre-lowering beside them at a lower priority: {jobs} compile processes")
-            if env.get(CPU_BUDGET_ENV, "").strip() == "0":
+            if not settings.CPU_BUDGET.get(env):
                 reasons.append(f"${CPU_BUDGET_ENV}=0: compiles not paused, more runnable tasks than cores")
             else:
                 headroom = burst_headroom(cpus)

@@ -10,6 +10,7 @@ import pytest
 
 from harness.machine_limits import Cgroups, Cores
 from harness.run_phases import sizing
+from settings import SettingError
 
 ROOT = Path(__file__).resolve().parents[2]
 #: sizing's own reader of /proc/meminfo (read before any test replaces it).
@@ -96,8 +97,10 @@ def test_the_override_sets_the_workers_and_the_compiles_keep_the_budget() -> Non
     assert more.reasons[-3].endswith("24 case workers, over the budget of 15")
     assert _sizing(16, 1, 12.0, CONFORMANCE_WORKERS_PER_GPU="3").prelower_jobs == 0  # 1 left: not worth it
     assert _sizing(16, 1, prelower=False, CONFORMANCE_WORKERS_PER_GPU="5").threads_per_worker == 3
-    for ignored in ("0", "-3", "two", ""):  # not a count
-        assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU=ignored).workers_per_gpu == 12
+    assert _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU="").workers_per_gpu == 12  # empty: unset
+    for wrong in ("0", "-3", "two"):  # not a count: named, not silently sized over (settings/)
+        with pytest.raises(SettingError, match="CONFORMANCE_WORKERS_PER_GPU must be a whole number"):
+            _sizing(16, 1, CONFORMANCE_WORKERS_PER_GPU=wrong)
 
 
 def test_the_counts_hold_on_every_machine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("conformance", "harness", "reports", "reference_impl", "upstream_executorch", "torch_aoti")
+PACKAGES = (
+    "conformance", "harness", "reports", "reference_impl", "upstream_executorch", "torch_aoti", "settings",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

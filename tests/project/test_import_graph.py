@@ -87,6 +87,8 @@ FORBIDDEN: dict[tuple[str, str], str] = {
     ("torch_aoti", "upstream_executorch"): "the adapters stand apart",
     ("upstream_executorch", "torch_aoti"): "the adapters stand apart",
     ("reference_impl", "torch_aoti"): "the backends stand apart",
+    # The settings table is the floor every package may stand on: it stands on nothing of ours.
+    **{("settings", p): "settings is standard library only" for p in PACKAGES if p != "settings"},
 }
 
 #: Edges that break a rule above on purpose: (source module, target module) → why. Empty today: the

@@ -8,7 +8,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("conformance", "harness", "reports", "reference_impl", "upstream_executorch", "torch_aoti")
+from tests.project.import_scan import PACKAGES
 
 
 def _modules() -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.project.test_imports import PACKAGES
+from tests.project.import_scan import PACKAGES
 
 TESTS = Path(__file__).resolve().parents[1]
 #: Folders of tests/ that are not named after a product package: the whole project (front door, imports,
