@@ -334,11 +334,23 @@ class ResultRecorder:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.write_final(self._incomplete_reason(session, exitstatus))
+        if session.exitstatus == pytest.ExitCode.TESTS_FAILED and self.run.complete and not self.fails_run():
+            # pytest counted a report that failed before its case's outcome was decided: a device fault or
+            # a dead worker that a known failure declares is xfailed in the result file. The exit status
+            # says what the result file says (a GPU run exited 1 beside "0 failed").
+            session.exitstatus = pytest.ExitCode.OK
         if session.exitstatus == pytest.ExitCode.OK and self.run.cases and not self.run.exercised():
             # Green must mean "the backend was checked": skips, coverage gaps and the suite's own checks
             # say nothing about it. pytest's "no tests" status: the front door reads it per phase.
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
             self._summary_line = f"{self._summary_line}\n{nothing_exercised_line(self.run)}"
+
+    def fails_run(self) -> bool:
+        """Whether a recorded case fails the run: a failing outcome (``FAILING``), or a should-level
+        failure under ``--strict-should``."""
+        strict = self.run.metadata.get("strict_should") is True
+        failing = {*FAILING, Outcome.SHOULD_FAILED} if strict else FAILING
+        return any(case.outcome in failing for case in self.run.cases)
 
     def write_final(self, reason: str | None) -> None:
         """The final result file (once), the journal then discarded."""
