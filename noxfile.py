@@ -43,11 +43,11 @@ def _by_path(relative: str) -> Any:
     return module
 
 
-def _harness(dotted: str) -> Any:
-    """A standard-library-only module of this checkout's ``harness`` (``harness.run_phases.run``), imported
-    as itself without a change to sys.path: the packages it stands on (``settings``, then ``harness``) are
-    registered from ROOT first, so the module's own imports find this checkout's modules too."""
-    for name in ("settings", "harness"):
+def _front(dotted: str) -> Any:
+    """A standard-library-only module of this checkout's runner (``runner.run``) or harness, imported as
+    itself without a change to sys.path: the packages it stands on (``settings``, ``harness``, ``runner``)
+    are registered from ROOT first, so the module's own imports find this checkout's modules too."""
+    for name in ("settings", "harness", "runner"):
         if name not in sys.modules:
             init = ROOT / name / "__init__.py"
             spec = importlib.util.spec_from_file_location(
@@ -64,12 +64,12 @@ def _harness(dotted: str) -> Any:
 #: (chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/cells.py).
 #: New chapters join the matrix without touching this.
 MATRIX_CELLS = _by_path("conformance/cells.py").matrix_cells(ROOT / "conformance")
-#: A run's phases, its report and its process counts (harness/run_phases/): this file picks the session
+#: A run's phases, its report and its process counts (runner/): this file picks the session
 #: and passes its arguments.
-PLAN = _harness("harness.run_phases.plan")
-RUN = _harness("harness.run_phases.run")
-SIZING = _harness("harness.run_phases.sizing")
-CACHES = _harness("harness.caches")
+PLAN = _front("runner.plan")
+RUN = _front("runner.run")
+SIZING = _front("runner.sizing")
+CACHES = _front("harness.caches")
 
 
 def _uses_venv(session: nox.Session) -> bool:
@@ -153,7 +153,7 @@ def _install_report(session: nox.Session) -> None:
 
 
 class _NoxConsole:
-    """nox's session as a run's console (harness/run_phases/console.py): nox shows each command line, runs
+    """nox's session as a run's console (runner/console.py): nox shows each command line, runs
     it in the session's environment, and fails the session on a step's failure as it does anywhere."""
 
     def __init__(self, session: nox.Session) -> None:
@@ -214,7 +214,7 @@ def _run_suite(
     coverage: tuple[str, ...] = (),
 ) -> None:
     """Run the conformance suite in phases, then render the summary page even if cases failed or crashed
-    (harness/run_phases/run.py says what the phases are). ``prelower=False`` skips compiling the zoo up
+    (runner/run.py says what the phases are). ``prelower=False`` skips compiling the zoo up
     front (for a backend whose zoo cases cannot run); ``python``: the interpreter that runs the cases;
     ``coverage``: the command that writes the rule coverage table, run beside the run."""
     run = PLAN.SuiteRun(ROOT, name, tuple(selection), python, tuple(session.posargs), prelower, coverage)

@@ -47,8 +47,8 @@ from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
 from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
 from harness.caches import artifact_dir
+from harness.machine_limits import wait_for_room
 from harness.progress import heartbeat
-from harness.run_phases.cpu_budget import wait_for_room
 from harness.stacks import dump_stacks_on_signal
 
 #: Programs beside the zoo that a chapter lowers: the metamorphic chapter's model and its variants.
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     done = stamp_path(sources_stamp(spec, tasks))
     stamped = done.exists() and not args.force
     if args.is_done:
-        # harness/run_phases/prelowering.py reads the stamp from this line: keep "(stamp PATH)" at its end.
+        # runner/prelowering.py reads the stamp from this line: keep "(stamp PATH)" at its end.
         if stamped:
             print(f"prelower: done, {len(tasks)} programs for {targets} (stamp {done})", flush=True)
         else:

@@ -8,7 +8,7 @@ slices, and the compile processes beside them, the cold run's critical path, get
 results, a wake-up of microseconds later.
 
 The front door asks for it in the phases where many workers share a GPU and nothing is timed
-(``$CONFORMANCE_CUDA_SYNC=blocking``, ``harness/run_phases/plan.py``); the phase that measures on its GPU
+(``$CONFORMANCE_CUDA_SYNC=blocking``, ``runner/plan.py``); the phase that measures on its GPU
 alone keeps CUDA's default. It must be set before the process's CUDA context exists: the suite's conftest
 calls ``apply_from_env`` where it pins a worker to its GPU.
 

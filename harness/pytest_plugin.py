@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _pytest import junitxml  # its stash key: where a plugin adds testsuite properties
 
-from harness import case_order, causes, run_end, start_gate, worker_exit
+from harness import case_order, run_end, start_gate, worker_exit
 from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
+from harness.failure_surfaces import CausesInJunit, ReproOnFailures
 from harness.outcomes import FAILING, FINAL, Outcome, count_words, is_suite_check
 from harness.results import (
     LEVELS,
@@ -178,56 +178,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(CausesInJunit(recorder), "harness-causes-in-junit")
 
 
-class ReproOnFailures:
-    """Where a CI user looks first, each failed case's repro command (``--backend``, ``--backend-path`` and
-    the generated cases' options included, as the result file has it): a JUnit property ``repro`` on the case,
-    and a terminal section after the run listing the command of every failed case."""
-
-    #: Failed cases listed in the terminal section; the result file and the JUnit file have them all.
-    LISTED = 30
-
-    def __init__(self, recorder: ResultRecorder) -> None:
-        self.recorder = recorder
-        self.failed: dict[str, str] = {}
-
-    @pytest.hookimpl(tryfirst=True)  # before JUnit XML reads the teardown report's properties
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed and report.when in ("setup", "call"):
-            self.failed[report.nodeid] = self.recorder.repro_of(report.nodeid)
-        elif report.when == "teardown" and report.nodeid in self.failed:
-            report.user_properties = [*report.user_properties, ("repro", self.failed[report.nodeid])]
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        # The run's final outcomes decide: a dead worker's case that a known failure declares is xfailed.
-        final = {case.id: case.outcome for case in self.recorder.run.cases}
-        failed = [cmd for nodeid, cmd in self.failed.items() if final.get(nodeid, Outcome.FAILED) in FAILING]
-        if not failed:
-            return
-        terminalreporter.section(f"repro commands ({len(failed)} failed)", red=True)
-        for command in failed[: self.LISTED]:
-            terminalreporter.write_line(command)
-        if len(failed) > self.LISTED:
-            terminalreporter.write_line(f"... and {len(failed) - self.LISTED} more (the result file has all)")
-
-
 def recorded_run(config: pytest.Config) -> RunResult | None:
     """The run the recorder wrote (its outcomes final), where this process records one; else None."""
     recorder = config.stash.get(_RECORDER_KEY, None)
     return recorder.run if recorder is not None else None
-
-
-class CausesInJunit:
-    """The JUnit file opens with the likely cause (``harness.causes.junit_properties``): testsuite
-    properties, added before pytest's writer writes the file at its own sessionfinish."""
-
-    def __init__(self, recorder: ResultRecorder) -> None:
-        self.recorder = recorder
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self) -> None:
-        xml = self.recorder.config.stash.get(junitxml.xml_key, None)
-        for name, value in causes.junit_properties(self.recorder.run.cases) if xml is not None else ():
-            xml.add_global_property(name, value)
 
 
 class _Pending:

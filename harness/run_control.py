@@ -13,7 +13,7 @@ signal handler. The signal still reaches a wake-up descriptor (``signal.set_wake
 of ours watches: when the main thread has not answered within ``grace_s``, that thread calls
 ``on_unanswered`` (the recorder writes the artifacts from there and ends the process).
 
-Standard library only: the nox front door imports it (through ``harness/run_phases``) with whatever
+Standard library only: the nox front door imports it (through ``runner``) with whatever
 interpreter runs nox, for the exit codes and the deadline.
 """
 

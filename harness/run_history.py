@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import settings
-from harness.busy_sampler import BUSY_TRACE_SUFFIX
 from harness.results import JOURNAL_SUFFIX, ResultFileError, load_results
 
 RUNS_DIR = "runs"
+#: A run's busy trace (``runner/busy_sampler.py`` writes it): ``results/<run>.busy.tsv``.
+BUSY_TRACE_SUFFIX = ".busy.tsv"
 KEEP_ENV = settings.KEEP_RUNS.name
 DEFAULT_KEEP = settings.KEEP_RUNS.default()
 #: The files one session's run leaves in ``results/`` per shard name.

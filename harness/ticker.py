@@ -1,5 +1,5 @@
 """A step repeated in a daemon thread: what the run's samplers, keepers and progress lines share
-(``busy_sampler``, ``run_phases/cpu_budget``, ``progress``). Standard library only."""
+(``runner/busy_sampler``, ``runner/cpu_budget``, ``progress``). Standard library only."""
 
 from __future__ import annotations
 

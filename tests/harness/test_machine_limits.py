@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.machine_limits import Cgroups, Cores, cpu_quota, memory_headroom_gib, usable_cores
-from harness.run_phases import sizing
+from runner import sizing
 
 GIB = 2**30
 

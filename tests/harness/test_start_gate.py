@@ -1,4 +1,4 @@
-"""A phase started early waits at its gate (harness/start_gate.py, harness/run_phases/early.py): the gate
+"""A phase started early waits at its gate (harness/start_gate.py, runner/early.py): the gate
 itself, then a real pytest run with an xdist worker, held until the gate opens, and one ended at it."""
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.run_phases import early
-from harness.run_phases.plan import PytestPhase
 from harness.start_gate import (
     GATE_ENV,
     THREADS_ENV,
@@ -29,6 +27,8 @@ from harness.start_gate import (
     wait_for_gate,
     warm_imports,
 )
+from runner import early
+from runner.plan import PytestPhase
 
 ROOT = Path(__file__).resolve().parents[2]
 

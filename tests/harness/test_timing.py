@@ -179,9 +179,7 @@ def test_time_cuda_needs_a_gpu() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        pytest.skip(
-            "no CUDA device: time_cuda is exercised by `python -m harness.gpu_smoke` on a GPU machine"
-        )
+        pytest.skip("no CUDA device: time_cuda is exercised by `python -m runner.gpu_smoke` on a GPU machine")
     a = torch.randn(256, 256, device="cuda")
     m = time_cuda(lambda: a @ a, 0, StopPolicy(min_samples=5, budget_s=0.2))
     assert m.unit == "s"

@@ -6,6 +6,7 @@ lazy; the cycles among them; the imports of other top-level packages and the nam
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (
     "conformance", "harness", "reports", "reference_impl", "upstream_executorch", "torch_aoti", "settings",
+    "runner",
 )  # fmt: skip
 
 
@@ -24,13 +26,17 @@ class Edge:
     line: int
     #: None at module level (runs on import); else the function whose call runs it.
     function: str | None
+    #: A process the source starts (``[python, "-m", "conformance.prelower", ...]``), not an import: the
+    #: dependency is as real, only the import statement is missing (the front door runs without torch).
+    process: bool = False
 
     @property
     def lazy(self) -> bool:
-        return self.function is not None
+        return self.function is not None or self.process
 
     def __str__(self) -> str:
-        where = f"inside {self.function}()" if self.lazy else "module level"
+        where = f"inside {self.function}()" if self.function is not None else "module level"
+        where = f"a process started {where}" if self.process else where
         return f"{self.source} -> {self.target}  ({self.path}:{self.line}, {where})"
 
 
@@ -94,18 +100,36 @@ def _targets(node: ast.stmt, module: str, is_package: bool) -> Iterator[str]:
     yield from (f"{base}.{alias.name}" if alias.name != "*" else base for alias in node.names)
 
 
+def _started_modules(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """(module, line) of every ``"-m", "<module>"`` pair in a list or tuple literal: a command line."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = node.elts
+            for flag, name in itertools.pairwise(items):
+                if (
+                    isinstance(flag, ast.Constant) and flag.value == "-m"
+                    and isinstance(name, ast.Constant) and isinstance(name.value, str)
+                ):  # fmt: skip
+                    yield name.value, name.lineno
+
+
 def import_edges(root: Path, packages: Sequence[str] = PACKAGES) -> list[Edge]:
-    """Every import of one project module by another (external imports are not edges)."""
+    """Every import of one project module by another (external imports are not edges), and every process
+    one starts by ``-m`` of another (``Edge.process``)."""
     known = modules(root, packages)
     edges: dict[Edge, None] = {}  # one edge per statement and target (``from a import x, y`` is one)
     for module, path in known.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        rel = path.relative_to(root).as_posix()
         for node, function in _imports(tree):
             for name in _targets(node, module, path.name == "__init__.py"):
                 target = _project_module(name, known)
                 if target is not None and target != module:
-                    rel = path.relative_to(root).as_posix()
                     edges[Edge(module, target, rel, node.lineno, function)] = None
+        for name, line in _started_modules(tree):
+            target = _project_module(name, known)
+            if target is not None and target != module:
+                edges[Edge(module, target, rel, line, None, process=True)] = None
     return list(edges)
 
 

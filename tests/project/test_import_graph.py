@@ -87,6 +87,14 @@ FORBIDDEN: dict[tuple[str, str], str] = {
     ("torch_aoti", "upstream_executorch"): "the adapters stand apart",
     ("upstream_executorch", "torch_aoti"): "the adapters stand apart",
     ("reference_impl", "torch_aoti"): "the backends stand apart",
+    # The runner drives a run: it may start the suite and the renderer; nothing the cases or reports use
+    # depends on it (harness keeps only what cases and reports import).
+    ("harness", "runner"): "harness is the library cases and reports use; the runner drives a run",
+    ("conformance", "runner"): "the suite is driven by the runner, never the other way",
+    ("reports", "runner"): "reports renders result files, whoever ran them",
+    ("reference_impl", "runner"): "a backend never depends on the suite's runner",
+    ("upstream_executorch", "runner"): "a backend never depends on the suite's runner",
+    ("torch_aoti", "runner"): "a backend never depends on the suite's runner",
     # The settings table is the floor every package may stand on: it stands on nothing of ours.
     **{("settings", p): "settings is standard library only" for p in PACKAGES if p != "settings"},
 }

@@ -1,7 +1,7 @@
 """The GitHub Actions workflow is code too: it validates against GitHub's schema, every nox session and
 script it runs exists, and its fan-out matrix is exactly the cells that select cases (``nox -l -t matrix``).
 The worked examples under ``examples/ci/`` are held to the same checks; the sharded one's listing step is
-run for real, and its jobs are checked to share one run id, cache by ``harness.cache_key`` and merge every
+run for real, and its jobs are checked to share one run id, cache by ``runner.cache_key`` and merge every
 cell's files into the report.
 
 actionlint's pip wrapper downloads a binary at install time, so the schema check is check-jsonschema's
@@ -192,8 +192,8 @@ def test_the_sharded_example_shares_one_run_id_caches_by_the_key_and_merges_ever
     )
     assert cell["env"]["CHAPTER"] == "${{ matrix.cell.chapter }}"
     assert cell["env"]["DTYPE"] == "${{ matrix.cell.dtype }}"
-    # The artifact directory is cached under harness.cache_key's key, per cell, and the run uses it.
-    key_step = _step(cell, runs="python3 -m harness.cache_key")
+    # The artifact directory is cached under runner.cache_key's key, per cell, and the run uses it.
+    key_step = _step(cell, runs="python3 -m runner.cache_key")
     assert "CONFORMANCE_CACHE_DIR=" in key_step["run"]
     assert '>> "$GITHUB_ENV"' in key_step["run"]
     cache = _step(cell, uses="actions/cache@")["with"]

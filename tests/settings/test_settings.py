@@ -14,8 +14,8 @@ import pytest
 import settings
 from harness.caches import artifact_dir
 from harness.run_history import keep_count
-from harness.run_phases import sizing
 from reference_impl.artifact_cache import default_cache_dir
+from runner import sizing
 from settings import SettingError
 from torch_aoti.package_cache import cache_dir
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from harness.results import JOURNAL_SUFFIX
 from harness.run_control import EXIT_NO_TESTS, EXIT_OK, FrontDoor
-from harness.run_phases.console import Console, Started
-from harness.run_phases.plan import SuiteRun
-from harness.run_phases.record import RunRecord
+from runner.console import Console, Started
+from runner.plan import SuiteRun
+from runner.record import RunRecord
 
 
 @dataclass(frozen=True)

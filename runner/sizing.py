@@ -3,7 +3,7 @@
 A GPU run is sized once, by ``size_gpu_run``, from the cores, the GPUs and the host memory together: the
 case workers, and the background pre-lowering's compile processes beside them at a lower priority; the
 run's header says how it sized itself and why (``GpuSizing.sentence`` and ``GpuSizing.reasons``), and the
-phase table how many tasks were runnable in each phase (``harness/busy_sampler.py``). Standard library
+phase table how many tasks were runnable in each phase (``runner/busy_sampler.py``). Standard library
 only: nox imports this module with whatever interpreter runs nox.
 """
 
@@ -159,7 +159,7 @@ def size_gpu_run(
     cold run's critical path, so they take every cycle the workers leave. Measured on one H100 (16 cores,
     cold): 12 workers + 15 compiles 240 s; a fixed half each (7 + 8) left a median 6 cores idle, 298 s; 12
     workers + 15 compiles that started a program only while fewer than 16 tasks were runnable, 283 s and
-    not done (H200). The run's table shows the runnable tasks of each phase (``harness/busy_sampler.py``).
+    not done (H200). The run's table shows the runnable tasks of each phase (``runner/busy_sampler.py``).
     """
     gpus = max(1, gpus)
     found = Cores(cpus) if cpus else usable_cores()  # one read: the count and what bound it

@@ -1,4 +1,4 @@
-"""The CI cache key of the artifact directory (``python -m harness.cache_key``): stable for the same backend,
+"""The CI cache key of the artifact directory (``python -m runner.cache_key``): stable for the same backend,
 zoo, torch and compiler wherever and whenever they were checked out, different when one of them changes,
 and computed without importing torch, the backend or the suite."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cache_key
+from runner import cache_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_key_is_stable_and_imports_neither_torch_nor_the_backend() -> None:
     code = (
         "import sys\n"
-        "from harness.cache_key import main\n"
+        "from runner.cache_key import main\n"
         "main([])\n"
         "loaded = {'torch', 'reference_impl', 'conformance'} & {m.split('.')[0] for m in sys.modules}\n"
         "assert not loaded, loaded\n"

@@ -1,4 +1,4 @@
-"""How a GPU run is sized (harness/run_phases/sizing.py): case workers as a share of the cores, compile
+"""How a GPU run is sized (runner/sizing.py): case workers as a share of the cores, compile
 processes beside them at a lower priority, the memory cap, the override, and the README's example. The
 run-level effect of the sizing is in test_run_phases.py."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.machine_limits import Cgroups, Cores
-from harness.run_phases import sizing
+from runner import sizing
 from settings import SettingError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.run_control import FrontDoor
-from harness.run_phases import run
-from harness.run_phases.plan import SuiteRun
-from tests.harness.run_phases_fakes import STAMP, FakeBackground, FakeConsole
+from runner import run
+from runner.plan import SuiteRun
+from tests.runner.run_phases_fakes import STAMP, FakeBackground, FakeConsole
 
 
 class _WaitingConsole(FakeConsole):

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from harness.run_phases.console import Console, Started
-from harness.run_phases.plan import PytestPhase
 from harness.start_gate import GATE_ENV, gate_value, open_gate
+from runner.console import Console, Started
+from runner.plan import PytestPhase
 
 #: Seconds between looks at a released phase's output and exit.
 ECHO_S = 0.2

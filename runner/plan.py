@@ -16,7 +16,7 @@ from pathlib import Path
 import settings
 from harness import cuda_sync
 from harness.results import RUN_ID_ENV
-from harness.run_phases import sizing
+from runner import sizing
 
 #: Cases that need their GPU to themselves (device-wide NVML counters, recorded timings): they run after
 #: the parallel phase, in one worker (pyproject's markers ``traffic`` and ``timing``).

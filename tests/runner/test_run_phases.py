@@ -1,4 +1,4 @@
-"""The phases of a conformance run (harness/run_phases/), driven through a fake console: which pytest
+"""The phases of a conformance run (runner/), driven through a fake console: which pytest
 phases a machine gets and with what, the pre-lowering and preflight around them, a stop mid-run, the
 report and the verdict. No process runs here but a ``sleep`` to stop; tests/project/test_front_door.py and
 tests/project/test_sharded_run.py drive the real front door (nox) end to end."""
@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import TRACE_HEADER, BusySampler, ProcessState
 from harness.machine_limits import Cores
 from harness.phases import Phase, parse_phase
 from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
-from harness.run_phases import plan, prelowering, report, run, sizing
-from harness.run_phases.plan import PytestPhase, SuiteRun
-from harness.run_phases.prelowering import Prelowering
-from harness.run_phases.record import RunRecord
 from harness.start_gate import GATE_ENV
-from tests.harness.run_phases_fakes import (
+from runner import plan, prelowering, report, run, sizing
+from runner.busy_sampler import TRACE_HEADER, BusySampler, ProcessState
+from runner.plan import PytestPhase, SuiteRun
+from runner.prelowering import Prelowering
+from runner.record import RunRecord
+from tests.runner.run_phases_fakes import (
     STAMP,
     Failed,
     FakeBackground,
@@ -310,7 +310,7 @@ def test_the_deadline_is_shared_out_over_the_phases(tmp_path: Path) -> None:
     console = FakeConsole(gpus=0)
     run.run_suite(console, _suite(tmp_path, "--run-deadline", "100", "-x"))
     (check,) = console.of("check_args")
-    assert check == ["/venv/bin/python", "-m", "harness.check_args", "conformance", "-x"]
+    assert check == ["/venv/bin/python", "-m", "runner.check_args", "conformance", "-x"]
     (cmd,) = console.pytest_args()
     assert cmd[-2] == "-x"
     assert cmd[-1].startswith("--run-deadline=")
@@ -340,7 +340,7 @@ def test_a_shard_left_with_only_a_journal_is_finished_from_it(tmp_path: Path) ->
 
     class Crashing(FakeConsole):
         def exit_code(self, cmd: Sequence[str], **kwargs: object) -> int:
-            return self.check_args if "harness.check_args" in cmd else 139
+            return self.check_args if "runner.check_args" in cmd else 139
 
     console = Crashing(gpus=0)
     with pytest.raises(Failed, match="pytest exit code 139"):
@@ -522,7 +522,7 @@ def test_the_run_imports_neither_nox_torch_pytest_nor_a_backend() -> None:
     blocked = ["nox", "torch", "pytest", "conformance", "reference_impl", "upstream_executorch", "reports"]
     code = (
         f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
-        "import harness.run_phases.run, harness.run_phases.report, harness.run_phases.sizing\n"
+        "import runner.run, runner.report, runner.sizing\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)

@@ -1,7 +1,7 @@
 """A conformance run in phases (``run_suite``): what ``nox -s conformance``, its matrix cells and
 ``nox -s conformance_executorch`` do, then render the summary page even if cases failed or crashed.
 
-Before anything: the arguments are checked (``harness.check_args``), and beside that check the machine is
+Before anything: the arguments are checked (``runner.check_args``), and beside that check the machine is
 asked how many CUDA devices it has and whether an earlier run already lowered everything
 (``MachineQuestions``: each an interpreter importing torch, seconds that no longer come before the run).
 
@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import settings
-from harness.busy_sampler import BUSY_TRACE_SUFFIX, BusySampler
 from harness.results import RUN_ID_ENV
 from harness.run_control import (
     EXIT_DEADLINE,
@@ -54,20 +53,22 @@ from harness.run_control import (
     TERMINATE_WAIT_S,
     FrontDoor,
 )
-from harness.run_phases import plan, sizing
-from harness.run_phases.console import Console
-from harness.run_phases.early import EarlyPhase, cancel, release, start_early, stop_keeping
-from harness.run_phases.plan import EXCLUSIVE, PytestPhase, SuiteRun
-from harness.run_phases.prelowering import (
+from harness.run_history import BUSY_TRACE_SUFFIX
+from harness.start_gate import held_threads
+from runner import plan, sizing
+from runner.busy_sampler import BusySampler
+from runner.console import Console
+from runner.early import EarlyPhase, cancel, release, start_early, stop_keeping
+from runner.plan import EXCLUSIVE, PytestPhase, SuiteRun
+from runner.prelowering import (
     check_toolchain,
     earlier_prelowering,
     start_prelowering,
     stop_prelowering,
     toolchain_detail,
 )
-from harness.run_phases.record import RunRecord
-from harness.run_phases.report import RuleCoverage, report_run
-from harness.start_gate import held_threads
+from runner.record import RunRecord
+from runner.report import RuleCoverage, report_run
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,8 @@ def run_suite(console: Console, run: SuiteRun) -> None:
 
 def check_arguments(console: Console, python: str, args: Sequence[str]) -> None:
     """Before anything is moved or written: the backend loads, every option is valid and the selection
-    selects cases (pytest's own collection, harness/check_args.py); a mistake stops the session here."""
-    if console.exit_code([python, "-m", "harness.check_args", *args]) != 0:
+    selects cases (pytest's own collection, runner/check_args.py); a mistake stops the session here."""
+    if console.exit_code([python, "-m", "runner.check_args", *args]) != 0:
         console.error("nothing was run and results/ is as it was: fix the arguments above")
 
 

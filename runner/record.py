@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.busy_sampler import BusySampler
 from harness.phases import Phase
 from harness.run_control import EXIT_PREFLIGHT
-from harness.run_phases.prelowering import Prelowering
+from runner.busy_sampler import BusySampler
+from runner.prelowering import Prelowering
 
 
 @dataclass

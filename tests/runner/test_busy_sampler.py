@@ -1,4 +1,4 @@
-"""harness/busy_sampler.py: counting runnable tasks from /proc (a fake tree, and this machine's own), and
+"""runner/busy_sampler.py: counting runnable tasks from /proc (a fake tree, and this machine's own), and
 a window's percentiles."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import (
+from runner.busy_sampler import (
     TRACE_HEADER,
     BusySampler,
     BusySummary,

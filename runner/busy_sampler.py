@@ -295,8 +295,6 @@ class BusySummary:
 
 #: The phase table names this many of an over-the-cores mix's largest parts.
 MIX_SHOWN = 4
-#: A run's busy trace: ``results/<run>.busy.tsv``.
-BUSY_TRACE_SUFFIX = ".busy.tsv"
 #: The columns of the busy trace (``BusySampler.trace_path``): seconds from the run's start; runnable
 #: tasks; busy processes (``busy_processes_in``); where the tasks were over the cores, who they were
 #: (``busiest``).

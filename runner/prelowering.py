@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.run_control import EXIT_DEADLINE
-from harness.run_phases import sizing
-from harness.run_phases.console import Console
-from harness.run_phases.cpu_budget import CpuBudget, resume_group, resume_margin
+from runner import sizing
+from runner.console import Console
+from runner.cpu_budget import CpuBudget, resume_group, resume_margin
 
 #: Seconds the pre-lowering gets to end after SIGTERM before its process group is killed.
 STOP_WAIT_S = 30

@@ -1,4 +1,4 @@
-"""Check a run's arguments before the run touches anything: ``python -m harness.check_args [pytest args]``.
+"""Check a run's arguments before the run touches anything: ``python -m runner.check_args [pytest args]``.
 
 The front door calls this first, with the selection and options the run will get. It is pytest's own
 collection (``--collect-only``, no case runs, no preflight), so it judges exactly what the run would:
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from harness.run_phases.plan import EXCLUSIVE_MARKS
+from runner.plan import EXCLUSIVE_MARKS
 
 #: ``1102 tests collected``, ``12/1102 tests selected (1090 deselected)`` ... as pytest words it.
 _COUNT = re.compile(r"(?:(\d+)/)?(\d+) tests? (?:collected|selected)")
@@ -68,7 +68,7 @@ def _help_text(args: Sequence[str]) -> str:
 
 
 class PhaseCounts:
-    """How a GPU run's phases split the selected cases (``harness.run_phases.plan``): those that need the
+    """How a GPU run's phases split the selected cases (``runner.plan``): those that need the
     GPU alone (``EXCLUSIVE_MARKS``) run after the shared phase, those that need several GPUs beside it; so
     the shared phase's ``[N items]`` is fewer than the cases selected."""
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.check_args import PhaseCounts, suggestions
+from runner.check_args import PhaseCounts, suggestions
 
 ROOT = Path(__file__).resolve().parents[2]
 HELP = "  --backend=MOD  --backend-path=DIR  --known-failures=FILE  --dtype=D  --generated-examples=S"
@@ -22,7 +22,7 @@ def test_a_misspelt_long_option_gets_the_nearest_known_one() -> None:
 
 def test_the_check_prints_the_suggestion_from_the_suites_own_help() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "harness.check_args", "conformance", "--backnd", "reference_impl:BACKEND"],
+        [sys.executable, "-m", "runner.check_args", "conformance", "--backnd", "reference_impl:BACKEND"],
         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert done.returncode == 4, done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""One-call smoke run on a GPU machine: ``python -m harness.gpu_smoke [--out DIR]`` (under 3 minutes).
+"""One-call smoke run on a GPU machine: ``python -m runner.gpu_smoke [--out DIR]`` (under 3 minutes).
 
 It exercises, in order: the NVML counter path (call latency, achieved poll rate, how often the driver
 publishes new counter values), the traffic meter (idle drift, calibration, 1 GiB and 6 GiB pinned
@@ -177,7 +177,7 @@ def run_timing(device: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.gpu_smoke", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m runner.gpu_smoke", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/smoke", help="directory for smoke.json and bench.json")
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--skip-bench", action="store_true")

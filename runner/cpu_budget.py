@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from harness.busy_sampler import PROC, ProcessState, Roles, busiest, processes, runnable_in
+from harness.machine_limits import runnable_now
 from harness.ticker import Ticker
+from runner.busy_sampler import PROC, ProcessState, Roles, busiest, processes, runnable_in
 
 #: Seconds between two looks at the machine (one look reads every task's state: milliseconds): a compile
 #: lasts seconds to minutes, a case a fraction of a second to seconds.
@@ -53,13 +54,6 @@ QUICK_S = 0.02
 #: The least seconds between two looks, however often a quick read finds the machine over (a look costs
 #: about 30 ms of a core on 16 cores).
 MIN_LOOK_S = 0.1
-#: Seconds a compile process about to start waits at most for a core within the budget (``wait_for_room``).
-#: Each starts an interpreter and imports torch (a core for a second or two): the pool's 31 started at once
-#: beside 24 case workers starting too put two H200s at 36 busy processes on 32 cores before a look could
-#: pause them. Bounded, so that a count that never falls (a container's neighbours) delays each by this.
-START_WAIT_S = 0.5
-#: Where Linux says how many tasks are runnable right now (the fourth field: runnable/total).
-LOADAVG = Path("/proc/loadavg")
 #: Looks in a row over the budget before a compile process is paused. Two let the machine run over its
 #: budget for 0.4 s at each burst while a pause resumed at once what the burst had paused: over the cores
 #: in 60 of 181 samples of one H100's cold run (issue 31). A compile paused for a worker's moment of
@@ -106,32 +100,6 @@ def resume_margin(budget: int) -> int:
     machine went over its cores at the next look where any task woke: one H100's cold run sat at exactly
     its 16 runnable tasks in 20 % of the looks and over it in 15 %, most of those by one task."""
     return max(1, budget // MARGIN_PER_CORES)
-
-
-def runnable_now(loadavg: Path = LOADAVG) -> int | None:
-    """The machine's runnable tasks right now, from ``/proc/loadavg`` (the kernel's count, the reader
-    included, as a look counts itself); None where it cannot be read."""
-    try:
-        fields = loadavg.read_text().split()
-        return int(fields[3].partition("/")[0])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def wait_for_room(
-    within: int,
-    *,
-    limit_s: float = START_WAIT_S,
-    read: Callable[[], int | None] = runnable_now,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> float:
-    """Wait, ``limit_s`` at most, until one more runnable task fits within ``within`` (the kernel's count,
-    the reader excluded, below it); the seconds waited. Where the count cannot be read, no wait."""
-    began = clock()
-    while (count := read()) is not None and count - 1 >= within and clock() - began < limit_s:
-        sleep(QUICK_S)
-    return clock() - began
 
 
 def start_guard(group: int, owner: int | None = None) -> subprocess.Popen[bytes] | None:

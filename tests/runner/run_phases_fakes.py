@@ -1,4 +1,4 @@
-"""Fakes for the self-tests of a conformance run's phases (tests/harness/test_run_phases.py): a console that
+"""Fakes for the self-tests of a conformance run's phases (tests/runner/test_run_phases.py): a console that
 records what the run asks for and plays pytest phases (those started early too), and the background
 pre-lowering and preflight without their processes."""
 
@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.run_phases import run, sizing
-from harness.run_phases.prelowering import Prelowering
 from harness.start_gate import GATE_ENV
+from runner import run, sizing
+from runner.prelowering import Prelowering
 
 
 @contextlib.contextmanager
@@ -76,7 +76,7 @@ class FakeConsole:
         interrupt_s: float | None = None,
         terminate_s: float | None = None,
     ) -> int:
-        if "harness.check_args" in cmd:
+        if "runner.check_args" in cmd:
             self.calls.append(("check_args", list(cmd)))
             return self.check_args
         self.calls.append(("pytest", (list(cmd), dict(env or {}))))

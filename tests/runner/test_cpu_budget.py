@@ -1,4 +1,4 @@
-"""harness/run_phases/cpu_budget.py: the compile processes paused beyond the run's CPU budget and resumed in
+"""runner/cpu_budget.py: the compile processes paused beyond the run's CPU budget and resumed in
 turn, on a scripted machine; then real busy processes paused and resumed through /proc and signals."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.busy_sampler import ProcessState, Roles
-from harness.run_phases.cpu_budget import (
+from harness.machine_limits import runnable_now, wait_for_room
+from runner.busy_sampler import ProcessState, Roles
+from runner.cpu_budget import (
     MIN_LOOK_S,
     OVER_LOOKS,
     PEAK_S,
@@ -25,9 +26,7 @@ from harness.run_phases.cpu_budget import (
     CpuBudget,
     resume_group,
     resume_margin,
-    runnable_now,
     start_guard,
-    wait_for_room,
 )
 
 GROUP = 100  # the pre-lowering's process group (its leader, the pool's parent, has this pid)

@@ -1,4 +1,4 @@
-"""The rule coverage table written beside a run (``harness.run_phases.report.RuleCoverage``), with real
+"""The rule coverage table written beside a run (``runner.report.RuleCoverage``), with real
 processes standing in for ``python -m tests.rule_coverage --json``: in place once done, a failure or a hang
 only warns (and leaves no stale table), and a run its arguments' check stops leaves results/ as it was."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.run_phases import run
-from harness.run_phases.plan import SuiteRun
-from harness.run_phases.report import RuleCoverage
-from tests.harness.run_phases_fakes import Failed, FakeConsole, front_door_signals_restored
+from runner import run
+from runner.plan import SuiteRun
+from runner.report import RuleCoverage
+from tests.runner.run_phases_fakes import Failed, FakeConsole, front_door_signals_restored
 
 #: Writes its ``--output=FILE`` argument after ``sys.argv[1]`` seconds, then exits with ``sys.argv[2]``.
 TABLE = (

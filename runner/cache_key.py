@@ -1,4 +1,4 @@
-"""``python -m harness.cache_key [--backend module:attr] [--backend-path DIR] [--json]``: the key under which
+"""``python -m runner.cache_key [--backend module:attr] [--backend-path DIR] [--json]``: the key under which
 a CI system caches the artifact directory (``$CONFORMANCE_CACHE_DIR``) between runs.
 
 The artifact cache is content-addressed (``reference_impl/artifact_cache.py``): a restored cache
@@ -118,7 +118,7 @@ def cache_key(parts: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.cache_key", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m runner.cache_key", description=__doc__.splitlines()[0])
     parser.add_argument("--backend", help="module:attr (default: $CONFORMANCE_BACKEND or the reference)")
     parser.add_argument("--backend-path", action="append", help="directory holding the backend's package")
     parser.add_argument("--json", action="store_true", help="print what the key covers, and the key")
