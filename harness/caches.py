@@ -2,17 +2,23 @@
 
 ``python -m harness.caches`` lists them with their sizes; ``--clear`` removes the compile caches (the next
 run is a cold one again: 10-11 minutes for a CPU run on two cores instead of about a minute and a half).
-``nox -s clean-cache`` runs ``--clear``. Nothing here imports torch, so it runs with any Python.
+``nox -s clean-cache`` runs ``--clear``. ``--prune-unused-runs N`` keeps a cache that lives between CI runs
+bounded: every run notes its start in the artifact directory (``RUN_LOG``), the backends' caches mark an
+entry used when they hand it out (its mtime), and what none of the last ``N`` runs used is removed (lock
+files never: a deleted lock file breaks the locking of a process that holds it). Nothing here imports
+torch, so it runs with any Python.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +40,56 @@ class Cache:
 def artifact_dir(env: Mapping[str, str] = os.environ) -> Path:
     """``$CONFORMANCE_CACHE_DIR`` as ``settings.CACHE_DIR`` resolves it for every reader."""
     return settings.CACHE_DIR.get(env)
+
+
+#: One line per run that used the artifact directory: ``<epoch seconds> <run id>``, appended at its start.
+RUN_LOG = "runs.log"
+
+
+def note_run(run_id: str, now: float | None = None, env: Mapping[str, str] = os.environ) -> None:
+    """Note a run's start in the artifact directory's ``RUN_LOG`` (what ``prune_unused`` counts runs by)."""
+    root = artifact_dir(env)
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / RUN_LOG).open("a", encoding="utf-8") as log:
+        log.write(f"{time.time() if now is None else now:.0f} {run_id}\n")
+
+
+@dataclass(frozen=True)
+class Pruned:
+    files: int
+    bytes: int
+    #: The directory's size after pruning.
+    left: int
+    #: Why nothing was pruned, where nothing was.
+    why_not: str = ""
+
+
+def prune_unused(root: Path, runs: int) -> Pruned:
+    """Remove every file under ``root`` that none of its last ``runs`` runs used (mtime before the start of
+    the ``runs``-th last run in ``RUN_LOG``), lock files and the log itself kept; then empty folders."""
+    try:
+        starts = sorted(float(line.split()[0]) for line in (root / RUN_LOG).read_text().splitlines() if line)
+    except (OSError, ValueError, IndexError):
+        starts = []
+    if runs < 1 or len(starts) < runs:
+        return Pruned(
+            0, 0, size_of(root), f"{len(starts)} run(s) noted, fewer than {runs}: nothing is stale yet"
+        )
+    cutoff = starts[-runs]
+    files = removed = 0
+    for path in sorted(root.rglob("*"), reverse=True):  # files before the folders that hold them
+        if path.is_symlink() or path.is_file():
+            if path.name == RUN_LOG or path.suffix == ".lock" or "locks" in path.relative_to(root).parts:
+                continue
+            with contextlib.suppress(OSError):
+                stat = path.lstat()
+                if stat.st_mtime < cutoff:
+                    path.unlink()
+                    files, removed = files + 1, removed + stat.st_size
+        elif path.is_dir():
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only where empty
+    return Pruned(files, removed, size_of(root))
 
 
 def bytecode_env(env: Mapping[str, str] = os.environ, folder: Path | None = None) -> dict[str, str]:
@@ -97,7 +153,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--clear", action="store_true", help="remove the compile caches (artifacts, inductor, triton)"
     )
     parser.add_argument("--all", action="store_true", help="with --clear: the venvs and the kept runs too")
+    parser.add_argument(
+        "--prune-unused-runs",
+        type=int,
+        metavar="N",
+        help="remove from the artifact directory what none of the last N runs used (a CI cache kept bounded)",
+    )
     args = parser.parse_args(argv)
+    if args.prune_unused_runs is not None:
+        root = artifact_dir()
+        done = prune_unused(root, args.prune_unused_runs)
+        what = done.why_not or f"pruned {done.files} file(s), {show_bytes(done.bytes)} unused in the last "
+        what += "" if done.why_not else f"{args.prune_unused_runs} runs"
+        print(f"{root}: {what}; {show_bytes(done.left)} kept")
+        return 0
     total = 0
     for cache in caches():
         size = size_of(cache.path)

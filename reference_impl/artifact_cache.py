@@ -168,9 +168,16 @@ class ArtifactCache:
         return "valid", data
 
     def load(self, key: str) -> bytes | None:
-        """The verified bytes of ``key``, or None if missing or invalid (an invalid entry is left as is)."""
+        """The verified bytes of ``key``, or None if missing or invalid (an invalid entry is left as is). A
+        valid entry's files are marked used now (their mtime): a cache kept between CI runs is pruned of
+        what no recent run used (``python -m harness.caches --prune-unused-runs N``)."""
         state, data = self._read(key)
-        return data if state == "valid" else None
+        if state != "valid":
+            return None
+        for path in (self.entry_path(key), self.digest_path(key), self.description_path(key)):
+            with contextlib.suppress(OSError):  # read-only or vanished: the entry is still good
+                os.utime(path)
+        return data
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.load(key) is not None

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import settings
+from harness import caches
 from harness.results import RUN_ID_ENV
 from harness.run_control import (
     EXIT_DEADLINE,
@@ -211,6 +212,7 @@ def run_phases(
     run_id = plan.run_id(run.name)
     given = f" (${RUN_ID_ENV})" if os.environ.get(RUN_ID_ENV, "").strip() else ""
     console.log(f"run id {run_id}{given}")
+    caches.note_run(run_id)  # what a kept cache's pruning counts runs by (harness/caches.py)
     chosen = settings.set_in()
     shown = ", ".join(f"{name}={value!r}" for name, value in chosen.items())
     console.log(f"settings: {shown}" if chosen else "settings: none set (`python -m settings` lists them)")

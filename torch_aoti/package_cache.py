@@ -120,7 +120,12 @@ class PackageCache:
             data, expected = package.read_bytes(), digest.read_text(encoding="utf-8").strip()
         except OSError:
             return None
-        return data if hashlib.sha256(data).hexdigest() == expected else None
+        if hashlib.sha256(data).hexdigest() != expected:
+            return None
+        for path in (package, digest):  # marked used now: a kept cache is pruned of what no run used
+            with contextlib.suppress(OSError):
+                os.utime(path)
+        return data
 
     def _write(self, path: Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")

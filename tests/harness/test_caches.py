@@ -39,3 +39,46 @@ def test_a_later_process_reads_the_bytecode_and_rewritten_tests_an_earlier_one_w
     assert any(name.startswith("helper.") for name in written), written
     assert any(name.startswith("test_it.") and "pytest" in name for name in written), written
     assert not list(sources.rglob("__pycache__")), "bytecode was written beside the sources"
+
+
+def test_a_kept_cache_is_pruned_of_what_none_of_the_last_runs_used(tmp_path: Path) -> None:
+    """Issue 50 item 1: a cache carried between CI runs stays bounded. Entries are marked used by the
+    backends' caches (mtime); what none of the last N runs used goes, lock files and the run log stay."""
+    root = tmp_path / "cache"
+    env = {"CONFORMANCE_CACHE_DIR": str(root)}
+    for start, run in ((100.0, "a"), (200.0, "b"), (300.0, "c")):
+        caches.note_run(run, now=start, env=env)
+    files = {
+        "v1/ab/old.bin": 150.0,  # used last by run a
+        "v1/ab/new.bin": 250.0,  # used by run b
+        "v1/locks/old.lock": 50.0,  # a lock file: never removed
+        "torch_aoti/pkg.pt2": 310.0,  # used by run c
+        "gone/only.bin": 120.0,  # its folder empties
+    }
+    for name, mtime in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 10)
+        os.utime(path, (mtime, mtime))
+    assert caches.prune_unused(root, 4).files == 0  # three runs noted: nothing is stale yet
+    done = caches.prune_unused(root, 2)  # runs b and c: run a's entries go
+    assert (done.files, done.bytes) == (2, 20)
+    kept = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert kept == ["runs.log", "torch_aoti/pkg.pt2", "v1/ab/new.bin", "v1/locks/old.lock"]
+    assert not (root / "gone").exists()
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.caches", "--prune-unused-runs", "1"],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "pruned 1 file(s), 10.00 B unused in the last 1 runs" in out.stdout, out.stdout  # run b's
+
+
+def test_the_backends_caches_mark_an_entry_used_when_they_hand_it_out(tmp_path: Path) -> None:
+    from reference_impl.artifact_cache import ArtifactCache
+
+    cache = ArtifactCache(tmp_path / "ref")
+    key = "0" * 64
+    path = cache.put(key, b"program")
+    os.utime(path, (1.0, 1.0))
+    assert cache.load(key) == b"program"
+    assert path.stat().st_mtime > 1.0

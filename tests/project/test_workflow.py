@@ -196,10 +196,20 @@ def test_the_sharded_example_shares_one_run_id_caches_by_the_key_and_merges_ever
     key_step = _step(cell, runs="python3 -m runner.cache_key")
     assert "CONFORMANCE_CACHE_DIR=" in key_step["run"]
     assert '>> "$GITHUB_ENV"' in key_step["run"]
-    cache = _step(cell, uses="actions/cache@")["with"]
-    assert cache["path"] == f"${{{{ steps.{key_step['id']}.outputs.path }}}}"
-    for part in (f"steps.{key_step['id']}.outputs.key", "matrix.cell.chapter", "matrix.cell.dtype"):
-        assert part in cache["key"], cache["key"]
+    restore = _step(cell, uses="actions/cache/restore@")
+    save = _step(cell, uses="actions/cache/save@")
+    for cache in (restore["with"], save["with"]):
+        assert cache["path"] == f"${{{{ steps.{key_step['id']}.outputs.path }}}}"
+        for part in (f"steps.{key_step['id']}.outputs.key", "matrix.cell.chapter", "matrix.cell.dtype"):
+            assert part in cache["key"], cache["key"]
+    # Saved from the default branch only, under a key not saved yet, pruned first (issue 50 item 1).
+    prune = _step(cell, runs="harness.caches --prune-unused-runs")
+    for step in (prune, save):
+        assert "github.ref_name == github.event.repository.default_branch" in step["if"]
+        assert f"steps.{restore['id']}.outputs.cache-hit != 'true'" in step["if"]
+    steps = cell["steps"]
+    run = _step(cell, runs="conformance_cell(")
+    assert steps.index(restore) < steps.index(run) < steps.index(prune) < steps.index(save)
     # Every cell's files go up under one prefix and come down into one folder, which the report renders.
     upload = _step(cell, uses="actions/upload-artifact@")
     assert upload["if"] == "${{ !cancelled() }}"

@@ -29,7 +29,10 @@ RECORDED = (
     / "conformance.json.gz"
 )
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu-conformance.yml"
-BROKEN = "conformance/test_bad_inputs.py::test_bad_inputs_are_rejected_and_change_nothing[one-input-more-cuda-program]"
+BROKEN = (
+    "conformance/test_bad_inputs.py::"
+    "test_bad_inputs_are_rejected_and_change_nothing[one-input-more-cuda-program]"
+)
 
 
 def recorded(tmp_path: Path, *, broken: bool) -> Path:
