@@ -49,9 +49,10 @@ RUN_LOG = "runs.log"
 def note_run(run_id: str, now: float | None = None, env: Mapping[str, str] = os.environ) -> None:
     """Note a run's start in the artifact directory's ``RUN_LOG`` (what ``prune_unused`` counts runs by)."""
     root = artifact_dir(env)
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / RUN_LOG).open("a", encoding="utf-8") as log:
-        log.write(f"{time.time() if now is None else now:.0f} {run_id}\n")
+    with contextlib.suppress(OSError):  # a read-only cache: nothing to prune, nothing to note
+        root.mkdir(parents=True, exist_ok=True)
+        with (root / RUN_LOG).open("a", encoding="utf-8") as log:
+            log.write(f"{time.time() if now is None else now:.0f} {run_id}\n")
 
 
 @dataclass(frozen=True)
