@@ -26,7 +26,7 @@ NO_RULE = "(no rule id: a crash or an error outside the checks)"
 
 
 class _Case(Protocol):
-    """What ranking needs of a case: a result file's ``CaseResult`` or a ``Failure``."""
+    """What ranking needs of a case: a result file's ``CaseResult``, or a terminal summary's own record."""
 
     @property
     def id(self) -> str: ...
@@ -38,17 +38,6 @@ class _Case(Protocol):
     def worker(self) -> str | None: ...
     @property
     def started_s(self) -> float | None: ...
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A failure as a terminal summary sees it (a pytest report, before any result file)."""
-
-    id: str
-    outcome: str
-    rule: str | None
-    worker: str | None
-    started_s: float | None
 
 
 @dataclass

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness import causes
-from harness.causes import NO_RULE, Failure, headline, junit_properties, likely_causes
+from harness.causes import NO_RULE, headline, junit_properties, likely_causes
 from harness.finalize import write_junit
 from harness.outcomes import Outcome
 from harness.results import CaseResult, new_run
@@ -17,8 +17,8 @@ INPUTS = "contract/inputs-untouched"
 
 def failure(
     name: str, rule: str | None, worker: str | None, at: float, outcome: str = Outcome.FAILED
-) -> Failure:
-    return Failure(name, outcome, rule, worker, at)
+) -> CaseResult:
+    return CaseResult(name, "c", {}, outcome, "m", "r", 0.1, worker, rule=rule, started_s=at)
 
 
 def test_failures_after_a_broken_invariant_in_their_worker_count_under_it() -> None:
@@ -71,10 +71,7 @@ def test_a_case_without_a_worker_is_never_attributed_to_another() -> None:
 def test_the_finalized_junit_file_opens_with_the_likely_cause(tmp_path: Path) -> None:
     run = new_run({})
 
-    def case(name: str, rule: str, at: float) -> CaseResult:
-        return CaseResult(name, "c", {}, Outcome.FAILED, "m", "r", 0.1, "gw0", rule=rule, started_s=at)
-
-    run.cases = [case("t::a", INPUTS, 0.0), case("t::b", "format/flipped-byte", 1.0)]
+    run.cases = [failure("t::a", INPUTS, "gw0", 0.0), failure("t::b", "format/flipped-byte", "gw0", 1.0)]
     write_junit(tmp_path / "j.xml", run)
     suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
     assert suite is not None
