@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.causes import headline, likely_causes
+from harness.device_probe import first_line
 from harness.formatting import show_duration
-from harness.outcomes import FAILING, Outcome
-from harness.results import CaseResult, ResultFileError, RunResult, chapter_of
+from harness.outcomes import FAILING, Outcome, count_words
+from harness.results import CaseResult, ResultFileError, RunResult
 from reports.compare import Comparison, compare_runs
 from reports.dashboard import load_one_run
 from reports.inputs import load_inputs
@@ -33,10 +33,6 @@ LISTED = 20
 SLOWEST = 10
 #: The columns of the chapter table, in order.
 COLUMNS = (Outcome.PASSED, Outcome.FAILED, Outcome.XFAILED, Outcome.SKIPPED)
-
-
-def first_line(text: str) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
 def _cell(text: str) -> str:
@@ -57,7 +53,7 @@ def summary_markdown(run: RunResult, comparison: Comparison | None = None, page_
     if not run.complete:
         verdict += " (incomplete run)"
     lines = [f"## Conformance: {run_backend(run)} — {verdict}", "", f"{outcomes or 'no cases'}."]
-    checks = ", ".join(f"{n} {o}" for o, n in counts["suite_checks"].items() if n)
+    checks = count_words(counts["suite_checks"])
     if checks:
         lines[-1] += f" Besides these, the suite's own self-checks: {checks}."
     if comparison is not None:
@@ -67,12 +63,7 @@ def summary_markdown(run: RunResult, comparison: Comparison | None = None, page_
         lines += ["", f"**{headline(ranked)}**", "", "| failures | rule |", "| ---: | --- |"]
         lines += [f"| {c.explained} | `{c.shown}` |" for c in ranked]
     lines += ["", "| chapter | " + " | ".join(COLUMNS) + " |", "| --- |" + " ---: |" * len(COLUMNS)]
-    per_chapter: dict[str, Counter[str]] = defaultdict(Counter)
-    for case in run.cases:
-        if not case.suite_check:
-            per_chapter[case.chapter or chapter_of(case.id)][case.outcome] += 1
-    for chapter in sorted(per_chapter):
-        row = per_chapter[chapter]
+    for chapter, row in counts["chapters"].items():  # the suite's own checks left out, as above
         lines.append(f"| {chapter} | " + " | ".join(str(row[o]) for o in COLUMNS) + " |")
     if bad:
         lines += ["", f"### Failing cases ({len(bad)})", ""]
