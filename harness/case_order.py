@@ -71,21 +71,20 @@ def long_first(ids: Sequence[str], seconds: Mapping[str, float], workers: int) -
     return [i for part in slices for i in part]
 
 
-def load_phases(path: Path) -> dict[str, float]:
-    """The expected seconds of each phase that ``path`` records, by shard suffix (``""``: the shared
-    phase, ``-exclusive``: the GPU-alone one); none in a file written before it recorded them."""
+def load_recorded(path: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """What ``path`` records (``write_seconds``'s format): the expected seconds per case id, and per phase
+    by shard suffix (``""``: the shared phase, ``-exclusive``: the GPU-alone one; none in a file written
+    before it recorded phases)."""
     data = json.loads(path.read_text())
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
-    return {str(k): float(v) for k, v in (data.get("phases") or {}).items()}
+    seconds = {str(k): float(v) for k, v in data["seconds"].items()}
+    return seconds, {str(k): float(v) for k, v in (data.get("phases") or {}).items()}
 
 
 def load_seconds(path: Path) -> dict[str, float]:
-    """The expected seconds per case id that ``path`` holds (``write_seconds``'s format)."""
-    data = json.loads(path.read_text())
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
-    return {str(k): float(v) for k, v in data["seconds"].items()}
+    """The expected seconds per case id that ``path`` holds."""
+    return load_recorded(path)[0]
 
 
 def measured_seconds(result_files: Sequence[Path]) -> dict[str, float]:

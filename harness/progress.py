@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +78,11 @@ class ProgressReporter:
         self.ids: list[str] = []
         self.took: Counter[str] = Counter()
         self.finished: set[str] = set()
-        self.expected = _recorded_seconds(config)
+        self.expected, phases = _recorded(config)
         self.workers = _workers(config)
         #: The phases the front door runs after this one (``--then-phases``), with their recorded seconds
         #: (None: not recorded): the ETA is the run's, not only this phase's.
-        self.then = _later_phases(config)
+        self.then = _later_phases(config, phases)
 
     def _write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -198,29 +198,23 @@ class ProgressReporter:
 UNRECORDED_S = 0.1
 
 
-def _recorded_seconds(config: pytest.Config) -> dict[str, float]:
-    """The run's recorded case times (``--case-seconds``), or none (a run without the option, a bad file)."""
-    from harness.case_order import load_seconds
+def _recorded(config: pytest.Config) -> tuple[dict[str, float], dict[str, float]]:
+    """The run's recorded case and phase times (``--case-seconds``, read once), or none (a run without the
+    option, a bad file)."""
+    from harness.case_order import load_recorded
 
     getoption = getattr(config, "getoption", None)
     path = getoption("--case-seconds", None) if getoption is not None else None
     try:
-        return load_seconds(Path(path)) if path else {}
+        return load_recorded(Path(path)) if path else ({}, {})
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
-        return {}
+        return {}, {}
 
 
-def _later_phases(config: pytest.Config) -> dict[str, float | None]:
-    """``--then-phases``' shard suffixes, each with its recorded seconds in ``--case-seconds`` or None."""
-    from harness.case_order import load_phases
-
+def _later_phases(config: pytest.Config, recorded: Mapping[str, float]) -> dict[str, float | None]:
+    """``--then-phases``' shard suffixes, each with its seconds in ``recorded`` or None."""
     getoption = getattr(config, "getoption", None)
     names = getoption("--then-phases", "") if getoption is not None else ""
-    path = getoption("--case-seconds", None) if getoption is not None else None
-    try:
-        recorded = load_phases(Path(path)) if path else {}
-    except (OSError, ValueError, KeyError, AttributeError, TypeError):
-        recorded = {}
     return {name: recorded.get(name) for name in str(names or "").split(",") if name}
 
 

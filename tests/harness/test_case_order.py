@@ -12,7 +12,7 @@ from xdist.scheduler import WorkStealingScheduling
 
 from harness.case_order import (
     LONG_S,
-    load_phases,
+    load_recorded,
     load_seconds,
     long_first,
     main,
@@ -128,7 +128,7 @@ def test_refresh_records_each_phase_by_its_busiest_worker(tmp_path: Path) -> Non
     assert measured_phases([shared, alone]) == {"": 5.0, "-exclusive": 4.0}
     out = tmp_path / "case_seconds.json"
     write_seconds({}, out, "test", measured_phases([shared, alone]))
-    assert load_phases(out) == {"": 5.0, "-exclusive": 4.0}
+    assert load_recorded(out)[1] == {"": 5.0, "-exclusive": 4.0}
 
 
 def test_refresh_drops_the_cases_the_current_run_no_longer_has(tmp_path: Path) -> None:

@@ -83,15 +83,15 @@ def test_the_eta_counts_the_phases_still_to_run() -> None:
 
 def test_the_later_phases_come_from_the_option_and_the_recorded_file(tmp_path: Path) -> None:
     from harness.case_order import write_seconds
-    from harness.progress import _later_phases
+    from harness.progress import _later_phases, _recorded
 
     seconds = tmp_path / "s.json"
     write_seconds({"t::a": 3.0}, seconds, "test", {"": 38.8, "-exclusive": 14.7})
     options = {"--then-phases": "-exclusive,-multi-gpu", "--case-seconds": str(seconds)}
     config = SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))
-    assert _later_phases(config) == {"-exclusive": 14.7, "-multi-gpu": None}  # type: ignore[arg-type]
+    assert _later_phases(config, _recorded(config)[1]) == {"-exclusive": 14.7, "-multi-gpu": None}  # type: ignore[arg-type]
     options["--case-seconds"] = str(tmp_path / "missing.json")
-    assert _later_phases(config) == {"-exclusive": None, "-multi-gpu": None}  # type: ignore[arg-type]
+    assert _later_phases(config, _recorded(config)[1]) == {"-exclusive": None, "-multi-gpu": None}  # type: ignore[arg-type]
 
 
 def test_a_case_whose_worker_died_is_done_and_no_longer_running() -> None:
