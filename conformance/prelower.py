@@ -166,6 +166,16 @@ def stamp_path(stamp: str) -> Path:
     return artifact_dir() / "prelower" / f"{stamp}.done"
 
 
+def found(stamp: Path) -> bool:
+    """Whether ``stamp`` exists, marking it used now where it does (its mtime): a cache kept between CI runs
+    is pruned of what no recent run read (``python -m harness.caches --prune-unused-runs``)."""
+    if not stamp.exists():
+        return False
+    with contextlib.suppress(OSError):  # read-only: the stamp still says what it says
+        os.utime(stamp)
+    return True
+
+
 def _machine(device: str) -> tuple[str, ...]:
     """What a toolchain verdict also depends on beyond the sources: the GPU it loaded on."""
     import torch
@@ -181,7 +191,7 @@ def _preflight(spec: str, device: str, *, force: bool) -> int:
     like a pre-lowering (backend files, torch, ``$CXX``) plus the GPU: the same check on the same inputs
     is not repeated (14 s of a warm run), and anything it depends on changing runs it again."""
     done = stamp_path(sources_stamp(spec, [("preflight", device, *_machine(device))]))
-    if done.exists() and not force:
+    if found(done) and not force:
         print(f"preflight [{device}]: toolchain OK, as an earlier run found with the same backend, torch, "
               f"$CXX and GPU ({done}; --force checks again)", flush=True)  # fmt: skip
         return 0
@@ -322,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = prelower_tasks(devices, args.model, args.dtype)
     targets = "+".join(devices)
     done = stamp_path(sources_stamp(spec, tasks))
-    stamped = done.exists() and not args.force
+    stamped = found(done) and not args.force
     if args.is_done:
         # runner/prelowering.py reads the stamp from this line: keep "(stamp PATH)" at its end.
         if stamped:

@@ -3,10 +3,12 @@
 ``python -m harness.caches`` lists them with their sizes; ``--clear`` removes the compile caches (the next
 run is a cold one again: 10-11 minutes for a CPU run on two cores instead of about a minute and a half).
 ``nox -s clean-cache`` runs ``--clear``. ``--prune-unused-runs N`` keeps a cache that lives between CI runs
-bounded: every run notes its start in the artifact directory (``RUN_LOG``), the backends' caches mark an
-entry used when they hand it out (its mtime), and what none of the last ``N`` runs used is removed (lock
-files never: a deleted lock file breaks the locking of a process that holds it). Nothing here imports
-torch, so it runs with any Python.
+bounded: every run notes its start in the artifact directory (``RUN_LOG``); what a run reads there is
+marked used (its mtime: the backends' cache entries when they hand them out, the pre-lowering's and the
+preflight's stamps, the reference's vector-ISA verdicts); what none of the last ``N`` runs used is removed
+(lock files never: a deleted lock file breaks the locking of a process that holds it). Python's bytecode
+and inductor's own cache files are not marked: pruned, they are written again when next needed. Nothing
+here imports torch, so it runs with any Python.
 """
 
 from __future__ import annotations

@@ -109,7 +109,11 @@ def _read(path: Path) -> bool | None:
     except (OSError, ValueError):
         return None
     ok = data.get("ok") if isinstance(data, dict) else None
-    return ok if isinstance(ok, bool) else None
+    if not isinstance(ok, bool):
+        return None
+    with contextlib.suppress(OSError):  # marked used: a kept cache is pruned of what no recent run read
+        os.utime(path)
+    return ok
 
 
 _patch_lock = threading.Lock()

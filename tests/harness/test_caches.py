@@ -82,3 +82,21 @@ def test_the_backends_caches_mark_an_entry_used_when_they_hand_it_out(tmp_path: 
     os.utime(path, (1.0, 1.0))
     assert cache.load(key) == b"program"
     assert path.stat().st_mtime > 1.0
+
+
+def test_the_stamps_and_verdicts_a_run_reads_are_marked_used_too(tmp_path: Path) -> None:
+    """What a warm run reads beside the entries (the pre-lowering's stamp, a vector-ISA verdict) is not
+    pruned as unused: pruned, the next run would lower every program again or probe the ISA again."""
+    from conformance.prelower import found
+    from reference_impl.lowering import vec_isa
+
+    stamp, verdict = tmp_path / "prelower" / "x.done", tmp_path / "records" / "vec-isa-x.json"
+    for path, text in ((stamp, "done\n"), (verdict, '{"ok": true}')):
+        path.parent.mkdir()
+        path.write_text(text)
+        os.utime(path, (1.0, 1.0))
+    assert found(stamp)
+    assert not found(tmp_path / "prelower" / "missing.done")
+    assert vec_isa._read(verdict) is True
+    assert stamp.stat().st_mtime > 1.0
+    assert verdict.stat().st_mtime > 1.0
