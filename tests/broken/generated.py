@@ -30,6 +30,7 @@ METAMORPHIC = "conformance/test_metamorphic.py"
 #: The self-tests need to know that the chapter fails, not the shrunk example: shrinking replays hundreds of
 #: sequences (minutes), finding the failure takes seconds.
 PROTOCOL_CPU = ("-k", "protocol_calls and cpu", "--generated-no-shrink")
+PROTOCOL_CUDA = ("-k", "protocol_calls and cuda", "--generated-no-shrink")
 
 
 def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -451,7 +452,7 @@ KEEPS_OUTPUTS_ON_DEVICE_WHEN_LISTED = KeepsOutputsOnDeviceWhenListed(
     Breaks(
         ("differential/output-device",),
         DIFFERENTIAL,
-        ("-k", "protocol_calls and cuda", "--generated-no-shrink"),
+        PROTOCOL_CUDA,
         cuda=True,
     ),
 )

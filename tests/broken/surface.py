@@ -14,7 +14,7 @@ import torch
 
 from reference_impl import BACKEND as REFERENCE
 from tests.broken.chapter import Forwarding
-from tests.broken.generated import DIFFERENTIAL, PROTOCOL_CPU
+from tests.broken.generated import DIFFERENTIAL, PROTOCOL_CPU, PROTOCOL_CUDA
 from tests.rule_coverage import Breaks
 
 #: The exhaustive round: every argument once (no Hypothesis, nothing to shrink).
@@ -125,7 +125,7 @@ STATS_OF_THE_LAST_EXECUTE_ANYWHERE = StatsOfTheLastExecuteAnywhere(
     Breaks(
         ("differential/counters",),
         DIFFERENTIAL,
-        ("-k", "protocol_calls and cuda", "--generated-no-shrink"),
+        PROTOCOL_CUDA,
         cuda=True,
     ),
 )
