@@ -9,6 +9,7 @@ handling); idle drift is measured and reported. Measured figures are attached to
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -16,6 +17,7 @@ import torch
 
 from conformance.checks import fail
 from conformance.rules import rule_id
+from harness import start_gate
 from harness.nvml_counters import COUNTER_MODULUS
 from harness.nvml_traffic import TrafficMeasurement, TrafficMeter
 from harness.pytest_plugin import set_case_params
@@ -52,9 +54,9 @@ def meter() -> Iterator[TrafficMeter]:
         yield m
 
 
-@pytest.fixture(scope="module")
-def buffers(meter: TrafficMeter) -> tuple[torch.Tensor, torch.Tensor]:
-    """One pinned host and one device buffer of the largest size; smaller cases use their prefixes."""
+@start_gate.while_held  # pinning 8 GiB takes seconds: done while the GPU-alone phase waits its turn
+@functools.cache
+def _buffers() -> tuple[torch.Tensor, torch.Tensor]:
     largest = max(*SIZES.values(), WRAP_SIZE)
     device = torch.device("cuda", torch.cuda.current_device())
     dev = torch.empty(largest, dtype=torch.uint8, device=device)
@@ -63,6 +65,12 @@ def buffers(meter: TrafficMeter) -> tuple[torch.Tensor, torch.Tensor]:
     host.copy_(dev)
     torch.cuda.synchronize(device)
     return host, dev
+
+
+@pytest.fixture(scope="module")
+def buffers(meter: TrafficMeter) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pinned host and one device buffer of the largest size; smaller cases use their prefixes."""
+    return _buffers()
 
 
 def copy_fn(direction: str, host: torch.Tensor, dev: torch.Tensor, nbytes: int) -> Callable[[], object]:

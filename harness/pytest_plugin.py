@@ -151,7 +151,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.getoption("collectonly"):
         return
     try:
-        start_gate.wait_for_gate()
+        modules = {item.module.__name__ for item in session.items if getattr(item, "module", None)}
+        start_gate.wait_for_gate(setup=start_gate.held_setup(modules))
     except start_gate.FrontDoorGone as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
 

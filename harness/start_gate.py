@@ -10,6 +10,9 @@ nobody will open must not wait forever.
 
 While it waits, a held process imports what any case's first lowering imports (``WARM_IMPORTS``): in the
 GPU-alone phase that import was most of its first case's 6-10 s, paid while the GPU was the phase's.
+A test module may register setup that measures nothing (``while_held``: the meter's pinned buffers, 3-4 s
+of its first case) to run there too, where the phase selected its cases.
+
 It waits on one thread for torch's ops (``held_threads``): with torch's default, a thread per core, each
 of the GPU-alone phase's processes made bursts of 32 runnable tasks beside the shared phase's workers on
 two H200s. Once its gate opens it takes its own count again.
@@ -19,6 +22,7 @@ Standard library only: the front door (nox's interpreter) opens the gate, the py
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -40,6 +44,25 @@ WARM_IMPORTS = ("torch._dynamo", "torch.export")
 WARM_ENV = settings.WARM_IMPORTS.name
 #: The threads for torch's ops a held process takes once its gate opens (``held_threads``).
 THREADS_ENV = settings.THREADS_AT_GATE.name
+
+
+#: Test module -> its setup to run while a phase that selected its cases waits (``while_held``).
+_HELD_SETUP: dict[str, list[Callable[[], object]]] = {}
+
+SetUp = Callable[[], object]
+
+
+def while_held(setup: SetUp) -> SetUp:
+    """Register ``setup`` (no arguments; cache its result, the case's fixture calls it again) to run while
+    a phase that selected its module's cases waits at its gate: allocations and loads that move nothing a
+    later phase measures. Without a gate it runs when the fixture asks, as any setup."""
+    _HELD_SETUP.setdefault(setup.__module__, []).append(setup)
+    return setup
+
+
+def held_setup(modules: Iterable[str]) -> list[SetUp]:
+    """The setup ``while_held`` registered for ``modules``, in registration order."""
+    return [setup for module in dict.fromkeys(modules) for setup in _HELD_SETUP.get(module, [])]
 
 
 class FrontDoorGone(RuntimeError):
@@ -100,9 +123,11 @@ def wait_for_gate(
     poll_s: float = POLL_S,
     alive: Callable[[int], bool] = _alive,
     warm: Iterable[str] | None = None,
+    setup: Iterable[SetUp] = (),
 ) -> float | None:
     """Wait until the gate in ``env`` is open, importing ``warm`` first (default: the modules
-    ``$CONFORMANCE_WARM_IMPORTS`` lists where set, else ``WARM_IMPORTS``); the seconds waited, or None
+    ``$CONFORMANCE_WARM_IMPORTS`` lists where set, else ``WARM_IMPORTS``) and running ``setup`` (a failure
+    is left for the fixture that calls it again, in its case's time); the seconds waited, or None
     without a gate (or one that cannot be read: such a phase starts at once, as before gates, and imports
     nothing ahead). Raises ``FrontDoorGone`` when the process that would open it ended first."""
     pid, sep, path = env.get(GATE_ENV, "").partition(":")
@@ -113,6 +138,9 @@ def wait_for_gate(
         listed = env.get(WARM_ENV)
         warm = WARM_IMPORTS if listed is None else [m.strip() for m in listed.split(",") if m.strip()]
     warm_imports(warm)
+    for prepare in setup:
+        with contextlib.suppress(Exception):  # its fixture calls it again: the failure is its case's
+            prepare()
     gate = Path(path)
     while not gate.exists():
         if not alive(int(pid)):

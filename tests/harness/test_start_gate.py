@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,11 +21,13 @@ from harness.start_gate import (
     WARM_IMPORTS,
     FrontDoorGone,
     gate_value,
+    held_setup,
     held_threads,
     open_gate,
     take_threads,
     wait_for_gate,
     warm_imports,
+    while_held,
 )
 from runner import early
 from runner.plan import PytestPhase
@@ -127,6 +129,31 @@ def test_a_warm_import_that_fails_is_named_and_does_not_hold_the_phase(tmp_path:
     assert waited is not None
 
 
+def test_a_held_phase_runs_its_selected_modules_setup_and_a_failing_one_is_left_to_its_case(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    def setup(name: str, fails: bool = False) -> Callable[[], None]:
+        def prepare() -> None:
+            ran.append(name)
+            if fails:
+                raise RuntimeError("no pinned memory")
+
+        prepare.__module__ = f"gate_probe_{name}"
+        return while_held(prepare)
+
+    setup("selected"), setup("failing", fails=True), setup("deselected")
+    chosen = held_setup(["gate_probe_failing", "gate_probe_selected", "gate_probe_failing"])
+    assert len(chosen) == 2  # each module once, the deselected one not at all
+    assert wait_for_gate({}, setup=chosen) is None
+    assert ran == []  # no gate: the fixtures ask for it in their own time
+    gate = tmp_path / "gate"
+    open_gate(gate)
+    assert wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=[], setup=chosen) is not None
+    assert ran == ["failing", "selected"]  # the failure did not hold the phase
+
+
 def test_the_warm_modules_import_with_this_torch() -> None:
     assert warm_imports(WARM_IMPORTS) == []
 
@@ -148,11 +175,12 @@ class _Console:
 def _phase(tmp_path: Path) -> tuple[PytestPhase, list[str], Path]:
     """A one-case chapter whose case notes when it ran, and its phase's pytest command (one xdist worker,
     the results plugin: the plugin holds each worker at the gate)."""
-    ran = tmp_path / "ran"
+    ran, prepared = tmp_path / "ran", tmp_path / "prepared"
     chapter = tmp_path / "test_chapter.py"
     collected = tmp_path / "collected"
     chapter.write_text(
-        f"import time\nopen({str(collected)!r}, 'w').close()\n\n"
+        f"import time\nfrom harness import start_gate\nopen({str(collected)!r}, 'w').close()\n\n"
+        f"@start_gate.while_held\ndef prepare():\n    open({str(prepared)!r}, 'w').close()\n\n"
         f"def test_notes_when_it_ran():\n    open({str(ran)!r}, 'w').write(str(time.time()))\n"
     )
     results = tmp_path / "results"
@@ -176,7 +204,8 @@ def test_a_phase_started_early_runs_its_cases_only_once_released(tmp_path: Path)
         time.sleep(0.1)  # the worker imports the chapter: it is collecting
     time.sleep(1.5)  # without a gate, its one case would have run by now
     assert started.process.poll() is None  # held at the gate ...
-    assert not ran.exists()  # ... its case not run
+    assert not ran.exists()  # ... its case not run ...
+    assert (tmp_path / "prepared").exists()  # ... its module's held setup done
     opened = time.time()
     code = early.release(console, started, interrupt_s=2, terminate_s=10)  # type: ignore[arg-type]
     assert code == 0
