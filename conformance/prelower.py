@@ -47,7 +47,6 @@ from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
 from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
 from harness.caches import artifact_dir
-from harness.machine_limits import wait_for_room
 from harness.progress import heartbeat
 from harness.stacks import dump_stacks_on_signal
 
@@ -213,13 +212,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--jobs", type=int, default=4, help="parallel lowering processes")
     parser.add_argument(
-        "--start-within",
-        type=int,
-        default=None,
-        metavar="N",
-        help="start each process once fewer than N tasks are runnable (0.5 s at most; the run's CPU budget)",
-    )
-    parser.add_argument(
         "--backend", default=None, help="module:attr (default: $CONFORMANCE_BACKEND or the reference)"
     )
     parser.add_argument(
@@ -247,33 +239,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _lower_all(
-    spec: str,
-    tasks: list[tuple[str, str, str]],
-    jobs: int,
-    targets: str,
-    done: Path,
-    start_within: int | None = None,
-) -> None:
+def _lower_all(spec: str, tasks: list[tuple[str, str, str]], jobs: int, targets: str, done: Path) -> None:
     """Lower ``tasks`` in ``jobs`` processes (a job per method where the backend caches methods), a line per
-    job; write the stamp ``done`` only if none failed. ``start_within``: each process starts once a core is
-    free within that many runnable tasks (``cpu_budget.wait_for_room``), not all at once."""
+    job; write the stamp ``done`` only if none failed."""
     start = time.perf_counter()
     work = prelower_jobs(tasks, split=caches_methods(load_backend(spec)))
     failed: set[tuple[str, str, str]] = set()
     # spawn: a forked child would inherit the parent's CUDA state, which CUDA does not allow.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=dump_stacks_on_signal) as pool:
-        futures = {}
-        waited = 0.0
-        for index, job in enumerate(work):
-            if index < jobs and start_within is not None:  # a submit starts a process while fewer run
-                waited += wait_for_room(start_within)
-            futures[pool.submit(_lower_one, spec, *job)] = job
-        if start_within is not None:
-            started = f"{min(jobs, len(work))} processes started in {time.perf_counter() - start:.1f} s"
-            waits = f"{waited:.1f} s of it waiting for a core within {start_within}"
-            print(f"prelower: {started}, {waits}", flush=True)
+        futures = {pool.submit(_lower_one, spec, *job): job for job in work}
         for future in as_completed(futures):
             model, dtype, device, method = futures[future]
             seconds, size, error = future.result()
@@ -351,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     print(f"prelower: {len(tasks)} programs for {targets} with {spec}, {args.jobs} processes", flush=True)
-    _lower_all(spec, tasks, args.jobs, targets, done, args.start_within)
+    _lower_all(spec, tasks, args.jobs, targets, done)
     return 0  # failures are the chapters' to report, with their rule and repro line
 
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,11 +166,6 @@ def usable_cores(
 
 #: Where Linux says how many tasks are runnable right now (the fourth field: runnable/total).
 LOADAVG = Path("/proc/loadavg")
-#: Seconds a process about to start waits at most for a core within a count (``wait_for_room``): bounded,
-#: so that a count that never falls (a container's neighbours) delays each start by this at most.
-START_WAIT_S = 0.5
-#: Seconds between two reads while waiting.
-POLL_S = 0.02
 
 
 def runnable_now(loadavg: Path = LOADAVG) -> int | None:
@@ -182,21 +176,3 @@ def runnable_now(loadavg: Path = LOADAVG) -> int | None:
         return int(fields[3].partition("/")[0])
     except (OSError, IndexError, ValueError):
         return None
-
-
-def wait_for_room(
-    within: int,
-    *,
-    limit_s: float = START_WAIT_S,
-    read: Callable[[], int | None] = runnable_now,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> float:
-    """Wait, ``limit_s`` at most, until one more runnable task fits within ``within`` (the kernel's count,
-    the reader excluded, below it); the seconds waited. Where the count cannot be read, no wait. The
-    pre-lowering starts each compile process so: 31 interpreters importing torch at once beside 24 starting
-    case workers put two H200s at 36 busy processes on 32 cores."""
-    began = clock()
-    while (count := read()) is not None and count - 1 >= within and clock() - began < limit_s:
-        sleep(POLL_S)
-    return clock() - began

@@ -69,13 +69,9 @@ def _prelower(python: str, backend: Sequence[str], *options: str) -> list[str]:
     return [python, "-m", "conformance.prelower", *TARGETS, *options, *backend]
 
 
-def prelower_command(
-    python: str, jobs: int, backend: Sequence[str], start_within: int | None = None
-) -> list[str]:
-    """Compile the zoo for both targets with ``jobs`` processes, for the run's backend; ``start_within``:
-    each process starts while fewer runnable tasks than that are there (the run's CPU budget)."""
-    within = [] if start_within is None else [f"--start-within={start_within}"]
-    return _prelower(python, backend, f"--jobs={jobs}", *within)
+def prelower_command(python: str, jobs: int, backend: Sequence[str]) -> list[str]:
+    """Compile the zoo for both targets with ``jobs`` processes, for the run's backend."""
+    return _prelower(python, backend, f"--jobs={jobs}")
 
 
 def is_done_command(python: str, backend: Sequence[str]) -> list[str]:
@@ -126,7 +122,7 @@ def start_prelowering(
     started = time.perf_counter()
     if jobs <= 0:
         return None
-    cmd = prelower_command(python, jobs, backend, budget)
+    cmd = prelower_command(python, jobs, backend)
     console.log(f"{shlex.join(cmd)} > {log}  (in the background, nice {NICENESS})")
     with open(log, "wb") as out:
         process = subprocess.Popen(

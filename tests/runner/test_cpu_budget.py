@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.machine_limits import runnable_now, wait_for_room
+from harness.machine_limits import runnable_now
 from runner.busy_sampler import ProcessState, Roles
 from runner.cpu_budget import (
     MIN_LOOK_S,
     OVER_LOOKS,
     PEAK_S,
-    QUICK_S,
     RESUMES_PER_LOOK,
     TICK_S,
     TRACE_HEADER,
@@ -207,23 +206,6 @@ def test_tasks_the_kernel_counts_and_a_look_cannot_see_do_not_pause_the_compiles
     machine.now = MIN_LOOK_S / 2
     assert keeper.tick()
     assert machine.stopped == {21, 22}
-
-
-def test_a_process_about_to_start_waits_for_a_core_within_the_budget_but_not_for_long() -> None:
-    clock = [0.0]
-
-    def sleep(seconds: float) -> None:
-        clock[0] += seconds
-
-    def waited(counts: list[int | None]) -> float:
-        reads = iter(counts)
-        clock[0] = 0.0
-        return wait_for_room(28, limit_s=0.5, read=lambda: next(reads), clock=lambda: clock[0], sleep=sleep)
-
-    assert waited([28]) == 0.0  # 27 runnable and the reader: room for one more
-    assert waited([31, 30, 29, 28]) == pytest.approx(3 * QUICK_S)  # until a core is free
-    assert waited([40] * 100) == pytest.approx(0.5, abs=QUICK_S)  # never: not longer than the limit
-    assert waited([None]) == 0.0  # no count to read: no wait
 
 
 def test_the_kernels_runnable_count_is_read_from_loadavg(tmp_path: Path) -> None:
