@@ -160,19 +160,3 @@ def usable_cores(
         count = max(1, math.floor(quota))
         bound_by = f"the cgroup's CPU quota of {quota:g} CPUs; the machine has {machine}"
     return Cores(count, bound_by)
-
-
-# -- the machine's runnable tasks right now --------------------------------------------------------------
-
-#: Where Linux says how many tasks are runnable right now (the fourth field: runnable/total).
-LOADAVG = Path("/proc/loadavg")
-
-
-def runnable_now(loadavg: Path = LOADAVG) -> int | None:
-    """The machine's runnable tasks right now, from ``/proc/loadavg`` (the kernel's count, the reader
-    included); None where it cannot be read."""
-    try:
-        fields = loadavg.read_text().split()
-        return int(fields[3].partition("/")[0])
-    except (OSError, IndexError, ValueError):
-        return None

@@ -33,10 +33,7 @@ BUSY_TRACE_SUFFIX = ".busy.tsv"
 KEEP_ENV = settings.KEEP_RUNS.name
 DEFAULT_KEEP = settings.KEEP_RUNS.default()
 #: The files one session's run leaves in ``results/`` per shard name.
-SUFFIXES = (
-    ".json", ".json" + JOURNAL_SUFFIX, ".junit.xml", ".html", ".prelower.log", ".prelower.budget.tsv",
-    BUSY_TRACE_SUFFIX,
-)  # fmt: skip
+SUFFIXES = (".json", ".json" + JOURNAL_SUFFIX, ".junit.xml", ".html", ".prelower.log", BUSY_TRACE_SUFFIX)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

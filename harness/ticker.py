@@ -1,5 +1,5 @@
-"""A step repeated in a daemon thread: what the run's samplers, keepers and progress lines share
-(``runner/busy_sampler``, ``runner/cpu_budget``, ``progress``). Standard library only."""
+"""A step repeated in a daemon thread: what the run's sampler and progress lines share
+(``runner/busy_sampler``, ``progress``). Standard library only."""
 
 from __future__ import annotations
 

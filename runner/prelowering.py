@@ -30,7 +30,6 @@ from pathlib import Path
 from harness.run_control import EXIT_DEADLINE
 from runner import sizing
 from runner.console import Console
-from runner.cpu_budget import CpuBudget, resume_group, resume_margin
 
 #: Seconds the pre-lowering gets to end after SIGTERM before its process group is killed.
 STOP_WAIT_S = 30
@@ -59,8 +58,6 @@ class Prelowering:
     log: Path
     #: ``time.perf_counter()`` when it was started, for the phase table.
     started: float
-    #: What keeps its processes within the run's CPU budget beside the case workers (None: nothing).
-    budget: CpuBudget | None = None
 
 
 def _prelower(python: str, backend: Sequence[str], *options: str) -> list[str]:
@@ -113,12 +110,10 @@ def _in_a_group_of_its_own() -> None:
 
 
 def start_prelowering(
-    console: Console, python: str, jobs: int, log: Path, backend: Sequence[str], budget: int | None = None
+    console: Console, python: str, jobs: int, log: Path, backend: Sequence[str]
 ) -> Prelowering | None:
     """Start the pre-lowering in the background with ``jobs`` compile processes (the run's sizing), its
-    table to ``log``; None where the sizing left none (``plan.prelowers`` said no, or too few cores).
-    ``budget``: the runnable tasks the machine may have while it runs (``cpu_budget.CpuBudget`` pauses its
-    processes beyond that); None: no such limit."""
+    table to ``log``; None where the sizing left none (``plan.prelowers`` said no, or too few cores)."""
     started = time.perf_counter()
     if jobs <= 0:
         return None
@@ -132,23 +127,15 @@ def start_prelowering(
             env={**os.environ, **sizing.COMPILE_ENV, **sizing.COMPILE_PROCESS_ENV},
             preexec_fn=_in_a_group_of_its_own,
         )
-    # its looks go beside the table (results/<run>.prelower.budget.tsv): the budget's own timeline
-    trace = log.with_suffix(".budget.tsv")
-    keeper = None
-    if budget is not None:
-        keeper = CpuBudget(process.pid, budget, margin=resume_margin(budget), trace_path=trace).start()
-    return Prelowering(process, log, started, keeper)
+    return Prelowering(process, log, started)
 
 
 def stop_prelowering(console: Console, job: Prelowering) -> str:
     """End the pre-lowering (its whole process group) if it still runs, say how far it got, and return
     that for the phase table (``54 lowered …``, or how many programs were done when it was stopped)."""
     process = job.process
-    if job.budget is not None:
-        job.budget.stop()  # resumes what it paused
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
-        resume_group(process.pid)  # a process paused meanwhile acts on SIGTERM once resumed
         try:
             process.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -156,8 +143,7 @@ def stop_prelowering(console: Console, job: Prelowering) -> str:
             process.wait()
     summary = summarize(job.log.read_text(errors="replace").splitlines())
     console.log(f"{summary} (table: {job.log})")
-    kept = "" if job.budget is None else f"; {job.budget.detail}"
-    return summary.removeprefix("prelower: ") + kept
+    return summary.removeprefix("prelower: ")
 
 
 def summarize(lines: Sequence[str]) -> str:
@@ -184,8 +170,7 @@ def check_toolchain(
     """Run the preflight once, before any case (later phases then skip their own); its exit code, or
     ``EXIT_DEADLINE`` when it outlived ``timeout`` (what is left of the run's deadline). ``group``: the
     pre-lowering's process group, which the preflight joins: it is background work like the compiles (no
-    case waits for it), so the CPU budget may pause it too; beside the case workers' start it put the
-    machine over its cores."""
+    case waits for it), counted with them in the phase table's runnable tasks."""
 
     command, full_env = preflight_command(python, backend), {**os.environ, **env}
     # Python 3.11's process_group (safe beside the front door's threads, unlike a preexec_fn).

@@ -5,9 +5,8 @@ Before anything: the arguments are checked (``runner.check_args``), and beside t
 asked how many CUDA devices it has and whether an earlier run already lowered everything
 (``MachineQuestions``: each an interpreter importing torch, seconds that no longer come before the run).
 
-On a GPU machine: (1) the zoo pre-lowered for both targets in the background at a lower priority, started
-first, its processes paused whenever the machine has more runnable tasks than cores
-(``cpu_budget.CpuBudget``; ``$CONFORMANCE_CPU_BUDGET=0``: not paused); (0) beside it the backend's toolchain
+On a GPU machine: (1) the zoo pre-lowered for both targets in the background at a lower priority (it takes
+the cycles the case workers leave), started first; (0) beside it the backend's toolchain
 preflight, also beside the first cases (not before them: on a cold machine it is a compile of 40-185 s that
 every case waited for); a failed preflight stops the run (exit 3, harness/run_control.py's
 ``FrontDoor.request_stop``); (2) every case that may share its GPU, several pytest-xdist workers per GPU,
@@ -247,7 +246,7 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
     beside: _Beside | None = None
     try:
         if run.prelower and not run.narrowed:
-            preflight = _prelower_and_preflight(context, size.prelower_jobs, size.keep_within)
+            preflight = _prelower_and_preflight(context, size.prelower_jobs)
             # The front door checks the toolchain: the later phases start now, held at their gates, and
             # the multi-GPU cases (they measure nothing) run now, beside the shared phase.
             early = {phase.shard: _start_early(context, phase) for phase in later}
@@ -279,7 +278,7 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
             stop_keeping(beside.early, TERMINATE_WAIT_S)
 
 
-def _prelower_and_preflight(context: _Context, jobs: int, budget: int | None) -> threading.Thread:
+def _prelower_and_preflight(context: _Context, jobs: int) -> threading.Thread:
     """The pre-lowering first (``jobs`` compile processes; none where the sizing left none), then the
     preflight in a thread beside it and beside the shared phase's cases (``--no-preflight``: the front door
     checks): on a cold machine the preflight's one compile took 43-185 s, and the cases that need no
@@ -289,7 +288,7 @@ def _prelower_and_preflight(context: _Context, jobs: int, budget: int | None) ->
     pre-lowering is stopped (nothing is worth compiling with that toolchain)."""
     run, record = context.run, context.record
     record.prelowering = start_prelowering(
-        context.console, run.python, jobs, run.prelower_log, run.backend_args, budget
+        context.console, run.python, jobs, run.prelower_log, run.backend_args
     )
     if record.prelowering is not None and record.busy is not None:  # its tasks counted as one
         record.busy.groups[record.prelowering.process.pid] = "pre-lowering"
@@ -317,7 +316,7 @@ def _preflight_beside(context: _Context, started: float) -> None:
 def _check_toolchain(context: _Context) -> str:
     """The backend's preflight, once (later phases then skip their own)."""
     run = context.run
-    job = context.record.prelowering  # its group: the CPU budget may pause the preflight's compile too
+    job = context.record.prelowering  # its group: background work, counted with the compiles
     group = None if job is None else job.process.pid
     # background work beside the cases, like a compile process: one thread for torch's ops and one for
     # inductor's compiles (torch's defaults, a thread and a compile process per core, made bursts of 32

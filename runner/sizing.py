@@ -19,9 +19,6 @@ from harness.machine_limits import Cgroups, Cores, memory_headroom_gib, usable_c
 
 #: Overrides the case workers per GPU (a positive integer; anything else is ignored).
 WORKERS_PER_GPU_ENV = settings.WORKERS_PER_GPU.name
-#: ``0``: the compile processes are not paused to keep the run within its cores (they then take what the
-#: workers leave by their lower priority alone, more runnable tasks than cores).
-CPU_BUDGET_ENV = settings.CPU_BUDGET.name
 #: Inductor starts a pool of compile subprocesses per compiling process (one per core); with a process per
 #: core compiling, one each is enough and spares hundreds of torch imports.
 COMPILE_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
@@ -39,8 +36,6 @@ PROCESS_GIB = 3.0
 #: The case workers' share of the cores (a worker waiting for a compile sleeps; many more processes on
 #: one GPU also contend for its time slices): 12 on a 16-core, one-GPU runner.
 WORKER_SHARE = 0.75
-#: Cores per core the CPU budget keeps free for the case workers' bursts (``burst_headroom``).
-CORES_PER_HEADROOM = 8
 #: Fewer compile processes than this: not worth a background pre-lowering (a core or two compile as fast
 #: one program at a time, as the cases ask for them).
 MIN_PRELOWER_JOBS = 2
@@ -71,15 +66,6 @@ def available_memory_gib(meminfo: Path = MEMINFO, cgroups: Cgroups | None = None
     return min(known) if known else None
 
 
-def burst_headroom(cpus: int) -> int:
-    """Cores below the cores at which the CPU budget pauses compile processes: one per
-    ``CORES_PER_HEADROOM``. The budget pauses a compile only after it saw the machine over (it looks every
-    0.2 s, sooner on a quick read), so case workers waking together (a program they waited for landed)
-    put the machine over its cores until then: on two H200s kept at their 32 cores, 53 of 669 looks were
-    over, 38 of them by 1-4 tasks."""
-    return max(1, cpus // CORES_PER_HEADROOM)
-
-
 def workers_override(env: Mapping[str, str] = os.environ) -> int | None:
     """``$CONFORMANCE_WORKERS_PER_GPU``, None where unset; anything but a whole number ≥ 1 is a
     ``settings.SettingError`` naming it (a typo no longer sizes the run silently)."""
@@ -103,10 +89,6 @@ class GpuSizing:
     threads_per_worker: int
     #: Short sentences, in order: how the counts followed from the machine and the environment.
     reasons: tuple[str, ...]
-    #: Runnable tasks the machine keeps within while the compile processes run beside the case workers
-    #: (``cpu_budget.CpuBudget`` pauses compile processes beyond it): the cores less ``burst_headroom``;
-    #: None: not kept (``$CONFORMANCE_CPU_BUDGET=0``, or nothing compiles).
-    keep_within: int | None = None
 
     @property
     def workers(self) -> int:
@@ -189,25 +171,16 @@ def size_gpu_run(
     if per_gpu * gpus > budget:
         said += f", over the budget of {budget}"
     reasons.append(said)
-    jobs, keep_within = 0, None
+    jobs = 0
     if prelower:
         room = budget if cap is None else min(budget, cap - per_gpu * gpus)
         jobs = room if room >= MIN_PRELOWER_JOBS else 0
         if jobs:
             reasons.append(f"pre-lowering beside them at a lower priority: {jobs} compile processes")
-            if not settings.CPU_BUDGET.get(env):
-                reasons.append(f"${CPU_BUDGET_ENV}=0: compiles not paused, more runnable tasks than cores")
-            else:
-                headroom = burst_headroom(cpus)
-                keep_within = cpus - headroom
-                reasons.append(
-                    f"compile processes paused while more than {keep_within} tasks are runnable or may wake "
-                    f"({headroom} of the cores kept for the case workers' bursts)"
-                )
         else:
             reasons.append("no memory left to compile beside the cases: the cases compile what they need")
     threads = max(1, cpus // (per_gpu * gpus))
-    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons), keep_within)
+    return GpuSizing(cpus, gpus, memory_gib, per_gpu, jobs, threads, tuple(reasons))
 
 
 def cpu_workers(cpus: int | None = None) -> int:

@@ -146,10 +146,6 @@ PRELOWER: Setting[bool] = Setting(
 WORKERS_PER_GPU: Setting[int | None] = Setting(
     "CONFORMANCE_WORKERS_PER_GPU", _none, positive_whole_number, "case workers per GPU (default: sized)"
 )
-CPU_BUDGET: Setting[bool] = Setting(
-    "CONFORMANCE_CPU_BUDGET", lambda: True, switch,
-    "0: compile processes are never paused to keep the run within its cores",
-)  # fmt: skip
 CUDA_SYNC: Setting[str | None] = Setting(
     "CONFORMANCE_CUDA_SYNC", _none, text, "how a case worker waits for its GPU: blocking or default"
 )
@@ -184,7 +180,7 @@ SETTINGS: dict[str, Setting[object]] = {
     s.name: s  # type: ignore[misc]
     for s in (
         CACHE_DIR, BACKEND, BACKEND_PATH, RUN_ID, TORCH, KEEP_RUNS, RUN_DEADLINE, PRELOWER, WORKERS_PER_GPU,
-        CPU_BUDGET, CUDA_SYNC, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS, STACKS_SIGNAL, START_GATE,
+        CUDA_SYNC, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS, STACKS_SIGNAL, START_GATE,
         THREADS_AT_GATE, WORKER_GPUS,
     )
 }  # fmt: skip

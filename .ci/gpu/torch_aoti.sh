@@ -21,10 +21,8 @@ release=$(python3 -c "import torch; print('.'.join(torch.__version__.split('.')[
 known=(--known-failures="torch_aoti/$stem.toml")
 [ -f "torch_aoti/${stem}_torch$release.toml" ] && known+=(--known-failures="torch_aoti/${stem}_torch$release.toml")
 # Every case lowers its programs through the adapter's package cache, which the pre-lowering fills beside
-# them: a case waits on a program's lock while its compile runs. The CPU budget paused those compiles to
-# keep the cores for 15 waiting workers (call 7 of examples/runs/2026-11-29-crash-replay-H200: 6.9 of 16
-# cores busy on average, cut by its deadline); nothing paused, the compiles take what the workers leave.
-export CONFORMANCE_WORKERS_PER_GPU="${CONFORMANCE_WORKERS_PER_GPU:-15}" CONFORMANCE_CPU_BUDGET="${CONFORMANCE_CPU_BUDGET:-0}"
+# them at a lower priority: a case waits on a program's lock while its compile runs.
+export CONFORMANCE_WORKERS_PER_GPU="${CONFORMANCE_WORKERS_PER_GPU:-15}"
 timeout $(( ${AOTI_DEADLINE:-470} + 60 )) python3 -m nox -s conformance --no-venv -- \
   --backend="torch_aoti:$mode" "${known[@]}" --run-deadline "${AOTI_DEADLINE:-470}" ${AOTI_SELECT:-} \
   > "$A/$mode.log" 2>&1

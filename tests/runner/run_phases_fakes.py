@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.start_gate import GATE_ENV
-from runner import run, sizing
+from runner import run
 from runner.prelowering import Prelowering
 
 
@@ -193,11 +193,8 @@ class FakeBackground:
         return STAMP if self.is_done == 0 else None
 
     def start(
-        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str], budget: int | None
+        self, console: object, python: str, jobs: int, log: Path, backend: Sequence[str]
     ) -> Prelowering | None:
-        assert budget == (
-            sizing.cores() - sizing.burst_headroom(sizing.cores()) if jobs else None
-        )  # within the cores
         if jobs == 0:  # as the real one: the sizing left it no process
             return None
         self.events.append(f"start {' '.join(backend)}".strip())
@@ -219,7 +216,7 @@ class FakeBackground:
         assert "CONFORMANCE_RUN_ID" in env  # the preflight records under the run's id
         # background work beside the cases: a compile process's threads (one for torch's ops, one compile)
         assert (env["OMP_NUM_THREADS"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == ("1", "1")
-        # in the pre-lowering's group where one runs (the CPU budget may pause it), else in ours
+        # in the pre-lowering's group where one runs (its tasks counted with it), else in ours
         self.events.append("preflight" if group is None else f"preflight in group {group}")
         if self.after is not None:
             assert self.after.wait(5)

@@ -41,7 +41,6 @@ FRONT_DOOR_ENV = (
     "CONFORMANCE_WORKERS_PER_GPU",
     "CUDA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",
-    "CONFORMANCE_CPU_BUDGET",
     "CONFORMANCE_CUDA_SYNC",
 )
 
@@ -104,7 +103,7 @@ def test_two_gpus_get_the_shared_phase_with_the_multi_gpu_one_beside_then_the_al
     assert background.events[:3] == [
         "is-done --backend my:BACKEND",
         "start --backend my:BACKEND",
-        "preflight in group -1",  # the pre-lowering's (its fake process's pid): the budget may pause it
+        "preflight in group -1",  # the pre-lowering's (its fake process's pid): counted with it
     ]
     # the multi-GPU phase ran beside the shared one from its start; the GPU-alone phase started before the
     # shared one, held at its gate until after both; each one's output shown after the shared phase
@@ -273,11 +272,7 @@ def test_a_cold_cache_prelowers_beside_the_cases(tmp_path: Path, monkeypatch: py
     assert console.pytest_args()[0][4:6] == ["-n", "12"]
     assert _table(console)[1].detail == "12 workers, 12 per GPU; 15 compiling beside; GPU waits asleep"
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
-    assert str(why).endswith(
-        "pre-lowering beside them at a lower priority: 15 compile processes; "
-        "compile processes paused while more than 14 tasks are runnable or may wake (2 of the cores kept "
-        "for the case workers' bursts)"
-    )
+    assert str(why).endswith("pre-lowering beside them at a lower priority: 15 compile processes")
 
 
 def test_a_signal_mid_phase_writes_the_page_skips_the_rest_and_exits_with_its_code(
@@ -437,7 +432,7 @@ def test_the_prelowering_summary_and_when_it_does_not_start(
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="process_group needs Python 3.11")
 def test_the_preflight_runs_in_the_prelowerings_group_while_it_lasts(tmp_path: Path) -> None:
     """The real call, a shell script standing in for the run's interpreter: it exits 0 only in the
-    process group it was asked to join (the CPU budget pauses that group's processes); once that group has
+    process group it was asked to join (the pre-lowering's, counted as one); once that group has
     ended, the preflight still runs, in the front door's group."""
     python = tmp_path / "python"
     python.write_text('#!/bin/sh\nset -- $(cat /proc/$$/stat)\n[ "$5" = "$WANT" ]\n')
