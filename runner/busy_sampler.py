@@ -50,8 +50,6 @@ class ProcessState:
     runnable: int
     #: Its command name (``comm``: ``python3``, ``cc1plus``).
     comm: str = ""
-    #: Stopped by a signal (state ``T``: a compile process the CPU budget paused).
-    stopped: bool = False
     #: Its parent's pid (0: unknown).
     parent: int = 0
     #: Where more than one of its threads is runnable, their names (``comm`` of each task: ``python3``
@@ -79,7 +77,7 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
     for pid in pids:
         try:
             stat = Path(proc, pid, "stat").read_bytes()
-            state, parent, group = _state_parent_group(stat)
+            _, parent, group = _state_parent_group(stat)
             tasks = [entry.path for entry in os.scandir(proc / pid / "task")]
         except (OSError, IndexError, ValueError):  # the process ended between the reads
             continue
@@ -92,7 +90,7 @@ def processes(proc: Path = PROC) -> list[ProcessState] | None:
             except (OSError, IndexError, ValueError):
                 continue
         threads = tuple(sorted(names)) if len(names) > 1 else ()
-        found.append(ProcessState(int(pid), group, len(names), _comm(stat), state == b"T", parent, threads))
+        found.append(ProcessState(int(pid), group, len(names), _comm(stat), parent, threads))
     return found
 
 
@@ -262,8 +260,6 @@ class BusySummary:
     #: Over the samples with more tasks than cores, the runnable tasks per sample of each process name or
     #: group, most first.
     over_mix: tuple[tuple[str, float], ...] = ()
-    #: Over those samples, the stopped processes per sample of each named group (paused compiles).
-    over_paused: tuple[tuple[str, float], ...] = ()
     #: Busy processes integrated over the window (each sample's count until the next): the CPU work
     #: done, in process-seconds. With ``span_s`` it parts a run's time into work and how many cores did
     #: it at once: two runs on machines of 16 and 32 cores can then say which of the two changed.
@@ -289,8 +285,7 @@ class BusySummary:
         if not self.over:
             return words
         mix = ", ".join(f"{per:.1f} {who}" for who, per in self.over_mix[:MIX_SHOWN])
-        paused = "".join(f", {per:.1f} {who} processes paused" for who, per in self.over_paused)
-        return f"{words}, over the cores in {self.over}, there on average {mix}{paused}"
+        return f"{words}, over the cores in {self.over}, there on average {mix}"
 
 
 #: The phase table names this many of an over-the-cores mix's largest parts.
@@ -332,9 +327,8 @@ class BusySampler:
         self.groups: dict[int, str] = {}
         #: (clock time, runnable tasks, busy processes), in order.
         self.samples: list[tuple[float, int, int]] = []
-        #: For the samples over ``cores``: (clock time, runnable tasks per process name or group, stopped
-        #: processes of each named group).
-        self.over: list[tuple[float, Counter[str], Counter[str]]] = []
+        #: For the samples over ``cores``: (clock time, runnable tasks per process name or group).
+        self.over: list[tuple[float, Counter[str]]] = []
         self._ticker = Ticker("busy-sampler", interval_s, self._sample)
 
     def start(self) -> BusySampler:
@@ -361,12 +355,7 @@ class BusySampler:
         who = ""
         if value > self.cores:
             parts = busy_parts(table, self.roles, self.groups)
-            mix = Counter({name: part.tasks for name, part in parts.items()})
-            paused: Counter[str] = Counter({name: 0 for name in self.groups.values()})
-            for p in table:
-                if p.stopped and p.group in self.groups:
-                    paused[self.groups[p.group]] += 1
-            self.over.append((now, mix, paused))
+            self.over.append((now, Counter({name: part.tasks for name, part in parts.items()})))
             who = describe(parts) if self._trace is not None else ""
         if self._trace is not None:
             self._trace.write(f"{now - (self.origin or 0.0):.2f}\t{value}\t{busy}\t{who}\n")
@@ -381,11 +370,9 @@ class BusySampler:
         tasks, busy = Spread.of([v for v, _ in window]), Spread.of([n for _, n in window])
         processes_over = sum(1 for _, n in window if n > self.cores)
         process_seconds = sum((later[0] - t) * n for (t, _, n), later in itertools.pairwise(timed))
-        picked = [(mix, paused) for t, mix, paused in list(self.over) if start <= t <= end]
-        over_mix = _average([mix for mix, _ in picked])
-        over_paused = _average([paused for _, paused in picked])
+        picked = [mix for t, mix in list(self.over) if start <= t <= end]
         return BusySummary(
-            len(window), tasks, busy, self.cores, len(picked), processes_over, over_mix, over_paused,
+            len(window), tasks, busy, self.cores, len(picked), processes_over, _average(picked),
             process_seconds, timed[-1][0] - timed[0][0],
         )  # fmt: skip
 

@@ -54,7 +54,7 @@ def test_processes_name_each_process_and_its_group(tmp_path: Path) -> None:
             10, 2, 2, "python3", parent=1, threads=("pt_main) R (x", "python3")
         ),  # its threads' names
         ProcessState(20, 2, 0, "cc1plus", parent=1),
-        ProcessState(30, 2, 0, "cc1plus", stopped=True, parent=1),
+        ProcessState(30, 2, 0, "cc1plus", parent=1),  # stopped: not runnable
     ]
 
 
@@ -64,7 +64,6 @@ def test_busy_processes_count_a_process_once_and_the_samplers_own_only_with_anot
         ProcessState(5, 5, 3, "python3"),  # three runnable threads: one busy process
         ProcessState(7, 5, 1, "cc1plus"),
         ProcessState(9, 9, 0, "python3"),  # asleep
-        ProcessState(11, 9, 0, "cc1plus", stopped=True),  # paused
     ]
     assert busy_processes_in(table, own=1) == 2
     assert busy_processes_in([*table[1:], ProcessState(1, 1, 2, "python3")], own=1) == 3  # it has work too
@@ -158,8 +157,7 @@ def test_samples_over_the_cores_say_who_was_runnable(tmp_path: Path) -> None:
                 ProcessState(1, 1, 1, "python3"),
                 ProcessState(5, 5, 2, "python3"),
                 ProcessState(8, 9, 4, "cc1plus"),
-                ProcessState(9, 9, 0, "python3", stopped=True),  # paused by the CPU budget
-                ProcessState(6, 6, 0, "sleep", stopped=True),  # stopped, but not in a named group
+                ProcessState(9, 9, 0, "python3"),
             ],
         ]
     )
@@ -177,11 +175,10 @@ def test_samples_over_the_cores_say_who_was_runnable(tmp_path: Path) -> None:
     assert (summary.processes_over, summary.processes.maximum) == (0, 2)  # 6 tasks, but in 2 processes
     # the two samples over: 5 python3 + 1 pre-lowering, 3 python3 + 4 pre-lowering (the sampler included)
     assert summary.over_mix == (("python3", 4.0), ("pre-lowering", 2.5))
-    assert summary.over_paused == (("pre-lowering", 0.5),)  # one paused in one of the two samples
     assert summary.detail == (
         "busy processes p50 2, p95 2, max 2, mean 1.5 (3.00 process-s) of 4 cores, over them in 0 of 3 "
         "samples; runnable tasks p50 5, p95 6, max 6, over the cores in 2, there on average 4.0 python3, "
-        "2.5 pre-lowering, 0.5 pre-lowering processes paused"
+        "2.5 pre-lowering"
     )
     assert sampler.summary(0.0, 0.0).detail == (  # type: ignore[union-attr]
         "busy processes p50 1, p95 1, max 1 of 4 cores, over them in 0 of 1 samples; "
