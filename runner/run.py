@@ -7,8 +7,8 @@ asked how many CUDA devices it has and whether an earlier run already lowered ev
 
 On a GPU machine: (1) the zoo pre-lowered for both targets in the background at a lower priority (it takes
 the cycles the case workers leave), started first; (0) beside it the backend's toolchain
-preflight, also beside the first cases (not before them: on a cold machine it is a compile of 40-185 s that
-every case waited for); a failed preflight stops the run (exit 3, harness/run_control.py's
+preflight, also beside the first cases (not before them: on a cold machine it is a long compile that every
+case would wait for); a failed preflight stops the run (exit 3, harness/run_control.py's
 ``FrontDoor.request_stop``); (2) every case that may share its GPU, several pytest-xdist workers per GPU,
 each pinned to its GPU with ``CUDA_VISIBLE_DEVICES`` before CUDA starts, beside (1)'s compile processes
 (``sizing.size_gpu_run``: cores, GPUs and memory together; the run's header says how and why, and each row
@@ -281,8 +281,8 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
 def _prelower_and_preflight(context: _Context, jobs: int) -> threading.Thread:
     """The pre-lowering first (``jobs`` compile processes; none where the sizing left none), then the
     preflight in a thread beside it and beside the shared phase's cases (``--no-preflight``: the front door
-    checks): on a cold machine the preflight's one compile took 43-185 s, and the cases that need no
-    compile, and those waiting for the pre-lowering anyway, need not wait for it. A failed preflight stops
+    checks): on a cold machine the preflight is a long compile, and the cases that need no compile, and
+    those waiting for the pre-lowering anyway, need not wait for it. A failed preflight stops
     the run (``FrontDoor.request_stop``, exit 3, its diagnosis above the table): the running phase is
     stopped as by a signal, keeping what its cases recorded, the later phases are not started, and the
     pre-lowering is stopped (nothing is worth compiling with that toolchain)."""
@@ -319,8 +319,7 @@ def _check_toolchain(context: _Context) -> str:
     job = context.record.prelowering  # its group: background work, counted with the compiles
     group = None if job is None else job.process.pid
     # background work beside the cases, like a compile process: one thread for torch's ops and one for
-    # inductor's compiles (torch's defaults, a thread and a compile process per core, made bursts of 32
-    # runnable tasks per process on two H200s)
+    # inductor's compiles (torch's defaults, a thread and a compile process per core, burst over the cores)
     env = {**context.env, **sizing.COMPILE_ENV, **sizing.COMPILE_PROCESS_ENV}
     code = check_toolchain(run.python, run.backend_args, env, context.door.time_left(), group)
     context.record.toolchain_code = code

@@ -138,10 +138,10 @@ def size_gpu_run(
     ``$CONFORMANCE_WORKERS_PER_GPU`` sets them instead. The compile processes beside them: the whole budget
     (less what the memory cap leaves), at a lower CPU priority (``prelowering.NICENESS``). A case worker is
     busy only part of a cold run (it sleeps while the program it needs compiles), and the compiles are the
-    cold run's critical path, so they take every cycle the workers leave. Measured on one H100 (16 cores,
-    cold): 12 workers + 15 compiles 240 s; a fixed half each (7 + 8) left a median 6 cores idle, 298 s; 12
-    workers + 15 compiles that started a program only while fewer than 16 tasks were runnable, 283 s and
-    not done (H200). The run's table shows the runnable tasks of each phase (``runner/busy_sampler.py``).
+    cold run's critical path, so they take every cycle the workers leave, nothing paused (a fixed split left
+    cores idle, ``examples/runs/2026-11-26-sizing-H100/``; a CPU budget was slower,
+    ``examples/runs/2026-11-29-scheduler-ab-H200/``). The run's table shows the runnable tasks of each phase
+    (``runner/busy_sampler.py``).
     """
     gpus = max(1, gpus)
     found = Cores(cpus) if cpus else usable_cores()  # one read: the count and what bound it
