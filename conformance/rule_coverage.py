@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import functools
 import importlib
 import inspect
+import io
 import itertools
 import json
 import re
@@ -42,8 +44,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from conformance.catalogue import CATALOGUE, CHAPTERS, RULES_BY_ID, for_rule, is_rule_id
+from conformance.declared_rules import declared
 from conformance.rules import level_of
+from harness.backend_loader import DEFAULT_BACKEND
 
 __all__ = ["CHAPTERS", "ROOT", "Case", "Proof", "Row", "all_cases", "coverage_rows", "is_rule_id", "main"]
 
@@ -465,6 +471,37 @@ def chapter_cases(stem: str) -> list[Case]:
 
 def all_cases() -> list[Case]:
     return [case for stem in CHAPTERS for case in chapter_cases(stem)]
+
+
+class _Declarations:
+    """A pytest plugin keeping every collected case with the rules it declares."""
+
+    def __init__(self) -> None:
+        self.cases: list[Case] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            stem = item.path.stem
+            self.cases.append(Case(item.nodeid, CHAPTERS.get(stem, stem), declared(item)))
+
+
+def collected_cases(stems: Sequence[str] = tuple(CHAPTERS)) -> list[Case]:
+    """Every case pytest collects from the chapters ``conformance/<stem>.py``, with the rule ids it declares
+    (``conformance/declared_rules.py``): pytest's own collection, in this process, against the reference
+    backend (whichever backend a run tests, the cases are the same). Its output is shown only on failure."""
+    plugin = _Declarations()
+    args = [
+        "--collect-only", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
+        "--rootdir", str(ROOT), "--backend", DEFAULT_BACKEND,
+        *(str(HERE / f"{stem}.py") for stem in stems),
+    ]  # fmt: skip
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        code = pytest.main(args, plugins=[plugin])
+    if code != pytest.ExitCode.OK:
+        tail = output.getvalue()[-4000:]
+        raise RuntimeError(f"collecting the chapters failed (pytest exit {code}):\n{tail}")
+    return plugin.cases
 
 
 # ================================================================================================ rows

@@ -353,4 +353,11 @@ RULE_TABLE: tuple[Rule, ...] = (
         exempt="about the known-failures list, not the backend: a declared failure that passes "
         "(tests/conformance/test_case_outcomes.py proves it)",
     ),
+    # ============================================ the suite's declarations (conformance/declared_rules.py)
+    must(
+        "suite/undeclared-rule",
+        "a case fails only under the rule ids it declares",
+        exempt="about the suite's own declarations, not the backend: a case failing under a rule it does "
+        "not declare (tests/conformance/test_rule_coverage.py proves it)",
+    ),
 )

@@ -51,6 +51,24 @@ def test_case_expansion_is_what_pytest_collects(cases: list[rc.Case]) -> None:
     assert collected == ours, (sorted(collected - ours)[:10], sorted(ours - collected)[:10])
 
 
+def test_declarations_are_what_the_code_analysis_finds() -> None:
+    """Seeding the declarations (``@pytest.mark.rules``): every case pytest collects declares exactly the
+    rule ids the static analysis of the chapters finds for it. Run once, then the analysis goes."""
+    script = (
+        "from conformance import rule_coverage as rc\n"
+        "declared = {c.id: c.rules for c in rc.collected_cases()}\n"
+        "found = {c.id: c.rules for c in rc.all_cases()}\n"
+        "assert declared.keys() == found.keys(), sorted(declared.keys() ^ found.keys())[:10]\n"
+        "wrong = [(i, sorted(declared[i] ^ found[i])) for i in declared if declared[i] != found[i]]\n"
+        "assert wrong == [], wrong[:10]\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 @pytest.mark.proof
 def test_every_rule_has_a_case(rows: list[rc.Row]) -> None:
     """A SPEC rule mapped to an id no case checks shows here (the SPEC map names ids the code must use);
