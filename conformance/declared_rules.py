@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from conformance.catalogue import RULES_BY_ID
 from conformance.contract_monitor import RULES as MONITOR_RULES
 from conformance.rules import rule_id
 
 if TYPE_CHECKING:
     from _pytest.mark import ParameterSet  # what pytest.param returns; pytest 8 does not export it
 
-__all__ = ["IMPLIED", "MARKER", "MARKER_HELP", "UNDECLARED", "declared", "params", "undeclared", "unknown"]
+__all__ = ["IMPLIED", "MARKER", "MARKER_HELP", "UNDECLARED", "declared", "params", "undeclared"]
 
 MARKER = "rules"
 MARKER_HELP = (
@@ -62,16 +61,6 @@ def params(rules_by_value: Mapping[str, str | Iterable[str]]) -> list[ParameterS
             marks=pytest.mark.rules(*([rules] if isinstance(rules, str) else sorted(rules))),
         )
         for value, rules in rules_by_value.items()
-    ]
-
-
-def unknown(items: Iterable[pytest.Item]) -> list[str]:
-    """``case: id`` for each declared id the rule table lacks (a typo in a mark never matches a failure)."""
-    return [
-        f"{item.nodeid}: {rule!r}"
-        for item in items
-        for rule in sorted(declared(item))
-        if rule not in RULES_BY_ID
     ]
 
 

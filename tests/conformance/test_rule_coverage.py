@@ -1,7 +1,8 @@
 """The rule-coverage table (``python -m tests.rule_coverage``) is complete and true: every rule id has a case,
 and a broken backend that a chapter fails on it or an exemption with its reason; every rule id a case can
 fail with is a rule of the table, and the table says which chapters check it; the static expansion of the
-chapters' cases is exactly what pytest collects; no exemption is stale."""
+chapters' cases is exactly what pytest collects; no exemption is stale. A case declares its rules
+(``conformance/declared_rules.py``), and a failure under any other is a suite error."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
+from conformance import declared_rules
 from conformance import rule_coverage as rc
 from conformance.catalogue import CATALOGUE, RULE_TABLE, RULES_BY_ID
+from harness.results import parse_results
 from tests.rule_coverage import BrokenBackend, broken_backends
 from tests.rule_coverage import main as table_main
 
 ROOT = rc.ROOT
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +223,130 @@ def test_status_both_sides() -> None:
     lonely = rc.Case("conformance/test_x.py::test_z", "x", frozenset())
     rows = rc.coverage_rows([lonely], [])
     assert all(r.status in ("NO CASE", "not-checkable") for r in rows)
+
+
+# ========================================================================== declarations, at run time
+
+DECLARING = """
+import pytest
+
+@pytest.mark.rules("toy/a", "toy/b")
+@pytest.mark.parametrize("x", [pytest.param(1, marks=pytest.mark.rules("toy/one")), 2])
+def test_declares(x, backend):
+    pass
+
+def test_declares_nothing():
+    pass
+"""
+
+
+def test_a_case_declares_its_marks_its_parameters_and_what_its_fixtures_imply(
+    pytester: pytest.Pytester,
+) -> None:
+    """The declared set is the union of the function's and the parameter's ``rules`` marks, plus the
+    contract monitor's rules for a case handed the backend (there: the fixture); a rule outside it is
+    named, with the case and the set."""
+    pytester.makeini(f"[pytest]\nmarkers =\n    {declared_rules.MARKER_HELP}\n")
+    pytester.makeconftest("import pytest\n\n@pytest.fixture\ndef backend():\n    return None\n")
+    items = {item.name: item for item in pytester.getitems(DECLARING)}
+    monitor = set(declared_rules.IMPLIED["backend"])
+    assert declared_rules.declared(items["test_declares[1]"]) == {"toy/a", "toy/b", "toy/one"} | monitor
+    assert declared_rules.declared(items["test_declares[2]"]) == {"toy/a", "toy/b"} | monitor
+    assert declared_rules.declared(items["test_declares_nothing"]) == frozenset()
+    second = items["test_declares[2]"]
+    assert declared_rules.undeclared(second, ("toy/a", None, "contract/error-class")) is None
+    message = str(declared_rules.undeclared(second, ("toy/one",)))
+    assert message.startswith("[suite/undeclared-rule] ")  # the module is named after the test
+    assert "::test_declares[2]: failed under toy/one, which the case does not declare" in message
+    assert "(it declares: contract/error-class, " in message
+    assert "toy/a, toy/b)" in message
+    nothing = str(declared_rules.undeclared(items["test_declares_nothing"], ("toy/a",)))
+    assert "(it declares: nothing)" in nothing
+
+
+def test_params_declare_the_rule_each_value_picks() -> None:
+    made = declared_rules.params({"none-out": "mm_out/none-out", "two": ("b/2", "a/1")})
+    assert [(p.id, p.values) for p in made] == [("none-out", ("none-out",)), ("two", ("two",))]
+    assert [[m.args for m in p.marks] for p in made] == [[("mm_out/none-out",)], [("a/1", "b/2")]]
+
+
+TOY_BACKEND = """
+class Toy:
+    name = "toy"
+    version = "0.1"
+
+BACKEND = Toy()
+"""
+
+UNDECLARED_CHAPTER = """
+import pytest
+from conformance.checks import coverage_gap, fail
+
+@pytest.mark.rules("toy/values")
+def test_declared():
+    fail("toy/values", "toy()", "wrong values")
+
+@pytest.mark.rules("toy/values")
+def test_undeclared():
+    fail("toy/other", "toy()", "a check naming a rule its case does not declare")
+
+@pytest.mark.rules("toy/values")
+def test_undeclared_gap():
+    coverage_gap("toy/ops", "lower(toy)", "op aten::foo is not mapped")
+
+@pytest.mark.parametrize("rule", [pytest.param("toy/a", marks=pytest.mark.rules("toy/a")), "toy/b"])
+def test_per_parameter(rule):
+    fail(rule, "toy()", "the parameter picks the rule")
+
+def test_monitor_rule_with_the_backend(backend):
+    fail("contract/error-class", "toy()", "the contract monitor's rule: implied by the backend")
+
+def test_monitor_rule_without_the_backend():
+    fail("contract/error-class", "toy()", "no backend, so no monitor: not declared")
+"""
+
+
+@pytest.mark.proof  # a chapter run in a real pytest session: about 10 s on two cores
+def test_a_failure_under_an_undeclared_rule_is_a_suite_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A toy chapter through the suite's plugins: a failure under a declared rule (the function's, the
+    parameter's, or the monitor's for a case with the backend) is the backend's; under any other it is a
+    suite error: outcome ``error``, rule ``suite/undeclared-rule``, counted with the suite's self-checks,
+    shown as an error (never FAILED), and the run fails."""
+    pytester.makeini("[pytest]\n")  # the temporary directory is the rootdir: ids read conformance/...
+    pytester.makepyfile(toy_backend=TOY_BACKEND)
+    (pytester.path / "conformance").mkdir()
+    (pytester.path / "conformance" / "test_toy.py").write_text(UNDECLARED_CHAPTER, encoding="utf-8")
+    out = pytester.path / "out"
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "harness.pytest_plugin", "-p", "conformance.conftest",
+        "--backend", "toy_backend:BACKEND", "--no-preflight", "-rfE",
+        f"--results-json={out / 'r.json'}", f"--junitxml={out / 'j.xml'}", "conformance",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    run = parse_results((out / "r.json").read_text())
+    cases = {case.id.split("::", 1)[1]: case for case in run.cases}
+    backend_s = {"test_declared", "test_per_parameter[toy/a]", "test_monitor_rule_with_the_backend"}
+    suite_s = {"test_undeclared", "test_undeclared_gap", "test_per_parameter[toy/b]"}
+    suite_s.add("test_monitor_rule_without_the_backend")
+    assert {name: (c.outcome, c.suite_check) for name, c in cases.items()} == {
+        **{name: ("failed", False) for name in backend_s},
+        **{name: ("error", True) for name in suite_s},
+    }
+    assert {cases[name].rule for name in suite_s} == {"suite/undeclared-rule"}
+    undeclared = cases["test_undeclared"].message
+    assert undeclared.startswith(
+        "[suite/undeclared-rule] conformance/test_toy.py::test_undeclared: failed under toy/other, which "
+        "the case does not declare (it declares: toy/values)"
+    ), undeclared
+    assert "the failure: conformance.checks.CheckFailure: [toy/other] toy(): a check naming" in undeclared
+    assert run.summary()["suite_checks"] == {"error": 4}
+    assert run.summary()["outcomes"]["failed"] == 3
+    junit = {tc.get("name"): tc for tc in ET.fromstring((out / "j.xml").read_text()).iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in junit["test_undeclared"].iter("property")}
+    assert props["conformance:suite_check"] == "true"
+    assert props["conformance:rule"] == "suite/undeclared-rule"
+    result.stdout.fnmatch_lines(["*ERROR at call of test_undeclared*", "*[[]suite/undeclared-rule[]]*"])
+    result.stdout.no_fnmatch_line("FAILED conformance/test_toy.py::test_undeclared *")
