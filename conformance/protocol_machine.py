@@ -83,11 +83,8 @@ INPUTS_UNTOUCHED = rule_id("differential/inputs-untouched")
 OUTPUTS_UNTOUCHED = rule_id("differential/outputs-untouched")
 COUNTERS = rule_id("differential/counters")
 ERROR_CLASS = rule_id("differential/error-class")
-#: Every rule a run of the machine can fail with: its own, its checks' and the oracle's verdicts on errors;
-#: the cases that run it declare these (conformance/declared_rules.py).
-RULES: tuple[str, ...] = tuple(
-    dict.fromkeys((PROGRAM, INPUTS_UNTOUCHED, OUTPUTS_UNTOUCHED, COUNTERS, ERROR_CLASS, *CHECKED, *JUDGED))
-)
+#: Every rule a run of the machine can fail with (its own, its checks', the oracle's): its cases declare them.
+RULES = frozenset((PROGRAM, INPUTS_UNTOUCHED, OUTPUTS_UNTOUCHED, COUNTERS, ERROR_CLASS, *CHECKED, *JUDGED))
 
 
 @dataclass

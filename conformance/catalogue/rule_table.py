@@ -12,7 +12,8 @@ by id or by a glob over ids. Which broken backend proves a rule: the backend's `
 ``tests/broken/*.py``.
 
 Adding a rule: a row here, its use in a case (``X = rule_id("family/name")`` in the chapter, then
-``fail(X, ...)``), and a broken backend declaring it (README, "Adding a rule").
+``fail(X, ...)``, the case declaring it: ``@pytest.mark.rules(X)``), and a broken backend declaring it
+(README, "Adding a rule").
 """
 
 from __future__ import annotations

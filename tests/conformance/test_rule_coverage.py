@@ -1,12 +1,16 @@
 """The rule-coverage table (``python -m tests.rule_coverage``) is complete and true: every rule id has a case,
-and a broken backend that a chapter fails on it or an exemption with its reason; every rule id a case can
-fail with is a rule of the table, and the table says which chapters check it; the static expansion of the
-chapters' cases is exactly what pytest collects; no exemption is stale. A case declares its rules
-(``conformance/declared_rules.py``), and a failure under any other is a suite error."""
+and a broken backend that a chapter fails on it or an exemption with its reason; every rule id a case
+declares is a rule of the table, and the table says which chapters check it; no exemption is stale.
+
+The cases are those pytest collects, each with the rules it declares (``@pytest.mark.rules``, read by
+``conformance/declared_rules.py``). The declarations are held both ways: a failure under a rule its case
+does not declare is a suite error at run time (proven here on a toy chapter), and every rule id a chapter
+looks up is declared by one of its cases."""
 
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import json
 import os
 import subprocess
@@ -20,16 +24,34 @@ from conformance import rule_coverage as rc
 from conformance.catalogue import CATALOGUE, RULE_TABLE, RULES_BY_ID
 from harness.results import parse_results
 from tests.rule_coverage import BrokenBackend, broken_backends
-from tests.rule_coverage import main as table_main
 
 ROOT = rc.ROOT
 
 pytest_plugins = ["pytester"]
 
 
+#: The chapters' cases and their declared rules, as JSON (what ``cases`` reads).
+COLLECT = (
+    "import json\n"
+    "from conformance import rule_coverage as rc\n"
+    "print(json.dumps([[c.id, c.chapter, sorted(c.rules)] for c in rc.collected_cases()]))\n"
+)
+
+
+def in_a_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` here: pytest's collection of the chapters loads the suite's configuration (its
+    Hypothesis profile, its backend), which must not leak into this process."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def cases() -> list[rc.Case]:
-    return rc.all_cases()
+    proc = in_a_process("-c", COLLECT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [rc.Case(id, chapter, frozenset(rules)) for id, chapter, rules in json.loads(proc.stdout)]
 
 
 @pytest.fixture(scope="module")
@@ -42,37 +64,40 @@ def rows(cases: list[rc.Case], backends: list[BrokenBackend]) -> list[rc.Row]:
     return rc.coverage_rows(cases, [b.proof() for b in backends])
 
 
-@pytest.mark.proof
-def test_case_expansion_is_what_pytest_collects(cases: list[rc.Case]) -> None:
-    """The table's cases are pytest's: same node ids, none missing, none invented."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         *(f"conformance/{stem}.py" for stem in rc.CHAPTERS)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    collected = {line for line in proc.stdout.splitlines() if line.startswith("conformance/")}
-    ours = {case.id for case in cases}
-    assert collected == ours, (sorted(collected - ours)[:10], sorted(ours - collected)[:10])
+def test_every_case_declares_a_rule_of_its_own(cases: list[rc.Case]) -> None:
+    """Not only the contract monitor's, which the backend fixture implies: a case with no ``rules`` mark
+    would make every failure of its own checks a suite error."""
+    assert len(cases) > 1000, "the chapters' cases were not all collected"
+    bare = [case.id for case in cases if not case.rules - set(declared_rules.IMPLIED["backend"])]
+    assert bare == [], f"cases without @pytest.mark.rules(...): {bare[:10]}"
 
 
-def test_declarations_are_what_the_code_analysis_finds() -> None:
-    """Seeding the declarations (``@pytest.mark.rules``): every case pytest collects declares exactly the
-    rule ids the static analysis of the chapters finds for it. Run once, then the analysis goes."""
-    script = (
-        "from conformance import rule_coverage as rc\n"
-        "declared = {c.id: c.rules for c in rc.collected_cases()}\n"
-        "found = {c.id: c.rules for c in rc.all_cases()}\n"
-        "assert declared.keys() == found.keys(), sorted(declared.keys() ^ found.keys())[:10]\n"
-        "wrong = [(i, sorted(declared[i] ^ found[i])) for i in declared if declared[i] != found[i]]\n"
-        "assert wrong == [], wrong[:10]\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_every_rule_a_chapter_looks_up_is_declared_by_one_of_its_cases(cases: list[rc.Case]) -> None:
+    """The other direction from the run-time check, where it can be seen without running: a rule id a
+    chapter holds at module level (``VALUES = rule_id(...)``, a family's ``{value: id}``, a helper's tuple)
+    is there to be checked, so some case of that chapter declares it; one none declares is a check whose
+    failure would be a suite error (or a constant nobody uses)."""
+    declared: dict[str, set[str]] = {}
+    for case in cases:
+        declared.setdefault(case.id.split("::")[0], set()).update(case.rules)
+    missing = {}
+    for path, rules in sorted(declared.items()):
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        values = [v for name, v in vars(module).items() if not name.startswith("_")]
+        strings = [s for v in values for s in ([v] if isinstance(v, str) else _strings(v))]
+        looked_up = {s for s in strings if s in RULES_BY_ID}
+        if looked_up - rules:
+            missing[path] = sorted(looked_up - rules)
+    assert missing == {}, f"rule ids a chapter names that none of its cases declares: {missing}"
+
+
+def _strings(value: object) -> list[str]:
+    """The strings one level inside a mapping (keys and values) or a sequence; none for anything else."""
+    if isinstance(value, dict):
+        value = [*value.keys(), *value.values()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [v for v in value if isinstance(v, str)]
+    return []
 
 
 @pytest.mark.proof
@@ -190,20 +215,27 @@ def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
     assert not any("mm_out/no-host-sync" in c.rules for c in verdicts)
 
 
-@pytest.mark.proof
-def test_the_command_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.proof  # three processes that each collect the chapters: about 25 s on two cores
+def test_the_command_prints_the_table_and_json() -> None:
     """``python -m tests.rule_coverage`` (what ``nox -s conformance`` writes for the dashboard) gives the
     broken backends; the product's own command cannot know them, and says so."""
-    assert table_main(["--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    proc = in_a_process("-m", "tests.rule_coverage", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
     assert {"rule", "level", "cases", "broken_backends", "status"} <= set(data[0])
     assert any(row["rule"] == "options/nul-character" and row["broken_backends"] for row in data)
-    assert table_main([]) == 0
-    assert "options/nul-character" in capsys.readouterr().out
-    assert rc.main(["--json"]) == 0
-    captured = capsys.readouterr()
-    assert "no broken backends given" in captured.err
-    assert not any(row["broken_backends"] for row in json.loads(captured.out))
+    by_rule = {row["rule"]: row for row in data}
+    assert (
+        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[none-out]"
+        in (by_rule["mm_out/none-out"]["cases"])
+    )
+    proc = in_a_process("-m", "tests.rule_coverage")
+    assert proc.returncode == 0, proc.stderr
+    assert "options/nul-character" in proc.stdout
+    proc = in_a_process("-m", "conformance.rule_coverage", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "no broken backends given" in proc.stderr
+    assert not any(row["broken_backends"] for row in json.loads(proc.stdout))
 
 
 def test_status_both_sides() -> None:
