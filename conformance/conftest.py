@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import settings
-from conformance import generation, known_failures
+from conformance import declared_rules, generation, known_failures
 from conformance import outcomes as case_outcomes
 from conformance.contract_monitor import ContractMonitor, MonitorFailure
 from conformance.crash_replay import CrashReplays
@@ -112,6 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{SUITE_CHECK_MARKER}: checks the suite itself, no backend involved (counted apart)"
     )
+    config.addinivalue_line("markers", declared_rules.MARKER_HELP)
     gpu_ids = _gpu_ids()
     generation.configure(config)
     if worker and gpu_ids:

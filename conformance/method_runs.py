@@ -53,6 +53,24 @@ class WhereRules:
         ids = {f.name: rule_id(f"{mechanism}/{f.name.replace('_', '-')}") for f in fields(cls)}
         return cls(**ids)
 
+    @property
+    def on_cuda(self) -> tuple[str, ...]:
+        """What :func:`check_where_data_went` and :func:`check_output_copies` fail with: a case running
+        them declares these (``conformance/declared_rules.py``)."""
+        return (
+            self.output_device,
+            self.values,
+            self.d2h_bytes,
+            self.h2d_bytes,
+            self.d2h_copy,
+            self.no_d2h_copy,
+        )
+
+    @property
+    def on_cpu(self) -> tuple[str, ...]:
+        """What :func:`check_cpu_target` fails with."""
+        return (self.cpu_target, self.values)
+
 
 SKIP_COPY = WhereRules.of("skip-copy")
 PLACEMENT = WhereRules.of("placement")

@@ -14,6 +14,9 @@ where the case ran (each pytest-xdist worker, or the single process) and decides
   so only a run under pytest-xdist survives the crash to record it; a generated case's crash that the crash
   search found again (``conformance/crash_replay.py``) carries the crashing call's rule, which an entry's
   ``rule`` must match;
+* a failure naming a rule its case does not declare (``conformance/declared_rules.py``) is the suite's
+  error, not the backend's: outcome ``error`` under rule ``suite/undeclared-rule``, counted with the suite's
+  self-checks (``suite_check``), whatever the rule's level or a known-failure entry says;
 * an ``AttributeError`` for a protocol attribute the backend lacks (a case reached a part it did not ask
   for) becomes a skip naming the part (``conformance/parts.py``): optional parts never fail a case.
 
@@ -35,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from conformance import declared_rules
 from conformance.checks import CoverageGap
 from conformance.generation import replay_note
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
@@ -136,13 +140,18 @@ class CaseOutcomes:
         message = _failure_text(report, exc)
         text = str(exc).strip() if isinstance(exc, (AssertionError, CoverageGap)) else message
         first = text.splitlines()[0] if text else type(exc).__name__
+        rule = rule_of(str(exc)) if isinstance(exc, AssertionError) else None
+        case_rule = getattr(exc, "case_rule", None)  # a contract monitor's failure: the case's own rule
+        gap_rule = exc.rule if isinstance(exc, CoverageGap) else None
+        undeclared = declared_rules.undeclared(item, (rule, case_rule, gap_rule))
+        if undeclared is not None:
+            self._suite_error(item, report, f"{undeclared}\nthe failure: {message}")
+            return
         if isinstance(exc, CoverageGap):
             self._convert(item, report, Outcome.COVERAGE, f"coverage: {first}", message, exc.rule, None, None)
             return
-        rule = rule_of(str(exc)) if isinstance(exc, AssertionError) else None
         level = level_of(rule) if rule else Level.MUST
         known = first_match(self.entries, item.nodeid, rule)
-        case_rule = getattr(exc, "case_rule", None)  # a contract monitor's failure: the case's own rule
         if known is None and case_rule is not None:
             known = first_match(self.entries, item.nodeid, case_rule)
         if known is not None:
@@ -153,6 +162,16 @@ class CaseOutcomes:
         else:
             outcome = Outcome.FAILED if report.when == "call" else Outcome.ERROR
             self._annotate(item, report, outcome, None, rule, level, None)
+
+    def _suite_error(self, item: pytest.Item, report: pytest.TestReport, message: str) -> None:
+        """The case failed under a rule it does not declare: its declaration is wrong (or its check names
+        the wrong rule), so the verdict is not the backend's. Still a failing report (the run fails), shown
+        as an error and recorded with the suite's self-checks."""
+        item.add_marker(SUITE_CHECK_MARKER)  # the reports still to come (teardown) say so too
+        report.keywords[SUITE_CHECK_MARKER] = 1  # type: ignore[index]
+        report.longrepr = f"{message}\n\n{report.longrepr}"
+        item.user_properties.append((PROPERTY_PREFIX + "suite_check", "true"))
+        self._annotate(item, report, Outcome.ERROR, message, declared_rules.UNDECLARED, Level.MUST, None)
 
     def _check_stale(
         self, item: pytest.Item, report: pytest.TestReport, after_teardown: bool = False
@@ -215,6 +234,8 @@ class CaseOutcomes:
         result = case_result(report)
         if result is None or report.when not in ("setup", "call"):
             return None
+        if result["outcome"] == Outcome.ERROR and result["rule"] == declared_rules.UNDECLARED:
+            return "error", "E", ("SUITE ERROR", {"red": True})  # pytest's errors: never "FAILED"
         if result["outcome"] == Outcome.SHOULD_FAILED:
             return Outcome.SHOULD_FAILED.value, "S", ("SHOULD-FAIL", {"yellow": True})
         if result["outcome"] == Outcome.COVERAGE:

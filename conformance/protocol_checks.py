@@ -25,6 +25,7 @@ from conformance.rules import rule_id
 
 __all__ = [
     "BUSY_CYCLES",
+    "RULES",
     "Held",
     "busy_caller_stream",
     "check_aliasing",
@@ -50,6 +51,17 @@ OUTPUTS_OWNED = rule_id("differential/outputs-owned")
 OUTPUTS_FILLED = rule_id("differential/outputs-filled")
 THREADS = rule_id("differential/threads")
 STRUCTURE = rule_id("differential/result-structure")
+#: Every rule the checks of this module name.
+RULES = (
+    OPTION_READ_BACK,
+    INPUTS_UNTOUCHED,
+    VALUES,
+    OUTPUT_DEVICE,
+    OUTPUTS_OWNED,
+    OUTPUTS_FILLED,
+    THREADS,
+    STRUCTURE,
+)
 
 
 def flat_tensors(value: object) -> list[torch.Tensor]:

@@ -32,9 +32,10 @@ from conformance.checks import fail
 from conformance.crash_journal import CallJournal, journaled, watched
 from conformance.models import get_model
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
-from conformance.oracle import CallResult, call, describe_args, judge
+from conformance.oracle import JUDGED, CallResult, call, describe_args, judge
 from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
 from conformance.protocol_caller_steps import CallerSteps
+from conformance.protocol_checks import RULES as CHECKED
 from conformance.protocol_checks import (
     Held,
     busy_caller_stream,
@@ -71,7 +72,7 @@ from conformance.protocol_strategies import (
 from conformance.rules import rule_id
 from conformance.strategies import NameVariant
 
-__all__ = ["HandlePair", "ProgramPair", "ProtocolMachine", "as_shard", "machine_for"]
+__all__ = ["RULES", "HandlePair", "ProgramPair", "ProtocolMachine", "as_shard", "machine_for"]
 
 M = TypeVar("M", bound=type)
 
@@ -82,6 +83,8 @@ INPUTS_UNTOUCHED = rule_id("differential/inputs-untouched")
 OUTPUTS_UNTOUCHED = rule_id("differential/outputs-untouched")
 COUNTERS = rule_id("differential/counters")
 ERROR_CLASS = rule_id("differential/error-class")
+#: Every rule a run of the machine can fail with (its own, its checks', the oracle's): its cases declare them.
+RULES = frozenset((PROGRAM, INPUTS_UNTOUCHED, OUTPUTS_UNTOUCHED, COUNTERS, ERROR_CLASS, *CHECKED, *JUDGED))
 
 
 @dataclass

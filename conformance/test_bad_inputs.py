@@ -35,6 +35,7 @@ from conformance.checks import (
     fail,
     snapshot,
 )
+from conformance.declared_rules import params
 from conformance.parts import LoweringRuntimeBackend
 from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
 from conformance.protocol import RuntimeBackend
@@ -228,7 +229,7 @@ def reject_execute(
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("rule", list(INPUT_RULES))
+@pytest.mark.parametrize("rule", params(INPUT_RULE_IDS))
 def test_bad_inputs_are_rejected_and_change_nothing(
     runtime: LoweringRuntimeBackend, target: str, rule: str
 ) -> None:
@@ -248,6 +249,7 @@ def test_bad_inputs_are_rejected_and_change_nothing(
     )
 
 
+@pytest.mark.rules(WRONG_DEVICE)
 @pytest.mark.gpu
 def test_cuda_tensor_to_cpu_program(runtime: LoweringRuntimeBackend) -> None:
     """bad-inputs/wrong-device: a CUDA input to a program lowered for the CPU is rejected naming ``inputs``
@@ -265,6 +267,7 @@ def test_cuda_tensor_to_cpu_program(runtime: LoweringRuntimeBackend) -> None:
     )
 
 
+@pytest.mark.rules(OTHER_GPU)
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
 def test_tensor_on_another_gpu_to_cuda_program(runtime: LoweringRuntimeBackend) -> None:
@@ -300,7 +303,7 @@ OUTPUT_RULE_IDS = family_ids("bad-inputs/{bad_output}", OUTPUT_RULES)
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("rule", list(OUTPUT_RULES))
+@pytest.mark.parametrize("rule", params(OUTPUT_RULE_IDS))
 def test_bad_outputs_are_rejected_and_left_untouched(
     runtime: LoweringRuntimeBackend, target: str, rule: str
 ) -> None:
@@ -321,6 +324,7 @@ def test_bad_outputs_are_rejected_and_left_untouched(
     )
 
 
+@pytest.mark.rules(OUTPUTS_WRONG_DEVICE)
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_cuda_outputs_where_outputs_go_to_the_cpu(runtime: LoweringRuntimeBackend, target: str) -> None:
@@ -349,7 +353,7 @@ AFTER_DESTROY = {
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("call_after", list(AFTER_DESTROY))
+@pytest.mark.parametrize("call_after", params(AFTER_DESTROY))
 def test_destroyed_handle_is_rejected(runtime: LoweringRuntimeBackend, target: str, call_after: str) -> None:
     """bad-inputs/execute-after-destroy, destroy-twice, stats-after-destroy: a destroyed handle is an
     invalid-argument error naming ``handle`` and that it was destroyed (never a crash or a use-after-free);
@@ -384,6 +388,7 @@ def test_destroyed_handle_is_rejected(runtime: LoweringRuntimeBackend, target: s
             )
 
 
+@pytest.mark.rules(NOT_A_HANDLE)
 @pytest.mark.parametrize("not_a_handle", [None, METHOD, 0], ids=["None", "method-name", "int"])
 def test_execute_on_something_not_a_handle(runtime: LoweringRuntimeBackend, not_a_handle: object) -> None:
     """bad-inputs/not-a-handle: execute on a value that init did not return is an invalid-argument error
@@ -420,7 +425,7 @@ METHOD_RULE_IDS = family_ids("bad-inputs/{bad_method}", METHOD_RULES)
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("rule", list(METHOD_RULES))
+@pytest.mark.parametrize("rule", params(METHOD_RULE_IDS))
 def test_init_with_a_bad_method_is_rejected(runtime: LoweringRuntimeBackend, target: str, rule: str) -> None:
     """bad-inputs/unknown-method, unknown-method-empty-name, method-not-a-string: init of a method the
     program does not have raises an invalid-argument error naming ``method``; a handle made before still
@@ -455,6 +460,7 @@ CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
 }
 
 
+@pytest.mark.rules(CORRUPT_PROGRAM)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("corruption", list(CORRUPTIONS))
 def test_init_with_a_corrupt_program_is_rejected(

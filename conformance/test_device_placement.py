@@ -49,8 +49,11 @@ import torch
 from conformance import contract_monitor
 from conformance.checks import assert_raises_invalid_argument, bits, fail, snapshot
 from conformance.conftest import cuda_device_count
+from conformance.declared_rules import params
 from conformance.method_runs import (
     MODEL_METHODS,
+    NO_H2D_COPY,
+    PINNED_HOST_MEMORY,
     PLACEMENT,
     MethodRun,
     WhereRules,
@@ -79,6 +82,7 @@ from conformance.pcie_checks import (
 )
 from conformance.pipelines import CallStats, pipeline_params, run_greedy
 from conformance.programs import (
+    LOWER,
     SKIP_COPY_OPTION,
     handles,
     lower_or_fail,
@@ -95,7 +99,7 @@ from conformance.protocol import (
     lowering_devices,
 )
 from conformance.rules import rule_id
-from conformance.token_oracle import STEPS, check_tokens, eager_tokens
+from conformance.token_oracle import STEPS, TOKENS, check_tokens, eager_tokens
 from conformance.tolerances import DTYPES_BY_NAME
 
 if TYPE_CHECKING:
@@ -159,6 +163,7 @@ def two_methods(device: str) -> dict[str, tuple]:
     return {"prefill": (module, inputs), "decode": (copy.deepcopy(module), inputs)}
 
 
+@pytest.mark.rules(VALIDATION)
 @pytest.mark.parametrize("key", [SKIP_H2D, SKIP_D2H])
 @pytest.mark.parametrize("label", list(BAD_VALUES))
 def test_placement_options_are_validated(placement: DevicePlacementBackend, key: str, label: str) -> None:
@@ -176,6 +181,7 @@ def test_placement_options_are_validated(placement: DevicePlacementBackend, key:
     )
 
 
+@pytest.mark.rules(CONFLICT)
 def test_placement_conflicting_with_the_runtime_option_is_rejected(placement: DevicePlacementBackend) -> None:
     """placement/conflict: lowering ``decode`` with host outputs while the runtime option names it is an
     invalid-argument error naming both keys (export-time placement wins; the user must drop one)."""
@@ -218,6 +224,7 @@ if HF_UNAVAILABLE is not None:  # the Hugging Face pipeline models: one skipped 
     ]
 
 
+@pytest.mark.rules(LOWER, PINNED_HOST_MEMORY, NO_H2D_COPY, *PLACEMENT.on_cuda)
 @pytest.mark.gpu
 @pytest.mark.parametrize(("model", "label", "options"), MATRIX)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -256,6 +263,7 @@ def check_profiled(
 END_TO_END: Options = {SKIP_H2D: True, SKIP_D2H: True}
 
 
+@pytest.mark.rules(LOWER, PIPELINE, TOKENS)
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", pipeline_params())
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -283,6 +291,7 @@ def test_pipeline_stays_on_the_device(
 OTHER_ZOO = [name for name in ZOO if name not in MODEL_METHODS]
 
 
+@pytest.mark.rules(LOWER, PINNED_HOST_MEMORY, NO_H2D_COPY, *PLACEMENT.on_cuda)
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", OTHER_ZOO)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -308,6 +317,7 @@ def _bad_input_cases() -> list:
     return cases
 
 
+@pytest.mark.rules(LOWER, BAD_INPUT)
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", _bad_input_cases())
 def test_device_input_method_rejects_wrong_inputs(placing: PlacementRuntimeBackend, kind: str) -> None:
@@ -431,9 +441,10 @@ def _savings(
     return savings, runs
 
 
+@pytest.mark.rules(LOWER)
 @pytest.mark.gpu
 @pytest.mark.traffic
-@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+@pytest.mark.parametrize("mechanism", params(MECHANISMS))
 @pytest.mark.parametrize("model", PCIE_MODELS)
 def test_pcie_bytes_saved_as_nvml_counts_them(
     placing: PlacementRuntimeBackend,
@@ -495,6 +506,7 @@ def test_pcie_bytes_saved_as_nvml_counts_them(
 # ============================================================================================= CPU target
 
 
+@pytest.mark.rules(LOWER, *PLACEMENT.on_cpu)
 @pytest.mark.parametrize("model", pipeline_params("llm"))
 def test_placement_on_a_cpu_target_changes_nothing(placing: PlacementRuntimeBackend, model: str) -> None:
     """placement/cpu-target: on a program lowered for the CPU both flags are accepted and change nothing:

@@ -35,11 +35,12 @@ from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
 from conformance.contract_surface import tensor_variants
 from conformance.generation import budget, replay_note, replayed
 from conformance.graph_strategies import GeneratedGraph, graphs
-from conformance.oracle import ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
+from conformance.oracle import JUDGED, ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
 from conformance.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
 from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
 from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
-from conformance.protocol_checks import busy_caller_stream, compare_option_call
+from conformance.protocol_checks import OPTION_READ_BACK, busy_caller_stream, compare_option_call
+from conformance.protocol_machine import RULES as MACHINE_RULES
 from conformance.protocol_machine import ProtocolMachine, machine_for
 from conformance.protocol_plans import BAD_INPUTS, OUTPUT_KINDS, VARIANT, InputsPlan, OutputsPlan
 from conformance.protocol_strategies import (
@@ -107,6 +108,7 @@ runtime_with_options = part_fixture(
 mm = part_fixture("mm_out", doc="The backend, for the generated mm_out calls.")
 
 
+@pytest.mark.rules(view_pass_checks.OUTCOME, view_pass_checks.BEHAVIOUR)
 @budget(VIEW_PASS_EXAMPLES["behaviour"])
 @given(graph=graphs())
 def test_view_pass_generated_keeps_behaviour(view_pass: ViewPassBackend, graph: GeneratedGraph) -> None:
@@ -115,6 +117,7 @@ def test_view_pass_generated_keeps_behaviour(view_pass: ViewPassBackend, graph: 
     view_pass_checks.check_behaviour(view_pass, graph)
 
 
+@pytest.mark.rules(view_pass_checks.OUTCOME, view_pass_checks.META)
 @budget(VIEW_PASS_EXAMPLES["meta"])
 @given(graph=graphs())
 def test_view_pass_generated_meta_is_truthful(view_pass: ViewPassBackend, graph: GeneratedGraph) -> None:
@@ -123,6 +126,7 @@ def test_view_pass_generated_meta_is_truthful(view_pass: ViewPassBackend, graph:
     view_pass_checks.check_meta(view_pass, graph)
 
 
+@pytest.mark.rules(view_pass_checks.OUTCOME, view_pass_checks.RECOMPILED)
 @budget(VIEW_PASS_EXAMPLES["recompiled"])
 @given(graph=graphs())
 def test_view_pass_generated_code_is_the_graphs(view_pass: ViewPassBackend, graph: GeneratedGraph) -> None:
@@ -130,6 +134,7 @@ def test_view_pass_generated_code_is_the_graphs(view_pass: ViewPassBackend, grap
     view_pass_checks.check_recompiled(view_pass, graph)
 
 
+@pytest.mark.rules(view_pass_checks.OUTCOME, view_pass_checks.REPORT_CONTRADICTIONS, view_pass_checks.REPORT)
 @budget(VIEW_PASS_EXAMPLES["report"])
 @given(graph=graphs())
 def test_view_pass_generated_report_describes_the_result(
@@ -151,6 +156,7 @@ PROTOCOL_SHARDS = 2
 SHARDS = [pytest.param(k, id=f"shard{k + 1}") for k in range(PROTOCOL_SHARDS)]
 
 
+@pytest.mark.rules(*MACHINE_RULES)
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", SHARDS)
 @pytest.mark.parametrize("device", TARGETS)
@@ -206,6 +212,7 @@ def _journal(request: pytest.FixtureRequest, **made: Any) -> crash_journal.CallJ
 # ============================================================================================== options
 
 
+@pytest.mark.rules(*JUDGED, OPTION_READ_BACK)
 def test_option_calls_agree_with_the_oracle(
     runtime_with_options: OptionsRuntimeBackend, oracle: Backend, request: pytest.FixtureRequest
 ) -> None:
@@ -272,6 +279,7 @@ def focused(
         run_generated(check)
 
 
+@pytest.mark.rules(*MACHINE_RULES)
 @pytest.mark.parametrize("device", TARGETS)
 def test_execute_calls_agree_with_the_oracle(
     runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
@@ -302,6 +310,7 @@ def every_method_open(
         machine.teardown()
 
 
+@pytest.mark.rules(*MACHINE_RULES)
 @pytest.mark.parametrize("device", TARGETS)
 def test_every_argument_agrees_with_the_oracle(
     runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
@@ -331,6 +340,7 @@ def test_every_argument_agrees_with_the_oracle(
 
 # One case per aim: each draws the same examples as in one loop, and xdist spreads them (in one case they
 # were a run's last 40 s, one worker busy while the others had finished).
+@pytest.mark.rules(*MACHINE_RULES)
 @pytest.mark.parametrize("focus", PLACEMENT_FOCUSES)
 @pytest.mark.parametrize("device", TARGETS)
 def test_placement_calls_agree_with_the_oracle(
@@ -357,6 +367,7 @@ def test_placement_calls_agree_with_the_oracle(
 # =============================================================================================== mm_out
 
 
+@pytest.mark.rules(*JUDGED, VALUES, INPUTS_UNTOUCHED, OUTPUTS_UNTOUCHED)
 @pytest.mark.parametrize("device", TARGETS)
 def test_mm_out_agrees_with_the_oracle(
     mm: MmOutBackend, oracle: Backend, device: str, request: pytest.FixtureRequest

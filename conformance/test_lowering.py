@@ -26,7 +26,7 @@ import copy
 import functools
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -167,6 +167,26 @@ def _ids(cases: Sequence[ViewPassCase]) -> list[str]:
     return [case.id for case in cases]
 
 
+def _declaring(cases: Sequence[ViewPassCase], rules: Callable[[ViewPassCase], list[str]]) -> list:
+    """One ``pytest.param`` per case, declaring the rules its kind gives it (``rules(case)``)."""
+    return [pytest.param(case, id=case.id, marks=pytest.mark.rules(*rules(case))) for case in cases]
+
+
+def _kind_rule(case: ViewPassCase) -> list[str]:
+    """``view-pass/<kind>``: a result that behaves differently, or a pass that raised on the graph."""
+    return [BEHAVIOUR_RULES[case.rule]]
+
+
+def _verdict_rules(case: ViewPassCase) -> list[str]:
+    """What :func:`check_verdicts` can fail ``case`` with: its kind's rule, ``<kind>/policy`` where it has a
+    copy the SPEC refuses conservatively, ``<kind>/missed-rewrite`` where it has one that is safe."""
+    return [
+        *_kind_rule(case),
+        *([POLICY_RULES[case.rule]] if case.policy else []),
+        *([MISSED_REWRITE_RULES[case.rule]] if case.rewrite else []),
+    ]
+
+
 #: One finding of a check: (is a coverage gap, rule id, message).
 Finding = tuple[bool, str, str]
 
@@ -286,27 +306,31 @@ def check_kv_cache(backend: ViewPassBackend) -> tuple[int, int]:
 REWRITING = [case for case in CASES if case.rewrite]
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
+@pytest.mark.rules(OUTCOME, REPORT)
+@pytest.mark.parametrize("case", _declaring(CASES, _verdict_rules))
 def test_view_pass_verdicts(view_pass: ViewPassBackend, case: ViewPassCase) -> None:
     """view-pass/<rule>: no hazard copy became a view that changes the behaviour (*must*); policy refusals
     kept and safe rewrites made (*should*, or coverage for an op the backend does not map)."""
     check_verdicts(view_pass, case)
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
+@pytest.mark.rules(OUTCOME)
+@pytest.mark.parametrize("case", _declaring(CASES, _kind_rule))
 def test_view_pass_keeps_observable_behaviour(view_pass: ViewPassBackend, case: ViewPassCase) -> None:
     """view-pass/<rule>: on fresh clones of the inputs the result gives bit for bit the original's outputs
     and final input values, and no output shares memory with an input or another output that did not."""
     check_behaviour(view_pass, case)
 
 
-@pytest.mark.parametrize("case", REWRITING, ids=_ids(REWRITING))
+@pytest.mark.rules(OUTCOME, TRUTHFUL_STRIDES)
+@pytest.mark.parametrize("case", _declaring(REWRITING, _kind_rule))
 def test_view_pass_meta_is_truthful(view_pass: ViewPassBackend, case: ViewPassCase) -> None:
     """view-pass/truthful-strides: every rewritten node's ``meta["val"]`` has the shape, strides and storage
     offset that the view has in a real run (later passes and the compiler trust them)."""
     check_meta(view_pass, case)
 
 
+@pytest.mark.rules(SELF_CHECK)
 @pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
 @pytest.mark.suite_check
 def test_suite_self_check_verdicts_match_what_is_observable(case: ViewPassCase) -> None:
@@ -316,6 +340,7 @@ def test_suite_self_check_verdicts_match_what_is_observable(case: ViewPassCase) 
     check_self(case)
 
 
+@pytest.mark.rules(OUTCOME, SLICING_HEAVY, SLICING_HEAVY_MISSED_REWRITE, TRUTHFUL_STRIDES)
 def test_view_pass_slicing_heavy_kv_cache(view_pass: ViewPassBackend, request: pytest.FixtureRequest) -> None:
     """view-pass/slicing-heavy: one KV-cache attention step (55 copies: slices, selects, permutes, views,
     expands) keeps its behaviour with truthful strides, and many copies become views (*should*, or
@@ -369,6 +394,7 @@ def check_hf_graph(backend: ViewPassBackend, model: str, method: str) -> tuple[i
     return len(rewritten), copies, len(run.outcome.refused)
 
 
+@pytest.mark.rules(OUTCOME, SLICING_HEAVY, TRUTHFUL_STRIDES)
 @pytest.mark.parametrize(("model", "method"), HF_GRAPHS)
 def test_view_pass_on_hugging_face_graphs(
     view_pass: ViewPassBackend, model: str, method: str, request: pytest.FixtureRequest
@@ -404,6 +430,7 @@ def eager_float64(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> li
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
 
+@pytest.mark.rules(ZOO_LOWERS, UNSUPPORTED_IS_VALUEERROR)
 @pytest.mark.slow
 @pytest.mark.parametrize("device", MODEL_DEVICES)
 @pytest.mark.parametrize("model", ZOO_MODELS)
@@ -436,6 +463,7 @@ def test_zoo_model_lowers(
     record(request, program_bytes=len(program.program), lower_seconds=round(time.perf_counter() - start, 3))
 
 
+@pytest.mark.rules(ZOO_MATCHES_EAGER)
 @pytest.mark.slow
 @pytest.mark.parametrize("device", MODEL_DEVICES)
 @pytest.mark.parametrize("model", ZOO_MODELS)
@@ -488,6 +516,7 @@ def lower_unsupported(backend: LoweringBackend, device: str) -> None:
     )
 
 
+@pytest.mark.rules(UNSUPPORTED_KERNELS, UNSUPPORTED_IS_VALUEERROR, FAILURE_NOT_STICKY)
 @pytest.mark.parametrize("device", MODEL_DEVICES)
 def test_unsupported_kernels_fail_and_later_lowers_are_unaffected(
     lowering: LoweringBackend, device: str

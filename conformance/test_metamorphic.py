@@ -77,6 +77,7 @@ VARIANT_CASES = [pytest.param("cpu", v, id=f"cpu-{v}") for v in VARIANTS] + [
 ]
 
 
+@pytest.mark.rules(VARIANT)
 @pytest.mark.slow
 @pytest.mark.parametrize(("device", "variant"), VARIANT_CASES)
 def test_a_variant_lowered_after_its_base_is_its_own_program(
@@ -136,6 +137,7 @@ def _failing_lowers(backend: LoweringBackend, device: str) -> list[str]:
     return tried
 
 
+@pytest.mark.rules(AFTER_FAILURE)
 @pytest.mark.slow
 @pytest.mark.parametrize("device", TARGETS)
 def test_a_failed_lower_leaves_the_next_lower_as_a_fresh_process_makes_it(

@@ -23,6 +23,7 @@ from conformance.checks import (
     fail,
     snapshot,
 )
+from conformance.declared_rules import params
 from conformance.parts import part_fixture
 from conformance.protocol import MmOutBackend
 from conformance.rules import family_ids, rule_id
@@ -144,6 +145,7 @@ def check_values(
 # ---------------------------------------------------------------------------------------------- values
 
 
+@pytest.mark.rules(VALUES)
 @pytest.mark.gpu
 @pytest.mark.parametrize(("layout_self", "layout_mat2"), LAYOUT_PAIRS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
@@ -157,6 +159,7 @@ def test_values_match_float64_reference(
     )
 
 
+@pytest.mark.rules(VALUES)
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize(("layout_self", "layout_mat2"), LAYOUT_PAIRS, ids=LAYOUT_IDS)
@@ -168,6 +171,7 @@ def test_large_4096_cubed(mm: MmOutBackend, dtype: str, layout_self: str, layout
     )
 
 
+@pytest.mark.rules(EXACT_ONES)
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["row", "col"])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -184,6 +188,7 @@ def test_all_ones_is_exactly_2048(mm: MmOutBackend, dtype: str, layout: str) -> 
     assert_exact(EXACT_ONES, call_text(out, a, b), out, torch.full_like(out, 2048))
 
 
+@pytest.mark.rules(EXACT_IDENTITY)
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [64, 257])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -199,6 +204,7 @@ def test_identity_times_diagonal_is_exact(mm: MmOutBackend, dtype: str, n: int) 
     assert_exact(EXACT_IDENTITY, call_text(out, a, b), out, b)
 
 
+@pytest.mark.rules(EXACT_INTEGERS)
 @pytest.mark.gpu
 @pytest.mark.parametrize(("layout_self", "layout_mat2"), LAYOUT_PAIRS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -216,6 +222,7 @@ def test_small_integers_are_exact(mm: MmOutBackend, dtype: str, layout_self: str
     assert_exact(EXACT_INTEGERS, call_text(out, a, b), out, (a.double() @ b.double()).to(dt))
 
 
+@pytest.mark.rules(NO_TF32)
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["row", "col"])
 def test_float32_does_not_use_tf32(mm: MmOutBackend, layout: str) -> None:
@@ -231,6 +238,7 @@ def test_float32_does_not_use_tf32(mm: MmOutBackend, layout: str) -> None:
     assert_exact(NO_TF32, call_text(out, a, b), out, torch.full_like(out, 256.0625))
 
 
+@pytest.mark.rules(ZERO_SIZE)
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("m", "k", "n"), [(0, 16, 8), (8, 16, 0), (8, 0, 16), (0, 0, 0)], ids=["M0", "N0", "K0", "all0"]
@@ -287,6 +295,7 @@ def _busy_stream_inputs(
     return a, b, expected.float()
 
 
+@pytest.mark.rules(CURRENT_STREAM, NO_HOST_SYNC)
 @pytest.mark.gpu
 def test_runs_on_callers_current_stream(mm: MmOutBackend) -> None:
     """mm_out/current-stream: the product is ordered after earlier work on the caller's current stream,
@@ -320,6 +329,7 @@ def _thread_case(i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return a, b, (a.double() @ b.double()).float()
 
 
+@pytest.mark.rules(THREADS)
 @pytest.mark.gpu
 @pytest.mark.parametrize("streams", ["own-streams", "shared-stream"])
 def test_threads_match_serial(mm: MmOutBackend, streams: str) -> None:
@@ -366,6 +376,7 @@ def test_threads_match_serial(mm: MmOutBackend, streams: str) -> None:
         fail(THREADS, call, f"results differ from the serial result (per thread: {mismatches})")
 
 
+@pytest.mark.rules(ON_TENSORS_DEVICE)
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
 def test_device1_call_runs_on_device1(mm: MmOutBackend) -> None:
@@ -457,7 +468,7 @@ BAD_INPUT_RULES = family_ids("mm_out/{bad_input}", BAD_INPUTS)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rule", list(BAD_INPUTS))
+@pytest.mark.parametrize("rule", params(BAD_INPUT_RULES))
 def test_bad_input_is_rejected_and_out_untouched(mm: MmOutBackend, rule: str) -> None:
     """mm_out/<rule>: a contract violation raises an invalid-argument error naming the argument and the
     rule, and leaves out exactly as it was."""
@@ -473,6 +484,7 @@ def test_bad_input_is_rejected_and_out_untouched(mm: MmOutBackend, rule: str) ->
         assert_untouched(BAD_INPUT_RULES[rule], call, "out", before, out)
 
 
+@pytest.mark.rules(ARITY)
 @pytest.mark.gpu
 def test_missing_argument_is_a_call_error(mm: MmOutBackend) -> None:
     """mm_out/arity: two arguments is Python's TypeError naming the missing one; out untouched."""
@@ -490,6 +502,7 @@ def test_missing_argument_is_a_call_error(mm: MmOutBackend) -> None:
     assert_untouched(ARITY, "mm_out(out, self)", "out", before, out)
 
 
+@pytest.mark.rules(SAME_DEVICE)
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
 @pytest.mark.parametrize("moved", ["out", "self", "mat2"])
@@ -510,6 +523,7 @@ def test_tensors_on_different_devices_are_rejected(mm: MmOutBackend, moved: str)
     assert_untouched(SAME_DEVICE, call, "out", before, args["out"])
 
 
+@pytest.mark.rules(CUDA_DEVICE)
 def test_cpu_tensors_are_rejected(mm: MmOutBackend) -> None:
     """mm_out/cuda-device: valid shapes and dtypes but all on the CPU → invalid argument naming a CPU
     tensor; out untouched. Runs without a GPU: upstream's shim never checked the device type."""
@@ -531,6 +545,7 @@ def test_cpu_tensors_are_rejected(mm: MmOutBackend) -> None:
 # ------------------------------------------------------------------------------- compiled programs call it
 
 
+@pytest.mark.rules(PROGRAM_ROUTE)
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["prefill", "decode"])
 @pytest.mark.parametrize("dtype", DTYPES)

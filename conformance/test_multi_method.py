@@ -47,13 +47,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from conformance.checks import fail
 from conformance.parts import LoweringRuntimeBackend, require_part, skip_reason
 from conformance.pipelines import PIPELINE_MODELS, CallStats, pipeline_params, run_greedy
-from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
+from conformance.programs import LOWER, SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
 from conformance.protocol import RuntimeBackend
 from conformance.rules import rule_id
 from conformance.token_oracle import (
     METHODS,
     NEAR_TIE_FACTOR,
     STEPS,
+    TOKENS,
     Methods,
     as_float64,
     check_tokens,
@@ -129,6 +130,7 @@ def first_step_logits(
 # ========================================================================================== token parity
 
 
+@pytest.mark.rules(LOWER, TOKENS, FIRST_STEP_LOGITS, SKIP_INVARIANT, CPU_TARGET)
 @pytest.mark.parametrize(("device", "dtype"), PIPELINE_CASES)
 @pytest.mark.parametrize("model", pipeline_params())
 def test_pipeline_tokens_match_eager(
@@ -173,6 +175,7 @@ def test_pipeline_tokens_match_eager(
         fail(CPU_TARGET, call, f"a CPU target moved bytes: {moved[:3]}")
 
 
+@pytest.mark.rules(SELF_CHECK)
 @pytest.mark.parametrize("model", pipeline_params())
 @pytest.mark.suite_check
 def test_suite_self_check_float32_paths_have_no_near_ties(model: str) -> None:
@@ -285,6 +288,7 @@ def copied_and_kept(
     return plain, kept
 
 
+@pytest.mark.rules(LOWER, SKIP_INVARIANT, KV_CACHE_ON_DEVICE, H2D_BYTES, D2H_BYTES)
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", pipeline_params("llm"))
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -314,6 +318,7 @@ def test_llm_kv_cache_stays_on_gpu(
     check_rows(call + " without skip-copy", plain.stats, want, COUNTER_RULES)
 
 
+@pytest.mark.rules(LOWER, SKIP_INVARIANT, DEVICE_INPUT, H2D_BYTES, D2H_BYTES)
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", pipeline_params("asr"))
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -169,6 +169,7 @@ def reject_everywhere(
 # ------------------------------------------------------------------------------------------ multi-method
 
 
+@pytest.mark.rules(MULTI_METHOD)
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_method_of_a_multi_method_program(runtime: LoweringRuntimeBackend, target: str) -> None:
     """format/multi-method: ``lower`` of two methods returns one program from which each method
@@ -181,6 +182,7 @@ def test_every_method_of_a_multi_method_program(runtime: LoweringRuntimeBackend,
             check_runs(runtime, MULTI_METHOD, prog.data, prog, method, f"{target} program")
 
 
+@pytest.mark.rules(NON_ASCII_NAME)
 @pytest.mark.parametrize("target", TARGETS)
 def test_non_ascii_method_names_round_trip(runtime: LoweringRuntimeBackend, target: str) -> None:
     """format/non-ascii-name: methods named "décodeur" and "解码器" initialise by those names and compute
@@ -198,6 +200,7 @@ def test_non_ascii_method_names_round_trip(runtime: LoweringRuntimeBackend, targ
     )
 
 
+@pytest.mark.rules(METHOD_NAME_CASE)
 @pytest.mark.parametrize(
     "name", ["MUL_ADD", "Mul_Add", "Plus", "mul_ad"], ids=["upper", "title", "capital", "prefix"]
 )
@@ -217,12 +220,14 @@ def test_method_names_match_exactly(runtime: LoweringRuntimeBackend, name: str) 
 # -------------------------------------------------------------------------------------------- integrity
 
 
+@pytest.mark.rules(EMPTY)
 def test_empty_program(runtime: LoweringRuntimeBackend) -> None:
     """format/empty: init of ``b""`` is an invalid-argument error blaming the program, for every method."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     reject_everywhere(runtime, EMPTY, b"", "empty bytes", prog)
 
 
+@pytest.mark.rules(NOT_BYTES)
 @pytest.mark.parametrize(
     "not_bytes",
     [None, "a str", 0, [65, 79, 84, 73]],
@@ -255,6 +260,7 @@ TRUNCATIONS: dict[str, Callable[[int], int]] = {
 }
 
 
+@pytest.mark.rules(TRUNCATED)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("cut", list(TRUNCATIONS))
 def test_truncated_program(runtime: LoweringRuntimeBackend, target: str, cut: str) -> None:
@@ -267,6 +273,7 @@ def test_truncated_program(runtime: LoweringRuntimeBackend, target: str, cut: st
     reject_everywhere(runtime, TRUNCATED, prog.data[:keep], what, prog)
 
 
+@pytest.mark.rules(TRAILING_DATA)
 def test_trailing_bytes(runtime: LoweringRuntimeBackend) -> None:
     """format/trailing-data: bytes after the program's declared end are tampering, not padding: an
     invalid-argument error blaming the program, for every method."""
@@ -303,6 +310,7 @@ FLIPS: dict[str, Callable[[bytes, Sequence[str]], int]] = {
 }
 
 
+@pytest.mark.rules(FLIPPED_BYTE)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("where", list(FLIPS))
 def test_flipped_byte(runtime: LoweringRuntimeBackend, target: str, where: str) -> None:
@@ -322,6 +330,7 @@ def test_flipped_byte(runtime: LoweringRuntimeBackend, target: str, where: str) 
 # ------------------------------------------------------------------------------------------------- target
 
 
+@pytest.mark.rules(CPU_TARGET)
 @pytest.mark.gpu
 @pytest.mark.parametrize("skip_copy", ["unset", "names-the-method"])
 def test_cpu_program_on_a_cuda_machine(runtime: LoweringRuntimeBackend, skip_copy: str) -> None:

@@ -34,6 +34,7 @@ import torch
 from conformance.checks import assert_raises_invalid_argument, fail, snapshot
 from conformance.method_runs import (
     MODEL_METHODS,
+    PINNED_HOST_MEMORY,
     SKIP_COPY,
     check_cpu_target,
     check_output_copies,
@@ -48,7 +49,7 @@ from conformance.method_runs import (
 )
 from conformance.models import HF_MODELS, HF_UNAVAILABLE
 from conformance.parts import OptionsRuntimeBackend, part_fixture
-from conformance.programs import SKIP_COPY_OPTION, handles, lower_or_fail, option_restored
+from conformance.programs import LOWER, SKIP_COPY_OPTION, handles, lower_or_fail, option_restored
 from conformance.protocol import RuntimeOptionsBackend
 from conformance.rules import rule_id
 from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
@@ -161,6 +162,7 @@ LIST_VALUES: dict[str, tuple[str, set[str]]] = {
 }
 
 
+@pytest.mark.rules(BEFORE_INIT, ROUND_TRIP)
 def test_options_before_init(rt: RuntimeOptionsBackend) -> None:
     """options/round-trip: the option can be set and read with no handle in existence (backend-wide)."""
     for value in ("decoder", "encoder,decoder", ""):
@@ -168,6 +170,7 @@ def test_options_before_init(rt: RuntimeOptionsBackend) -> None:
         check_round_trip(rt, value)
 
 
+@pytest.mark.rules(LIST_VALUES_RULE, ROUND_TRIP)
 @pytest.mark.parametrize("label", list(LIST_VALUES))
 def test_list_values_are_accepted_and_read_back(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/round-trip: every well-formed list (255 characters included) is accepted, and ``get_option``
@@ -177,6 +180,7 @@ def test_list_values_are_accepted_and_read_back(rt: RuntimeOptionsBackend, label
     check_round_trip(rt, value)
 
 
+@pytest.mark.rules(NON_STRING_VALUE, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(WRONG_TYPES))
 def test_non_string_value_changes_nothing(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/non-string-value: a value that is not a str is an invalid-argument error naming the key, and
@@ -194,6 +198,7 @@ def test_non_string_value_changes_nothing(rt: RuntimeOptionsBackend, label: str)
     check_unchanged(rt, "encoder", call)
 
 
+@pytest.mark.rules(NON_STRING_KEY, ALL_OR_NOTHING)
 @pytest.mark.parametrize("key", [None, 42], ids=["None", "int"])
 def test_non_string_key_is_rejected(rt: RuntimeOptionsBackend, key: Any) -> None:
     """options/non-string-key: a key that is not a str is an invalid-argument error; nothing changes."""
@@ -209,6 +214,7 @@ def test_non_string_key_is_rejected(rt: RuntimeOptionsBackend, key: Any) -> None
     check_unchanged(rt, "decoder", call)
 
 
+@pytest.mark.rules(KEY_LENGTH, ALL_OR_NOTHING)
 def test_key_over_63_characters_is_rejected(rt: RuntimeOptionsBackend) -> None:
     """options/key-length: a 64-character key is an error naming the limit, never truncated to 63."""
     set_skip(rt, "decoder", KEY_LENGTH)
@@ -223,6 +229,7 @@ def test_key_over_63_characters_is_rejected(rt: RuntimeOptionsBackend) -> None:
     check_unchanged(rt, "decoder", call)
 
 
+@pytest.mark.rules(VALUE_LENGTH, ALL_OR_NOTHING, ROUND_TRIP)
 def test_value_over_255_characters_is_rejected_not_truncated(rt: RuntimeOptionsBackend) -> None:
     """options/value-length: a 256-character value is an error naming the key; the option keeps its old
     value (not the first 255 characters); exactly 255 characters are accepted."""
@@ -240,6 +247,7 @@ def test_value_over_255_characters_is_rejected_not_truncated(rt: RuntimeOptionsB
     check_round_trip(rt, VALUE_255, VALUE_LENGTH)
 
 
+@pytest.mark.rules(UNKNOWN_KEY, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(UNKNOWN_KEYS))
 def test_unknown_key_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/unknown-key: ``set_option`` and ``get_option`` reject an unknown key (a 63-character one
@@ -271,6 +279,7 @@ NUL_VALUES = {"inside": "decoder\0encoder", "trailing": "decoder\0", "only": "\0
 NUL_KEYS = {"after-known-key": SKIP + "\0", "inside-known-key": "skip_copy\0output_to_cpu_for_method"}
 
 
+@pytest.mark.rules(NUL_CHARACTER, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(NUL_VALUES))
 def test_nul_in_a_value_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/nul-character: a value containing NUL is an invalid-argument error naming the key, and the
@@ -289,6 +298,7 @@ def test_nul_in_a_value_is_rejected(rt: RuntimeOptionsBackend, label: str) -> No
     check_unchanged(rt, "encoder", call)
 
 
+@pytest.mark.rules(NUL_CHARACTER, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(NUL_KEYS))
 def test_nul_in_a_key_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/nul-character: a key containing NUL is an invalid-argument error, never the key before the
@@ -316,6 +326,7 @@ CONTROL_VALUES = {
 }
 
 
+@pytest.mark.rules(CONTROL_CHARACTERS, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(CONTROL_VALUES))
 def test_control_characters_are_kept_or_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
     """options/control-characters: the spec gives control characters no meaning, so a backend may reject a
@@ -340,6 +351,7 @@ def test_control_characters_are_kept_or_rejected(rt: RuntimeOptionsBackend, labe
         fail(rule, call, f"accepted, but get_option returns {got!r}: the value was altered, not kept")
 
 
+@pytest.mark.rules(AFTER_INIT, ROUND_TRIP, LOWER, SKIP_COPY.output_device)
 @pytest.mark.parametrize(
     "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu-target", "cuda-target"]
 )
@@ -362,6 +374,7 @@ def test_options_with_live_handles(rt_runtime: OptionsRuntimeBackend, device: st
                     fail(SKIP_COPY.output_device, call, f"outputs on {devices(run.outputs)}, want {want}")
 
 
+@pytest.mark.rules(NEXT_EXECUTE, NOT_RETROACTIVE, LOWER)
 @pytest.mark.gpu
 def test_option_change_applies_to_next_execute_only(rt_runtime: OptionsRuntimeBackend) -> None:
     """options/next-execute: a change takes effect on the next execute; options/not-retroactive: outputs
@@ -401,6 +414,7 @@ def test_option_change_applies_to_next_execute_only(rt_runtime: OptionsRuntimeBa
                 )
 
 
+@pytest.mark.rules(LIST_PARSING, LOWER)
 @pytest.mark.gpu
 @pytest.mark.parametrize("label", list(LIST_VALUES))
 def test_list_parsing_selects_methods(rt_runtime: OptionsRuntimeBackend, label: str) -> None:
@@ -461,6 +475,7 @@ def _apply_skip(rt: RuntimeOptionsBackend, model: str, value: str | None) -> Non
         fail(DEFAULT_OPTION, f"get_option({SKIP!r})", f"never set, yet it names {sorted(named)}")
 
 
+@pytest.mark.rules(LOWER, DEFAULT_OPTION, SKIP_COPY_ACCEPTED, PINNED_HOST_MEMORY, *SKIP_COPY.on_cuda)
 @pytest.mark.gpu
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -486,6 +501,7 @@ def test_skip_copy_matrix(
             check_pinned_copies(call, copies)
 
 
+@pytest.mark.rules(LOWER, DEFAULT_OPTION, SKIP_COPY_ACCEPTED, *SKIP_COPY.on_cpu)
 @pytest.mark.parametrize(("model", "value", "skipped"), SKIP_CASES)
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_skip_copy_matrix_cpu_target(

@@ -185,6 +185,7 @@ def first_mismatches(sums: list[float], expected: float, limit: int = 5) -> str:
 # ------------------------------------------------------------------------------- consumer on another stream
 
 
+@pytest.mark.rules(OTHER_CONSUMER)
 @pytest.mark.gpu
 @pytest.mark.parametrize("caller_stream", ["default-stream", "side-stream"])
 @pytest.mark.parametrize("inputs_on", ["cpu", "gpu"])
@@ -247,6 +248,7 @@ CHAIN_TARGETS = [
 ]
 
 
+@pytest.mark.rules(CHAINED_DELEGATES)
 @pytest.mark.parametrize("target", CHAIN_TARGETS)
 @pytest.mark.parametrize("chain", ["two-programs", "two-methods"])
 def test_chained_delegates_see_each_others_results(
@@ -352,6 +354,7 @@ class Tally:
     flips: int = 0
 
 
+@pytest.mark.rules(THREADS)
 @pytest.mark.parametrize(("target", "threads", "iterations"), THREAD_CASES)
 @pytest.mark.parametrize("sharing", ["one-handle", "own-handles"])
 def test_threads_match_serial_while_options_flip(
@@ -512,6 +515,7 @@ def execute_repeatedly(
 PIPELINE_THREADS, PIPELINE_RUNS = 4, 3
 
 
+@pytest.mark.rules(THREADS)
 @pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("model", pipeline_params())
 def test_pipeline_models_from_threads_match_serial(

@@ -92,6 +92,7 @@ def require_calibration(meter: TrafficMeter) -> None:
         fail(CALIBRATION, "TrafficMeter", f"no calibration: {meter.calibration_reason}")
 
 
+@pytest.mark.rules(CALIBRATION, DIRECTION, OVERHEAD)
 def test_calibration_confirms_direction_and_overhead(
     meter: TrafficMeter, request: pytest.FixtureRequest
 ) -> None:
@@ -120,6 +121,7 @@ def test_calibration_confirms_direction_and_overhead(
         fail(CALIBRATION, "calibration", f"repeats disagree by {cal.rel_noise:.1%} (want ≤ 2.5%)")
 
 
+@pytest.mark.rules(CALIBRATION, VALID, ACCURACY)
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("size", list(SIZES.values()), ids=list(SIZES))
 def test_known_transfer_measured_within_error(
@@ -202,6 +204,7 @@ def measurement_problems(m: TrafficMeasurement, size: int, direction: str) -> li
     return problems
 
 
+@pytest.mark.rules(CALIBRATION, VALID, ACCURACY, WRAP)
 def test_transfer_larger_than_counter_range_is_counted_whole(
     meter: TrafficMeter, buffers: tuple[torch.Tensor, torch.Tensor], request: pytest.FixtureRequest
 ) -> None:
@@ -218,6 +221,7 @@ def test_transfer_larger_than_counter_range_is_counted_whole(
         )
 
 
+@pytest.mark.rules(DRIFT)
 def test_idle_drift_is_measured_and_small(meter: TrafficMeter, request: pytest.FixtureRequest) -> None:
     drift = meter.measure_drift(1.0)
     set_case_params(

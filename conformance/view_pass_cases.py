@@ -86,17 +86,6 @@ class ViewPassCase:
     def copies(self) -> frozenset[str]:
         return self.rewrite | self.hazard | self.policy | self.free
 
-    def unreachable_rules(self) -> frozenset[str]:
-        """Rule ids the view-pass checks spell for every case that this case cannot fail: ``<rule>/policy``
-        without a policy copy, ``<rule>/missed-rewrite`` without a safe one. ``conformance.rule_coverage``
-        leaves them out of the case's rules (a rule no case can fail is no check)."""
-        base = f"view-pass/{self.rule}"
-        return frozenset(
-            rule
-            for rule, names in ((f"{base}/policy", self.policy), (f"{base}/missed-rewrite", self.rewrite))
-            if not names
-        )
-
     def __str__(self) -> str:
         return self.id
 

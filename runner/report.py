@@ -91,7 +91,7 @@ def conclude(console: Console, outcome: Verdict | None) -> None:
 
 
 #: How long the report waits for the rule coverage table once the phases are over; it normally ended long
-#: before (seconds: an AST walk of every case, started beside the arguments' check).
+#: before (seconds: pytest's collection of every case, started beside the arguments' check).
 COVERAGE_WAIT_S = 60.0
 
 

@@ -93,7 +93,7 @@ def run_suite(console: Console, run: SuiteRun) -> None:
         console.error(str(exc))
     # The machine's questions (CUDA devices, whether an earlier run lowered everything) need an
     # interpreter each (torch's import, seconds): asked beside the arguments' check, they cost no wait.
-    # The coverage table is an AST walk of every case (seconds): written beside the run, it costs no wait.
+    # The coverage table collects every case (seconds): written beside the run, it costs no wait.
     coverage = RuleCoverage(run.results).start(console, run.coverage) if run.coverage else None
     machine = MachineQuestions(console, run, door).start()
     try:

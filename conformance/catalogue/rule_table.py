@@ -12,7 +12,8 @@ by id or by a glob over ids. Which broken backend proves a rule: the backend's `
 ``tests/broken/*.py``.
 
 Adding a rule: a row here, its use in a case (``X = rule_id("family/name")`` in the chapter, then
-``fail(X, ...)``), and a broken backend declaring it (README, "Adding a rule").
+``fail(X, ...)``, the case declaring it: ``@pytest.mark.rules(X)``), and a broken backend declaring it
+(README, "Adding a rule").
 """
 
 from __future__ import annotations
@@ -352,5 +353,12 @@ RULE_TABLE: tuple[Rule, ...] = (
         "a case declared a known failure that passes fails: the list cannot rot",
         exempt="about the known-failures list, not the backend: a declared failure that passes "
         "(tests/conformance/test_case_outcomes.py proves it)",
+    ),
+    # ============================================ the suite's declarations (conformance/declared_rules.py)
+    must(
+        "suite/undeclared-rule",
+        "a case fails only under the rule ids it declares",
+        exempt="about the suite's own declarations, not the backend: a case failing under a rule it does "
+        "not declare (tests/conformance/test_rule_coverage.py proves it)",
     ),
 )

@@ -40,22 +40,28 @@ TOY_CHAPTER = """
 import pytest
 from conformance.checks import coverage_gap, fail
 
+@pytest.mark.rules("toy/values")
 def test_must():
     fail("toy/values", "toy()", "wrong values")
 
+@pytest.mark.rules("mm_out/no-host-sync")
 def test_should():
     fail("mm_out/no-host-sync", "toy()", "returned only after the stream drained")
 
+@pytest.mark.rules("toy/ops")
 def test_coverage():
     coverage_gap("toy/ops", "lower(toy)", "op aten::foo is not mapped")
 
+@pytest.mark.rules("toy/values")
 @pytest.mark.parametrize("x", [1, 2])
 def test_known(x):
     fail("toy/values", "toy()", "known wrong")
 
+@pytest.mark.rules("toy/other")
 def test_known_other_rule():
     fail("toy/other", "toy()", "not the declared rule")
 
+@pytest.mark.rules("toy/anything")
 def test_known_by_backend():
     fail("toy/anything", "toy()", "the backend says so")
 
@@ -69,6 +75,7 @@ def test_pass():
 def slow_fixture():
     fail("mm_out/no-host-sync", "fixture", "a should rule broken in setup")
 
+@pytest.mark.rules("mm_out/no-host-sync")
 def test_setup_should(slow_fixture):
     pass
 """
@@ -282,9 +289,11 @@ def test_dies(where):
 def test_passes():
     pass
 
+@pytest.mark.rules("toy/values")
 def test_fails():
     fail("toy/values", "toy()", "a wrong value, and no crash")
 
+@pytest.mark.rules("toy/values")
 def test_fails_as_declared():
     fail("toy/values", "toy()", "declared by another entry too")
 """

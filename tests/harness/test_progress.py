@@ -120,6 +120,9 @@ def test_heartbeat_speaks_while_a_step_is_silent() -> None:
 
 CHAPTER = """
 import time
+
+import pytest
+
 from conformance.checks import fail
 
 
@@ -127,10 +130,12 @@ def test_slow(backend):
     time.sleep(1.5)
 
 
+@pytest.mark.rules("runtime/lower")
 def test_breaks_a_rule(backend):
     fail("runtime/lower", "lower(add_mul)", "boom")
 
 
+@pytest.mark.rules("runtime/lower")
 def test_breaks_it_again(backend):
     fail("runtime/lower", "lower(add)", "boom")
 
