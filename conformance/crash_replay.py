@@ -1,7 +1,7 @@
 """A generated call sequence that killed the backend's process, found again and shrunk in child processes.
 
 When a differential case's process dies (a segmentation fault, an abort), Hypothesis dies with it: no
-shrinking, no example printed. The case's journal (``conformance/crash_journal.py``) says which example
+shrinking, no example printed. The case's journal (``conformance/common/crash_journal.py``) says which example
 was running, step by step, and which backend call was in progress. The process that gathers the reports
 (pytest-xdist's controller: ``CrashReplays.pytest_handlecrashitem``) then
 
@@ -41,9 +41,9 @@ from typing import Any
 import pytest
 
 import settings
-from conformance.crash_journal import Calling, CallJournal, JournalState, journal_path, read, watched
-from conformance.oracle import ERROR_CLASS, MISSING_ERROR, SPURIOUS_ERROR
-from conformance.rules import Level
+from conformance.common.crash_journal import Calling, CallJournal, JournalState, journal_path, read, watched
+from conformance.common.oracle import ERROR_CLASS, MISSING_ERROR, SPURIOUS_ERROR
+from conformance.common.rules import Level
 
 BUDGET_ENV = settings.CRASH_REPLAY_S.name
 DEFAULT_BUDGET_S = settings.CRASH_REPLAY_S.default()
@@ -54,7 +54,7 @@ REPLAY_TIMEOUT_S = 120.0
 #: Kept free before the run's deadline (``--run-deadline``): the search stops that much earlier.
 REPLAY_MARGIN_S = 15.0
 #: Imported once by the fork server; each replay starts from there.
-PRELOAD = ["torch", "hypothesis", "hypothesis.stateful", "conformance.protocol_machine"]
+PRELOAD = ["torch", "hypothesis", "hypothesis.stateful", "conformance.common.protocol_machine"]
 ROOT = Path(__file__).resolve().parent.parent
 
 Step = tuple[str, dict[str, Any]]
@@ -66,7 +66,7 @@ Step = tuple[str, dict[str, Any]]
 def replay(machine: dict[str, Any], steps: Sequence[Step], journal: Path | None = None) -> None:
     """Make the calls of ``steps`` on a machine like the case's, in this process (a crash ends it).
     ``journal``: where the replay notes its own steps and calls, for the process that watches it."""
-    from conformance.protocol_machine import machine_for
+    from conformance.common.protocol_machine import machine_for
     from harness.backend_loader import load_backend, use_backend_path
 
     use_backend_path(list(machine.get("backend_path") or []))
@@ -310,8 +310,8 @@ import sys
 sys.path[:0] = [os.getcwd(), {str(ROOT)!r}]
 
 from conformance.crash_replay import replay, unpickled  # noqa: E402, F401
-from conformance.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402, F401
-from conformance.strategies import MmOutPlan  # noqa: E402, F401
+from conformance.common.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402, F401
+from conformance.common.strategies import MmOutPlan  # noqa: E402, F401
 
 MACHINE = {machine!r}
 STEPS = [
@@ -332,8 +332,8 @@ def unpickled(text: str) -> Any:
 
 
 def _step_source(step: Step) -> str:
-    from conformance.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan
-    from conformance.strategies import MmOutPlan
+    from conformance.common.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan
+    from conformance.common.strategies import MmOutPlan
 
     namespace = {c.__name__: c for c in (CorruptPlan, InputsPlan, LowerPlan, OutputsPlan, MmOutPlan)}
     source = repr(step)

@@ -27,11 +27,9 @@ from __future__ import annotations
 import copy
 from typing import Any, NoReturn
 
-from conformance.checks import fail
-from conformance.graph_strategies import GeneratedGraph
-from conformance.protocol import ViewPassBackend
-from conformance.rules import rule_id
-from conformance.view_pass_checks import (
+from conformance.common.checks import fail
+from conformance.common.rules import rule_id
+from conformance.common.view_pass_checks import (
     differences,
     downstream,
     meta_mismatches,
@@ -43,6 +41,8 @@ from conformance.view_pass_checks import (
     unknowable_meta,
     views_in_result,
 )
+from conformance.graph_strategies import GeneratedGraph
+from conformance.protocol import ViewPassBackend
 
 CALL = "view_copy_pass(generated graph)"
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
-from conformance.edge_form import with_fake_values
+from conformance.common.edge_form import with_fake_values
 
 __all__ = [
     "DTYPES",

@@ -32,7 +32,7 @@ The draws lean where a pass slips: slices, selects and permutes most, a copy usu
 write them and non-empty, permutations that move something. Self-tests measure what the section catches
 (``tests/conformance/test_differential_view_pass.py``).
 
-Deterministic under the suite's Hypothesis profile (``conformance/generation.py``). No backend is imported.
+Deterministic under the suite's Hypothesis profile (``conformance/common/generation.py``). No backend is imported.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.rules import rule_id
+from conformance.common.rules import rule_id
 
 STALE_RULE = rule_id("known-failures/stale")
 FILE_KEY = "known_failures"

@@ -4,7 +4,7 @@ A pytest plugin (registered by ``conformance/conftest.py``) that looks at every 
 where the case ran (each pytest-xdist worker, or the single process) and decides its outcome:
 
 * a failure naming a *must* rule stays a failure (``failed``; ``error`` in setup);
-* a failure naming a *should* rule (``conformance/rules.py``) becomes ``should-failed``: reported apart,
+* a failure naming a *should* rule (``conformance/common/rules.py``) becomes ``should-failed``: reported apart,
   and failing the run only with ``--strict-should``;
 * ``checks.CoverageGap`` becomes ``coverage``: counted, never a failure;
 * a failure matching a declared known failure (``conformance/known_failures.py``) becomes ``xfailed``
@@ -14,11 +14,11 @@ where the case ran (each pytest-xdist worker, or the single process) and decides
   so only a run under pytest-xdist survives the crash to record it; a generated case's crash that the crash
   search found again (``conformance/crash_replay.py``) carries the crashing call's rule, which an entry's
   ``rule`` must match;
-* a failure naming a rule its case does not declare (``conformance/declared_rules.py``) is the suite's
+* a failure naming a rule its case does not declare (``conformance/common/declared_rules.py``) is the suite's
   error, not the backend's: outcome ``error`` under rule ``suite/undeclared-rule``, counted with the suite's
   self-checks (``suite_check``), whatever the rule's level or a known-failure entry says;
 * an ``AttributeError`` for a protocol attribute the backend lacks (a case reached a part it did not ask
-  for) becomes a skip naming the part (``conformance/parts.py``): optional parts never fail a case.
+  for) becomes a skip naming the part (``conformance/common/parts.py``): optional parts never fail a case.
 
 Converted reports look to pytest like xfails (``outcome = "skipped"`` plus ``wasxfail``), so the exit
 status, ``-x`` and JUnit treat them as not failed: JUnit gets ``<skipped type="pytest.xfail"
@@ -38,12 +38,12 @@ from typing import Any
 
 import pytest
 
-from conformance import declared_rules
-from conformance.checks import CoverageGap
-from conformance.generation import replay_note
+from conformance.common import declared_rules
+from conformance.common.checks import CoverageGap
+from conformance.common.generation import replay_note
+from conformance.common.parts import missing_part_reason
+from conformance.common.rules import Level, level_of, rule_of
 from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
-from conformance.parts import missing_part_reason
-from conformance.rules import Level, level_of, rule_of
 from harness.outcomes import SUITE_CHECK_MARKER, SUITE_DECIDED, Outcome, is_suite_check
 from harness.pytest_plugin import CASE_RESULT_ATTR
 from harness.run_end import role
@@ -63,7 +63,7 @@ def add_options(group: pytest.OptionGroup) -> None:
         action="store_true",
         default=False,
         help="failures of *should* rules (policy, optimisation, performance; see `python -m "
-        "conformance.rules`) fail the run too; by default they are reported as should-failed",
+        "conformance.common.rules`) fail the run too; by default they are reported as should-failed",
     )
     group.addoption(
         "--known-failures",
@@ -442,7 +442,7 @@ def _set_case_result(
 def _list_reports(write: Any, reports: Sequence[pytest.TestReport]) -> None:
     for report in reports[:LIST_LIMIT]:
         lines = str((case_result(report) or {}).get("message") or "").strip().splitlines()
-        # "conformance.checks.CheckFailure: [rule] ..." -> "[rule] ...": the rule id says enough.
+        # "conformance.common.checks.CheckFailure: [rule] ..." -> "[rule] ...": the rule id says enough.
         first = _EXCEPTION_PREFIX.sub("", lines[0]) if lines else ""
         write(f"{report.nodeid} — {first}")
     if len(reports) > LIST_LIMIT:

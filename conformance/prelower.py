@@ -41,9 +41,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from conformance.common.tolerances import DTYPES_BY_NAME
 from conformance.models import ZOO
 from conformance.protocol import caches_methods
-from conformance.tolerances import DTYPES_BY_NAME
 from conformance.toolchain import run_preflight
 from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
 from harness.caches import artifact_dir
@@ -97,7 +97,7 @@ def prelower_jobs(tasks: Iterable[tuple[str, str, str]], *, split: bool) -> list
 
 def _lower_one(spec: str, model: str, dtype: str, device: str, method: str = "") -> tuple[float, int, str]:
     """In a worker process: lower one program, or one method of it; (seconds, bytes, error or "")."""
-    from conformance.programs import lower_method, lowered
+    from conformance.common.programs import lower_method, lowered
 
     start = time.perf_counter()
     try:

@@ -6,7 +6,7 @@ clauses and exemptions are the rule table's (``conformance/catalogue/rule_table.
 SPEC and the protocol each rule enforces are the sentence catalogue's (``python -m conformance.catalogue``).
 What this module finds:
 
-* **cases** — what each case declares (``@pytest.mark.rules``, read by ``conformance/declared_rules.py``),
+* **cases** — what each case declares (``@pytest.mark.rules``, read by ``conformance/common/declared_rules.py``),
   from pytest's own collection of the chapters (:func:`collected_cases`): the node ids are pytest's, and a
   case's rules are those a failure of it may name; one naming any other is a suite error at run time.
 * **broken backends** — given, not found: the broken backends and their declarations (which rules each
@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from conformance.catalogue import CATALOGUE, CHAPTERS, RULES_BY_ID, for_rule
-from conformance.declared_rules import declared
-from conformance.rules import level_of
+from conformance.common.declared_rules import declared
+from conformance.common.rules import level_of
 from harness.backend_loader import DEFAULT_BACKEND
 
 __all__ = ["CHAPTERS", "ROOT", "Case", "Proof", "Row", "collected_cases", "coverage_rows", "main"]
@@ -78,7 +78,7 @@ class _Declarations:
 
 def collected_cases(stems: Sequence[str] = tuple(CHAPTERS)) -> list[Case]:
     """Every case pytest collects from the chapters ``conformance/<stem>.py``, with the rule ids it declares
-    (``conformance/declared_rules.py``): pytest's own collection, in this process, against the reference
+    (``conformance/common/declared_rules.py``): pytest's own collection, in this process, against the reference
     backend (whichever backend a run tests, the cases are the same). Its output is shown only on failure."""
     plugin = _Declarations()
     args = [

@@ -1,5 +1,5 @@
 """The slicing-heavy graph of the lowering chapter's view-pass section: one attention step of an LLM decode
-over a KV cache, in edge form (``conformance/edge_form.py``).
+over a KV cache, in edge form (``conformance/common/edge_form.py``).
 
 Heads are split with select/permute/view, half of each query is rotated with slices, the new keys and values
 are written into the caches in place (buffers the program writes back), and attention reads the valid prefix
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.fx import GraphModule
 
-from conformance.edge_form import edge_graph
+from conformance.common.edge_form import edge_graph
 
 __all__ = ["CachedAttention", "kv_cache_attention"]
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.checks import (
+from conformance.common.checks import (
     CORRUPT_PROGRAM_WORDS,
     PROGRAM_WORDS,
     UNKNOWN_METHOD_WORDS,
@@ -35,11 +35,11 @@ from conformance.checks import (
     fail,
     snapshot,
 )
-from conformance.declared_rules import params
-from conformance.parts import LoweringRuntimeBackend
-from conformance.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
+from conformance.common.declared_rules import params
+from conformance.common.parts import LoweringRuntimeBackend
+from conformance.common.programs import SKIP_COPY_OPTION, LoweredModel, handles, lowered, option
+from conformance.common.rules import family_ids, rule_id
 from conformance.protocol import RuntimeBackend
-from conformance.rules import family_ids, rule_id
 
 MODEL, METHOD, DTYPE = "add_mul", "forward", torch.float32
 SENTINEL = 1.5

@@ -11,7 +11,7 @@ names its rule, ``placement/<rule>``:
   a ``ValueError`` naming the key and the rule; a method fixed to host outputs that the runtime option
   names is a conflict (backends with part ``runtime_options``).
 * **matrix** (CUDA): configurations × the multi-method models (``asr``, ``llm`` and, with
-  ``transformers``, ``hf_whisper``, ``hf_llm``: ``conformance.pipelines.PIPELINE_MODELS``) × dtypes. Each
+  ``transformers``, ``hf_whisper``, ``hf_llm``: ``conformance.common.pipelines.PIPELINE_MODELS``) × dtypes. Each
   method runs once, chained as in real use; a method with device inputs gets device tensors from its
   caller. Held to: where outputs live, values against eager float64, ``execute_stats`` (0 host→device
   bytes for device inputs, 0 device→host bytes for kept outputs), and the torch profiler (no ``Memcpy
@@ -22,7 +22,7 @@ names its rule, ``placement/<rule>``:
 * **PCIe** (CUDA, NVML; runs with the GPU to itself): both mechanisms, ``asr`` and ``llm`` float32, each
   method executed K times per NVML window with its tensors on the host and kept on the device: the bytes
   NVML saw cross PCIe drop by at least 90 % of what the kept tensors hold, less 3 x the noise
-  (``skip-copy/pcie``, ``placement/pcie``; ``conformance.pcie_checks``), or the case says the saving is
+  (``skip-copy/pcie``, ``placement/pcie``; ``conformance.common.pcie_checks``), or the case says the saving is
   below the meter's resolution, with that resolution.
 * **zoo** (CUDA): every other zoo model lowered with every input and output on the device.
 * **bad inputs** (CUDA): a host tensor, a tensor on another GPU, a wrong dtype for a device-input method
@@ -46,11 +46,10 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from conformance import contract_monitor
-from conformance.checks import assert_raises_invalid_argument, bits, fail, snapshot
-from conformance.conftest import cuda_device_count
-from conformance.declared_rules import params
-from conformance.method_runs import (
+from conformance.common import contract_monitor
+from conformance.common.checks import assert_raises_invalid_argument, bits, fail, snapshot
+from conformance.common.declared_rules import params
+from conformance.common.method_runs import (
     MODEL_METHODS,
     NO_H2D_COPY,
     PINNED_HOST_MEMORY,
@@ -67,9 +66,8 @@ from conformance.method_runs import (
     profiled_copies,
     run_methods,
 )
-from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
-from conformance.parts import PlacementRuntimeBackend, part_fixture, require_part
-from conformance.pcie_checks import (
+from conformance.common.parts import PlacementRuntimeBackend, part_fixture, require_part
+from conformance.common.pcie_checks import (
     COMMAND_ALLOWANCE,
     COMMAND_FACTOR,
     RESOLUTION_FACTOR,
@@ -80,8 +78,8 @@ from conformance.pcie_checks import (
     difference,
     worth_measuring,
 )
-from conformance.pipelines import CallStats, pipeline_params, run_greedy
-from conformance.programs import (
+from conformance.common.pipelines import CallStats, pipeline_params, run_greedy
+from conformance.common.programs import (
     LOWER,
     SKIP_COPY_OPTION,
     handles,
@@ -90,6 +88,11 @@ from conformance.programs import (
     record,
     require_lowering_device,
 )
+from conformance.common.rules import rule_id
+from conformance.common.token_oracle import STEPS, TOKENS, check_tokens, eager_tokens
+from conformance.common.tolerances import DTYPES_BY_NAME
+from conformance.conftest import cuda_device_count
+from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
 from conformance.protocol import (
     SKIP_D2H,
     SKIP_H2D,
@@ -98,9 +101,6 @@ from conformance.protocol import (
     RuntimeBackend,
     lowering_devices,
 )
-from conformance.rules import rule_id
-from conformance.token_oracle import STEPS, TOKENS, check_tokens, eager_tokens
-from conformance.tolerances import DTYPES_BY_NAME
 
 if TYPE_CHECKING:
     from harness.nvml_traffic import TrafficMeter

@@ -1,7 +1,7 @@
 """Chapter differential — generated calls, judged by oracles instead of hand-picked examples (SPEC §1-§2).
 
 Every other chapter checks one hand-picked shape of each rule. This one draws its inputs with Hypothesis
-(``conformance/generation.py`` keeps a CI run deterministic and bounded) and judges every observable the
+(``conformance/common/generation.py`` keeps a CI run deterministic and bounded) and judges every observable the
 spec determines by an oracle: float64 eager PyTorch for values, the reference backend (run in a process of
 its own, through the same protocol) for which calls are errors, and the spec itself for what a call may
 change. A failing example is shrunk to the shortest sequence of calls that shows it.
@@ -13,7 +13,7 @@ Sections, each its own protocol part (a backend lacking one is skipped there, ne
 * **mm_out** (part ``mm_out``): generated sizes, dtypes and operand layouts against the oracle's kernel.
 
 Rules read ``differential/<rule>``; the differences the spec allows are listed once, in
-``conformance/oracle.py``.
+``conformance/common/oracle.py``.
 """
 
 from __future__ import annotations
@@ -29,21 +29,19 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis.strategies import SearchStrategy
 
-from conformance import crash_journal
 from conformance import differential_view_pass as view_pass_checks
-from conformance.checks import CheckFailure, assert_matmul_close, bits, fail
-from conformance.contract_surface import tensor_variants
-from conformance.generation import budget, replay_note, replayed
-from conformance.graph_strategies import GeneratedGraph, graphs
-from conformance.oracle import JUDGED, ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
-from conformance.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
-from conformance.programs import SKIP_COPY_OPTION, require_lowering_device
-from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
-from conformance.protocol_checks import OPTION_READ_BACK, busy_caller_stream, compare_option_call
-from conformance.protocol_machine import RULES as MACHINE_RULES
-from conformance.protocol_machine import ProtocolMachine, machine_for
-from conformance.protocol_plans import BAD_INPUTS, OUTPUT_KINDS, VARIANT, InputsPlan, OutputsPlan
-from conformance.protocol_strategies import (
+from conformance.common import crash_journal
+from conformance.common.checks import CheckFailure, assert_matmul_close, bits, fail
+from conformance.common.contract_surface import tensor_variants
+from conformance.common.generation import budget, replay_note, replayed
+from conformance.common.oracle import JUDGED, ORACLE_KEY, ORACLE_SPEC_KEY, call, judge
+from conformance.common.parts import LoweringRuntimeBackend, OptionsRuntimeBackend, part_fixture, require_part
+from conformance.common.programs import SKIP_COPY_OPTION, require_lowering_device
+from conformance.common.protocol_checks import OPTION_READ_BACK, busy_caller_stream, compare_option_call
+from conformance.common.protocol_machine import RULES as MACHINE_RULES
+from conformance.common.protocol_machine import ProtocolMachine, machine_for
+from conformance.common.protocol_plans import BAD_INPUTS, OUTPUT_KINDS, VARIANT, InputsPlan, OutputsPlan
+from conformance.common.protocol_strategies import (
     EXECUTE_FOCUSES,
     PLACEMENT_FOCUSES,
     every_odd_argument,
@@ -51,8 +49,10 @@ from conformance.protocol_strategies import (
     option_calls,
     placement_rounds,
 )
-from conformance.rules import rule_id
-from conformance.strategies import MmOutPlan, mm_out_plans
+from conformance.common.rules import rule_id
+from conformance.common.strategies import MmOutPlan, mm_out_plans
+from conformance.graph_strategies import GeneratedGraph, graphs
+from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
 from harness.backend_loader import backend_path, backend_spec
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
@@ -195,7 +195,7 @@ def _machine(
 
 
 def _journal(request: pytest.FixtureRequest, **made: Any) -> crash_journal.CallJournal:
-    """The case's journal (``conformance/crash_journal.py``): what its replay needs to make the backend and
+    """The case's journal (``conformance/common/crash_journal.py``): what its replay needs to make the backend and
     the oracle again (``made``: the machine's arguments, or ``kind="calls"`` for steps that are functions)."""
     config = request.config
     made = {
@@ -315,7 +315,7 @@ def every_method_open(
 def test_every_argument_agrees_with_the_oracle(
     runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
 ) -> None:
-    """Every argument a caller can pass, each once (``conformance/contract_surface.py``): at an input of a
+    """Every argument a caller can pass, each once (``conformance/common/contract_surface.py``): at an input of a
     handle of every menu method, and as a provided output, a tensor of every dtype this torch has, on every
     device here (``meta`` too), of rank 0 and one more or fewer, of size 0, 1 or far past any bound, in every
     layout, requiring grad, a Parameter, an inference tensor, or a value of every other Python type; then

@@ -6,7 +6,7 @@ Sections, each its own protocol part (a backend lacking one is skipped there, ne
   ``conformance/view_pass_cases.py`` — the verdicts, the observable behaviour of the result, truthful
   ``meta["val"]`` — on a slicing-heavy KV-cache attention graph, and on every method of the Hugging Face
   zoo models (with ``transformers``; the number of copies that became views is recorded). How a graph's
-  run is observed and compared is ``conformance/view_pass_checks.py``. Rules read ``view-pass/<rule>``:
+  run is observed and compared is ``conformance/common/view_pass_checks.py``. Rules read ``view-pass/<rule>``:
   a *must* failure there is always a wrong result (values, the inputs' final values, aliasing) or lying
   strides. A conservative refusal the spec asks for, where this graph's rewrite happens to be harmless, is
   ``view-pass/<rule>/policy``; a safe rewrite the backend refused is ``view-pass/<rule>/missed-rewrite`` (both
@@ -33,26 +33,13 @@ import pytest
 import torch
 from torch.fx import GraphModule, Node
 
-from conformance.checks import CheckFailure, assert_model_output_close, coverage_gap, fail
-from conformance.edge_form import edge_graph, view_twin
-from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
-from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
-from conformance.parts import LoweringRuntimeBackend, part_fixture
-from conformance.programs import handles, lowered, record, require_lowering_device
-from conformance.protocol import LoweringBackend, ViewPassBackend, ViewPassOutcome, implements
-from conformance.rules import Level, level_of, rule_id
-from conformance.slicing_heavy import kv_cache_attention
-from conformance.tolerances import DTYPES_BY_NAME
-from conformance.view_pass_cases import (
-    BEHAVIOUR_RULES,
-    CASES,
-    MISSED_REWRITE_RULES,
-    POLICY_RULES,
-    RULES,
-    CaseUnavailable,
-    ViewPassCase,
-)
-from conformance.view_pass_checks import (
+from conformance.common.checks import CheckFailure, assert_model_output_close, coverage_gap, fail
+from conformance.common.edge_form import edge_graph, view_twin
+from conformance.common.parts import LoweringRuntimeBackend, part_fixture
+from conformance.common.programs import handles, lowered, record, require_lowering_device
+from conformance.common.rules import Level, level_of, rule_id
+from conformance.common.tolerances import DTYPES_BY_NAME
+from conformance.common.view_pass_checks import (
     assert_same_behaviour,
     assert_truthful_meta,
     differences,
@@ -61,6 +48,19 @@ from conformance.view_pass_checks import (
     outcome_problem,
     report_mismatches,
     views_in_result,
+)
+from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
+from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
+from conformance.protocol import LoweringBackend, ViewPassBackend, ViewPassOutcome, implements
+from conformance.slicing_heavy import kv_cache_attention
+from conformance.view_pass_cases import (
+    BEHAVIOUR_RULES,
+    CASES,
+    MISSED_REWRITE_RULES,
+    POLICY_RULES,
+    RULES,
+    CaseUnavailable,
+    ViewPassCase,
 )
 
 # ================================================================================================ view pass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 import pytest
 import torch
 
-from conformance.checks import (
+from conformance.common.checks import (
     assert_exact,
     assert_matmul_close,
     assert_raises_invalid_argument,
@@ -23,14 +23,14 @@ from conformance.checks import (
     fail,
     snapshot,
 )
-from conformance.declared_rules import params
-from conformance.parts import part_fixture
+from conformance.common.declared_rules import params
+from conformance.common.parts import part_fixture
+from conformance.common.rules import family_ids, rule_id
+from conformance.common.tolerances import DTYPES_BY_NAME
 from conformance.protocol import MmOutBackend
-from conformance.rules import family_ids, rule_id
-from conformance.tolerances import DTYPES_BY_NAME
 
 if TYPE_CHECKING:
-    from conformance.parts import LoweringRuntimeBackend
+    from conformance.common.parts import LoweringRuntimeBackend
 
 DTYPES = list(DTYPES_BY_NAME)
 
@@ -553,7 +553,7 @@ def test_compiled_program_calls_backend_mm_out(mm: MmOutBackend, dtype: str, met
     """mm_out/program-route: executing a lowered LLM method moves the backend's own mm_out call counter by
     exactly the number of mm_out calls its compiled code makes, every execute (optional protocol attributes
     ``mm_out_calls`` / ``mm_out_calls_per_execute``; without them: a skip, never a failure)."""
-    from conformance.programs import handles, lower_or_fail
+    from conformance.common.programs import handles, lower_or_fail
 
     calls = getattr(mm, "mm_out_calls", None)
     per_execute = getattr(mm, "mm_out_calls_per_execute", None)

@@ -1,6 +1,6 @@
 """Chapter multi_method — multi-method models end to end (SPEC §1b, §2; protocol part ``runtime``).
 
-The zoo's multi-method models run as real pipelines through ``conformance/pipelines.py``: ASR kind (encoder
+The zoo's multi-method models run as real pipelines through ``conformance/common/pipelines.py``: ASR kind (encoder
 once, then the decoder for ``ASR_STEPS`` greedy steps on the growing sequence) and LLM kind (prefill the
 prompt, then decode through the KV cache, ``LLM_STEPS`` tokens). The pipeline models are the zoo's own
 ``asr`` and ``llm`` and, with ``transformers`` installed (extra ``hf``), the Hugging Face architectures
@@ -44,13 +44,20 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.checks import fail
-from conformance.parts import LoweringRuntimeBackend, require_part, skip_reason
-from conformance.pipelines import PIPELINE_MODELS, CallStats, pipeline_params, run_greedy
-from conformance.programs import LOWER, SKIP_COPY_OPTION, LoweredModel, handles, lower_or_fail, option, record
-from conformance.protocol import RuntimeBackend
-from conformance.rules import rule_id
-from conformance.token_oracle import (
+from conformance.common.checks import fail
+from conformance.common.parts import LoweringRuntimeBackend, require_part, skip_reason
+from conformance.common.pipelines import PIPELINE_MODELS, CallStats, pipeline_params, run_greedy
+from conformance.common.programs import (
+    LOWER,
+    SKIP_COPY_OPTION,
+    LoweredModel,
+    handles,
+    lower_or_fail,
+    option,
+    record,
+)
+from conformance.common.rules import rule_id
+from conformance.common.token_oracle import (
     METHODS,
     NEAR_TIE_FACTOR,
     STEPS,
@@ -63,7 +70,8 @@ from conformance.token_oracle import (
     float64_path_logits,
     host_inputs,
 )
-from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
+from conformance.common.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
+from conformance.protocol import RuntimeBackend
 
 SKIP = SKIP_COPY_OPTION
 DTYPES = list(DTYPES_BY_NAME)

@@ -39,7 +39,7 @@ import pytest
 import torch
 from torch import nn
 
-from conformance.checks import (
+from conformance.common.checks import (
     CORRUPT_PROGRAM_WORDS,
     PROGRAM_WORDS,
     UNKNOWN_METHOD_WORDS,
@@ -47,11 +47,11 @@ from conformance.checks import (
     assert_raises_invalid_argument,
     fail,
 )
+from conformance.common.parts import LoweringRuntimeBackend, require_part
+from conformance.common.programs import SKIP_COPY_OPTION, lowered, option
+from conformance.common.rules import rule_id
 from conformance.models import get_model
-from conformance.parts import LoweringRuntimeBackend, require_part
-from conformance.programs import SKIP_COPY_OPTION, lowered, option
 from conformance.protocol import LoweringBackend, RuntimeBackend
-from conformance.rules import rule_id
 
 DTYPE = torch.float32
 

@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.checks import assert_raises_invalid_argument, fail, snapshot
-from conformance.method_runs import (
+from conformance.common.checks import assert_raises_invalid_argument, fail, snapshot
+from conformance.common.method_runs import (
     MODEL_METHODS,
     PINNED_HOST_MEMORY,
     SKIP_COPY,
@@ -47,12 +47,12 @@ from conformance.method_runs import (
     relative_error,
     run_methods,
 )
+from conformance.common.parts import OptionsRuntimeBackend, part_fixture
+from conformance.common.programs import LOWER, SKIP_COPY_OPTION, handles, lower_or_fail, option_restored
+from conformance.common.rules import rule_id
+from conformance.common.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 from conformance.models import HF_MODELS, HF_UNAVAILABLE
-from conformance.parts import OptionsRuntimeBackend, part_fixture
-from conformance.programs import LOWER, SKIP_COPY_OPTION, handles, lower_or_fail, option_restored
 from conformance.protocol import RuntimeOptionsBackend
-from conformance.rules import rule_id
-from conformance.tolerances import DTYPES_BY_NAME, MODEL_TOLERANCES
 
 SKIP = SKIP_COPY_OPTION
 DTYPES = list(DTYPES_BY_NAME)

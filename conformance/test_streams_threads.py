@@ -47,13 +47,13 @@ import pytest
 import torch
 from torch import nn
 
-from conformance.checks import assert_exact, fail
+from conformance.common.checks import assert_exact, fail
+from conformance.common.parts import LoweringRuntimeBackend, require_part, skip_reason
+from conformance.common.pipelines import PIPELINE_MODELS, pipeline_params, run_greedy
+from conformance.common.programs import SKIP_COPY_OPTION, handles, lowered, option, require_lowering_device
+from conformance.common.rules import rule_id
 from conformance.models import get_model
-from conformance.parts import LoweringRuntimeBackend, require_part, skip_reason
-from conformance.pipelines import PIPELINE_MODELS, pipeline_params, run_greedy
-from conformance.programs import SKIP_COPY_OPTION, handles, lowered, option, require_lowering_device
 from conformance.protocol import LoweringBackend
-from conformance.rules import rule_id
 
 DTYPE = torch.float32
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from conformance.checks import fail
-from conformance.rules import rule_id
+from conformance.common.checks import fail
+from conformance.common.rules import rule_id
 from harness import start_gate
 from harness.nvml_counters import COUNTER_MODULUS
 from harness.nvml_traffic import TrafficMeasurement, TrafficMeter

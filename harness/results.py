@@ -34,7 +34,7 @@ SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 OUTCOMES: tuple[str, ...] = tuple(outcome.value for outcome in Outcome)
 #: Outcomes that mean the backend did something wrong (they fail a run); one list for every reader.
 FAILING_OUTCOMES: tuple[str, ...] = tuple(outcome.value for outcome in Outcome if outcome in FAILING)
-#: Levels of the rule a failure names (``conformance/rules.py``).
+#: Levels of the rule a failure names (``conformance/common/rules.py``).
 LEVELS: tuple[str, ...] = ("must", "should")
 JOURNAL_SUFFIX = ".journal.jsonl"
 

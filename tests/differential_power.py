@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conformance.rules import Level, level_of
+from conformance.common.rules import Level, level_of
 from harness.results import FAILING_OUTCOMES
 from tests.rule_coverage import broken_backends
 

@@ -1,7 +1,7 @@
 """The rule table: every rule id the suite can fail a case with, one row each (one row for a family of ids
 that differ only in the part a chapter fills from its parameters), with the chapters whose cases check it,
 its level and the clause a backend breaks. The one owner of rule ids and levels: chapters name their rules
-through it (``conformance.rules.rule_id``: an id not here fails on import), levels come from it, and the
+through it (``conformance.common.rules.rule_id``: an id not here fails on import), levels come from it, and the
 coverage table (``conformance.rule_coverage``) lists exactly its ids.
 
 *must*: a wrong result, aliasing, a crash, lost or changed data, a missing contract error. *should*: a
@@ -324,7 +324,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         must("traffic/wrap", "a transfer past the 32-bit counters' wrap is measured", exempt=_METER),
         must("traffic/drift", "the idle counters' drift is measured and small", exempt=_METER),
     ),
-    # ============================ the contract monitor (conformance/contract_monitor.py): every call of every
+    # ============================ the contract monitor (conformance/common/contract_monitor.py): every call of every
     # case that asks for the backend, whatever its chapter
     must(
         "contract/inputs-untouched",
@@ -354,7 +354,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         exempt="about the known-failures list, not the backend: a declared failure that passes "
         "(tests/conformance/test_case_outcomes.py proves it)",
     ),
-    # ============================================ the suite's declarations (conformance/declared_rules.py)
+    # ============================================ the suite's declarations (conformance/common/declared_rules.py)
     must(
         "suite/undeclared-rule",
         "a case fails only under the rule ids it declares",

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from conformance import known_failures, rules
+from conformance import known_failures
+from conformance.common import rules
 from conformance.known_failures import KnownFailuresError, glob_match, load_file, parse_entries
 from harness.results import SCHEMA_VERSION, ResultFileError, parse_results
 
@@ -38,7 +39,7 @@ BACKEND = Toy()
 
 TOY_CHAPTER = """
 import pytest
-from conformance.checks import coverage_gap, fail
+from conformance.common.checks import coverage_gap, fail
 
 @pytest.mark.rules("toy/values")
 def test_must():
@@ -280,7 +281,7 @@ def test_a_broken_known_failures_file_is_a_usage_error(toy: pytest.Pytester) -> 
 CRASH_CHAPTER = """
 import ctypes
 import pytest
-from conformance.checks import fail
+from conformance.common.checks import fail
 
 @pytest.mark.parametrize("where", ["null"])
 def test_dies(where):

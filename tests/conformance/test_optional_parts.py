@@ -44,7 +44,7 @@ GROUPS = {
 #: The generated cases (Hypothesis) draw a tenth of their CI budget of examples: every run of a case draws
 #: the same ones (derandomised), and which parts a case uses does not depend on how many.
 GENERATED_EXAMPLES = "--generated-examples=0.1"
-#: What a skip because of the backend's parts says (conformance/parts.py, programs.require_lowering_device).
+#: What a skip because of the backend's parts says (conformance/common/parts.py, programs.require_lowering_device).
 PART_REASON = re.compile(r"does not implement protocol part '(\w+)'|lowers only for")
 FAILING = ("failed", "error", "crashed")
 
@@ -136,7 +136,7 @@ def test_every_combination_starts_a_session(tmp_path: Path, spec: str) -> None:
 def test_the_probe_sees_what_the_suite_can_see() -> None:
     """Every protocol attribute is one the minimal backend records; a missing one raises the
     AttributeError of a missing attribute (name and object set), which the suite turns into a skip."""
-    from conformance.parts import PART_OF_ATTRIBUTE, missing_part_reason
+    from conformance.common.parts import PART_OF_ATTRIBUTE, missing_part_reason
 
     assert set(PART_OF_ATTRIBUTE) <= set(ATTRIBUTE_DIMENSION) | {"lowering_devices"}  # per target: below
     backend = MinimalBackend(parse("runtime_options=absent,lowers_cuda=no"))

@@ -186,7 +186,7 @@ def test_the_reference_lowers_nothing_again_for_methods_lowered_apart_in_other_p
         assert child.returncode == 0, out
         assert out.rstrip().endswith("'')"), out  # no error
 
-    from conformance import programs
+    from conformance.common import programs
     from harness.backend_loader import load_backend
     from reference_impl.lowering import preprocess
 

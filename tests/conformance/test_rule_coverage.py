@@ -3,7 +3,7 @@ and a broken backend that a chapter fails on it or an exemption with its reason;
 declares is a rule of the table, and the table says which chapters check it; no exemption is stale.
 
 The cases are those pytest collects, each with the rules it declares (``@pytest.mark.rules``, read by
-``conformance/declared_rules.py``). The declarations are held both ways: a failure under a rule its case
+``conformance/common/declared_rules.py``). The declarations are held both ways: a failure under a rule its case
 does not declare is a suite error at run time (proven here on a toy chapter), and every rule id a chapter
 looks up is declared by one of its cases."""
 
@@ -19,9 +19,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance import declared_rules
 from conformance import rule_coverage as rc
 from conformance.catalogue import CATALOGUE, RULE_TABLE, RULES_BY_ID
+from conformance.common import declared_rules
 from harness.results import parse_results
 from tests.rule_coverage import BrokenBackend, broken_backends
 
@@ -312,7 +312,7 @@ BACKEND = Toy()
 
 UNDECLARED_CHAPTER = """
 import pytest
-from conformance.checks import coverage_gap, fail
+from conformance.common.checks import coverage_gap, fail
 
 @pytest.mark.rules("toy/values")
 def test_declared():
@@ -373,7 +373,9 @@ def test_a_failure_under_an_undeclared_rule_is_a_suite_error(
         "[suite/undeclared-rule] conformance/test_toy.py::test_undeclared: failed under toy/other, which "
         "the case does not declare (it declares: toy/values)"
     ), undeclared
-    assert "the failure: conformance.checks.CheckFailure: [toy/other] toy(): a check naming" in undeclared
+    assert (
+        "the failure: conformance.common.checks.CheckFailure: [toy/other] toy(): a check naming" in undeclared
+    )
     assert run.summary()["suite_checks"] == {"error": 4}
     assert run.summary()["outcomes"]["failed"] == 3
     junit = {tc.get("name"): tc for tc in ET.fromstring((out / "j.xml").read_text()).iter("testcase")}

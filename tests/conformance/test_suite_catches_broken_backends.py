@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.rules import Level, level_of
+from conformance.common.rules import Level, level_of
 from conformance.view_pass_cases import CASES
 from harness.results import RunResult, load_results
 from tests.chapter_runner import ChapterRun

@@ -21,7 +21,8 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conformance.edge_form import view_twin
+from conformance.common.edge_form import view_twin
+from conformance.common.view_pass_checks import differences, observe
 from conformance.models import ZOO
 from conformance.view_pass_cases import (
     CASES,
@@ -33,7 +34,6 @@ from conformance.view_pass_cases import (
     ReturnsSliceOfWrittenBack,
     ViewPassCase,
 )
-from conformance.view_pass_checks import differences, observe
 from reference_impl.lowering import (
     COPY_TO_VIEW,
     VIEW_TO_COPY,

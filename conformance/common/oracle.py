@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from conformance.checks import fail, names_argument
+from conformance.common.checks import fail, names_argument
+from conformance.common.rules import rule_id
 from conformance.protocol import Backend
-from conformance.rules import rule_id
 
 DEFAULT_ORACLE = "reference_impl:ORACLE"
 ORACLE_KEY = pytest.StashKey[Backend]()
@@ -30,7 +30,7 @@ SPURIOUS_ERROR = rule_id("differential/spurious-error")
 MISSING_ERROR = rule_id("differential/missing-error")
 ERROR_CLASS = rule_id("differential/error-class")
 ERROR_ARGUMENT = rule_id("differential/error-argument")
-#: What :func:`judge` fails a call with: a case judging calls declares these (conformance/declared_rules.py).
+#: What :func:`judge` fails a call with: a case judging calls declares these (conformance/common/declared_rules.py).
 JUDGED = (SPURIOUS_ERROR, MISSING_ERROR, ERROR_CLASS, ERROR_ARGUMENT)
 
 

@@ -1,5 +1,5 @@
 """A Hypothesis state machine that drives the runtime protocol with generated calls, side by side on the
-backend under test and on the oracle (``conformance/oracle.py``).
+backend under test and on the oracle (``conformance/common/oracle.py``).
 
 Each step is one protocol call — ``lower`` (with placement options, renamed methods), ``init`` (with method
 names a caller gets wrong, corrupted programs), ``set_option`` / ``get_option``, ``execute`` (inputs of
@@ -8,10 +8,10 @@ every layout and size, valid or broken one way, with and without ``outputs=``), 
 The oracle decides whether the call is an error; the backend's values are judged against float64 eager; the
 spec decides what else the call may change (the caller's inputs never; provided outputs only on success).
 
-Steps draw *plans* (``conformance/protocol_plans.py``: small frozen dataclasses whose ``repr`` is the code
+Steps draw *plans* (``conformance/common/protocol_plans.py``: small frozen dataclasses whose ``repr`` is the code
 that makes them, so a shrunk failure prints as a runnable sequence of calls) from the strategies of
-``conformance/protocol_strategies.py``; the arguments a plan builds and eager's answer are in
-``conformance/protocol_inputs.py``, and how a call's results are judged in ``conformance/protocol_checks.py``.
+``conformance/common/protocol_strategies.py``; the arguments a plan builds and eager's answer are in
+``conformance/common/protocol_inputs.py``, and how a call's results are judged in ``conformance/common/protocol_checks.py``.
 This module makes the calls and keeps the state: programs, handles, results the caller still holds.
 """
 
@@ -28,15 +28,12 @@ from hypothesis import seed
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from conformance.checks import fail
-from conformance.crash_journal import CallJournal, journaled, watched
-from conformance.models import get_model
-from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
-from conformance.oracle import JUDGED, CallResult, call, describe_args, judge
-from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
-from conformance.protocol_caller_steps import CallerSteps
-from conformance.protocol_checks import RULES as CHECKED
-from conformance.protocol_checks import (
+from conformance.common.checks import fail
+from conformance.common.crash_journal import CallJournal, journaled, watched
+from conformance.common.oracle import JUDGED, CallResult, call, describe_args, judge
+from conformance.common.protocol_caller_steps import CallerSteps
+from conformance.common.protocol_checks import RULES as CHECKED
+from conformance.common.protocol_checks import (
     Held,
     busy_caller_stream,
     check_aliasing,
@@ -51,8 +48,8 @@ from conformance.protocol_checks import (
     snapshot,
     unchanged,
 )
-from conformance.protocol_inputs import build_inputs, build_outputs, method_spec
-from conformance.protocol_plans import (
+from conformance.common.protocol_inputs import build_inputs, build_outputs, method_spec
+from conformance.common.protocol_plans import (
     DTYPE,
     MENU,
     OPAQUE,
@@ -62,22 +59,25 @@ from conformance.protocol_plans import (
     LowerPlan,
     OutputsPlan,
 )
-from conformance.protocol_strategies import (
+from conformance.common.protocol_strategies import (
     INIT_NAMES,
     broken_calls,
     lower_plans,
     option_calls,
     valid_inputs_plans,
 )
-from conformance.rules import rule_id
-from conformance.strategies import NameVariant
+from conformance.common.rules import rule_id
+from conformance.common.strategies import NameVariant
+from conformance.models import get_model
+from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
+from conformance.protocol import SKIP_D2H, SKIP_H2D, lower_options, missing_attributes
 
 __all__ = ["RULES", "HandlePair", "ProgramPair", "ProtocolMachine", "as_shard", "machine_for"]
 
 M = TypeVar("M", bound=type)
 
 # The rules this module checks (conformance/catalogue/rule_table.py); the checks of a call's results
-# name theirs in conformance/protocol_checks.py.
+# name theirs in conformance/common/protocol_checks.py.
 PROGRAM = rule_id("differential/program")
 INPUTS_UNTOUCHED = rule_id("differential/inputs-untouched")
 OUTPUTS_UNTOUCHED = rule_id("differential/outputs-untouched")
@@ -125,7 +125,7 @@ class ProtocolMachine(CallerSteps, RuleBasedStateMachine):
     #: The menu's models both backends lowered before the first example (the others are coverage gaps).
     lowerable: ClassVar[frozenset[str]]
     #: Where each step is noted before it runs, so that a step that kills the process can be replayed
-    #: (``conformance/crash_journal.py``); None: not noted.
+    #: (``conformance/common/crash_journal.py``); None: not noted.
     journal: ClassVar[CallJournal | None] = None
 
     def __init__(self) -> None:
@@ -566,7 +566,7 @@ def machine_for(
     # cannot is a coverage gap, not this chapter's finding), and a baseline that a later refusal of the
     # same model (a failure that stuck) is judged against.
     # Only a clean refusal is a gap: the protocol's ValueError naming what the backend lacks. A crash of
-    # any other kind on a model the oracle lowers is this chapter's finding (conformance/oracle.py).
+    # any other kind on a model the oracle lowers is this chapter's finding (conformance/common/oracle.py).
     probe = machine()
     found = set()
     for model in MENU:

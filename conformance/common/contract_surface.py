@@ -1,6 +1,6 @@
 """Every argument a caller can pass, drawn from the protocol's signatures (``conformance/protocol.py``) rather
 than from a list of the mistakes someone thought of: the differential machine
-(``conformance/protocol_machine.py``) makes each call on the backend under test and on the oracle, and the
+(``conformance/common/protocol_machine.py``) makes each call on the backend under test and on the oracle, and the
 oracle says whether it is an error.
 
 * **Any parameter**: left out (a missing positional), ``None``, or a value of each other Python type

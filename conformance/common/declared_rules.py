@@ -5,7 +5,7 @@ A case declares every rule id it can fail with as a ``rules`` mark: on the test 
 (``pytest.param(..., marks=pytest.mark.rules(BAD_INPUT_RULES[name]))``; :func:`params` builds those from a
 mapping). A case's declared rules are the union of its marks and of what its fixtures imply: a case handed
 the backend checks the contract monitor's rules too, since each of its calls passes through the monitor
-(``conformance/contract_monitor.py``), whatever the case itself checks.
+(``conformance/common/contract_monitor.py``), whatever the case itself checks.
 
 Two readers, both through :func:`declared`: the outcome plugin (``conformance/outcomes.py``), for which a
 failure naming a rule its case does not declare is a suite error (rule ``suite/undeclared-rule``, counted
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from conformance.contract_monitor import RULES as MONITOR_RULES
-from conformance.rules import rule_id
+from conformance.common.contract_monitor import RULES as MONITOR_RULES
+from conformance.common.rules import rule_id
 
 if TYPE_CHECKING:
     from _pytest.mark import ParameterSet  # what pytest.param returns; pytest 8 does not export it
@@ -31,7 +31,7 @@ __all__ = ["IMPLIED", "MARKER", "MARKER_HELP", "UNDECLARED", "declared", "params
 MARKER = "rules"
 MARKER_HELP = (
     "rules(*ids): the rule ids the case can fail with; a failure under any other is a suite error "
-    "(conformance/declared_rules.py)"
+    "(conformance/common/declared_rules.py)"
 )
 #: The rule of the suite error a failure under an undeclared rule becomes.
 UNDECLARED = rule_id("suite/undeclared-rule")

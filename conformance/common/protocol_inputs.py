@@ -1,5 +1,5 @@
 """What a zoo method takes and returns, for the differential state machine: its spec, the ``inputs`` and
-``outputs=`` arguments a plan (``conformance/protocol_plans.py``) builds for it, and eager float64's answer.
+``outputs=`` arguments a plan (``conformance/common/protocol_plans.py``) builds for it, and eager float64's answer.
 
 Values are judged against eager PyTorch in float64 (never against the oracle's bits); a method's dynamic
 dimensions come from its ``dynamic_shapes`` (``Dim(min, max)``), so sizes at and past each bound can be built.
@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.contract_surface import apply_tensor_variant
+from conformance.common.contract_surface import apply_tensor_variant
+from conformance.common.oracle import CallResult
+from conformance.common.protocol_plans import DTYPE, VARIANT, InputsPlan, OutputsPlan
+from conformance.common.strategies import TensorRecipe, dtype_name
 from conformance.models import get_model
-from conformance.oracle import CallResult
-from conformance.protocol_plans import DTYPE, VARIANT, InputsPlan, OutputsPlan
-from conformance.strategies import TensorRecipe, dtype_name
 
 __all__ = ["InputSpec", "MethodSpec", "build_inputs", "build_outputs", "eager_float64", "method_spec"]
 
@@ -141,7 +141,7 @@ def build_inputs(spec: MethodSpec, plan: InputsPlan, device: torch.device) -> ob
     elif bad == "empty-size":
         t = tensors[at]
         tensors[at] = t.narrow(-1, 0, 0) if t.dim() else t
-    elif bad.startswith(VARIANT):  # any tensor a caller can make (conformance/contract_surface.py)
+    elif bad.startswith(VARIANT):  # any tensor a caller can make (conformance/common/contract_surface.py)
         tensors[at] = apply_tensor_variant(tensors[at], bad.removeprefix(VARIANT))
     return tensors
 

@@ -15,14 +15,14 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.checks import assert_model_output_close, fail
-from conformance.pipelines import PIPELINE_MODELS
-from conformance.programs import LoweredModel
+from conformance.common.checks import assert_model_output_close, fail
+from conformance.common.pipelines import PIPELINE_MODELS
+from conformance.common.programs import LoweredModel
+from conformance.common.rules import rule_id
 from conformance.protocol import RuntimeBackend
-from conformance.rules import rule_id
 
 #: The multi-method (pipeline) models and their two methods in call order: ``asr``, ``llm`` and, with
-#: ``transformers`` installed, ``hf_whisper`` and ``hf_llm`` (``conformance.pipelines.PIPELINE_MODELS``).
+#: ``transformers`` installed, ``hf_whisper`` and ``hf_llm`` (``conformance.common.pipelines.PIPELINE_MODELS``).
 MODEL_METHODS: dict[str, tuple[str, str]] = {name: p.methods for name, p in PIPELINE_MODELS.items()}
 #: How one method's outputs feed the next: method → {input index: (source method, output index)}.
 #: ASR kind: hidden states ← encoder output; LLM kind: k/v caches ← prefill's caches.
@@ -56,7 +56,7 @@ class WhereRules:
     @property
     def on_cuda(self) -> tuple[str, ...]:
         """What :func:`check_where_data_went` and :func:`check_output_copies` fail with: a case running
-        them declares these (``conformance/declared_rules.py``)."""
+        them declares these (``conformance/common/declared_rules.py``)."""
         return (
             self.output_device,
             self.values,

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the differential state machine: the plans (``conformance/protocol_plans.py``)
+"""Hypothesis strategies for the differential state machine: the plans (``conformance/common/protocol_plans.py``)
 its rules and the chapter's focused cases draw.
 
 ``lower`` plans (models of the menu, renamed methods, placement options written every way), ``set_option``
@@ -13,9 +13,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.contract_surface import PYTHON_VALUES, tensor_variants
-from conformance.protocol import SKIP_D2H, SKIP_H2D
-from conformance.protocol_plans import (
+from conformance.common.contract_surface import PYTHON_VALUES, tensor_variants
+from conformance.common.protocol_plans import (
     BAD_INPUTS,
     MENU,
     OPAQUE,
@@ -29,7 +28,7 @@ from conformance.protocol_plans import (
     OddArgument,
     OutputsPlan,
 )
-from conformance.strategies import (
+from conformance.common.strategies import (
     LAYOUTS,
     NAME_SETS,
     NAME_VARIANTS,
@@ -38,6 +37,7 @@ from conformance.strategies import (
     option_values,
     placement_values,
 )
+from conformance.protocol import SKIP_D2H, SKIP_H2D
 
 __all__ = [
     "EXECUTE_FOCUSES",
@@ -201,7 +201,7 @@ def broken_calls() -> st.SearchStrategy[tuple[InputsPlan, OutputsPlan]]:
     )
 
 
-#: Strings at and past a limit, every way a limit can be counted (``conformance/contract_surface.py``'s
+#: Strings at and past a limit, every way a limit can be counted (``conformance/common/contract_surface.py``'s
 #: ``limit_strings``): the limit in code points of 1, 2 and 4 UTF-8 bytes, and in two-code-point graphemes.
 #: Limits: option keys 63 characters, values 255 (SPEC §1b); method names have no limit at ``init``.
 _LIMITS: dict[tuple[str, str], int] = {
@@ -242,7 +242,7 @@ def odd_arguments() -> st.SearchStrategy[OddArgument]:
 
 def surface_inputs(variants: tuple[str, ...]) -> st.SearchStrategy[tuple[InputsPlan, OutputsPlan]]:
     """An execute whose one input (or provided output) is changed by a tensor variant of
-    ``conformance/contract_surface.py``: any dtype, device, rank, size or layout, or another Python value."""
+    ``conformance/common/contract_surface.py``: any dtype, device, rank, size or layout, or another Python value."""
     variant = st.sampled_from(variants).map(lambda v: VARIANT + v)
     inputs = st.builds(
         InputsPlan,

@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
-from conformance.checks import bits
-from conformance.oracle import describe_args
-from conformance.rules import rule_id
+from conformance.common.checks import bits
+from conformance.common.oracle import describe_args
+from conformance.common.rules import rule_id
 
 __all__ = ["RULES", "ContractMonitor", "MonitorFailure", "Violation", "overlaps", "paused", "unwrapped"]
 
@@ -78,7 +78,7 @@ class MonitorFailure(AssertionError):
     @classmethod
     def of(cls, found: list[Violation], own: BaseException | None) -> MonitorFailure:
         """The failure for the violations ``found`` during a case that then ended with ``own``."""
-        from conformance.rules import rule_of
+        from conformance.common.rules import rule_of
 
         first, more = found[0], found[1:]
         lines = [first.text() + " (the contract monitor checks this on every call)"]

@@ -1,7 +1,7 @@
 """What a caller can observe of a call's return value, as data two backends' answers can be compared by:
 its container and length, each tensor's class, dtype, shape, device, layout and ``requires_grad``, a
 mapping's keys and the types of its values, a string's value. Where the contract lets backends differ (a
-tensor's strides, a program's bytes, a handle's type, an error's wording: ``conformance/oracle.py``'s
+tensor's strides, a program's bytes, a handle's type, an error's wording: ``conformance/common/oracle.py``'s
 ``ALLOWED_DIFFERENCES``) nothing is recorded, so no such difference can fail.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from conformance.contract_monitor import overlaps
+from conformance.common.contract_monitor import overlaps
 
 __all__ = ["shared_pairs", "structure", "structure_difference"]
 

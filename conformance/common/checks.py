@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from conformance.tolerances import MODEL_TOLERANCES, TOLERANCES
+from conformance.common.tolerances import MODEL_TOLERANCES, TOLERANCES
 
 #: Words of which an error for a corrupt program file must contain one: it says what is wrong with it ...
 CORRUPT_PROGRAM_WORDS = (

@@ -14,15 +14,15 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.checks import fail
+from conformance.common.checks import fail
+from conformance.common.pipelines import PIPELINE_MODELS, STEPS_BY_KIND
+from conformance.common.programs import LoweredModel
+from conformance.common.rules import rule_id
+from conformance.common.tolerances import MODEL_TOLERANCES
 from conformance.models import greedy
-from conformance.pipelines import PIPELINE_MODELS, STEPS_BY_KIND
-from conformance.programs import LoweredModel
-from conformance.rules import rule_id
-from conformance.tolerances import MODEL_TOLERANCES
 
 ASR_STEPS, LLM_STEPS = STEPS_BY_KIND["asr"], STEPS_BY_KIND["llm"]
-#: Per pipeline model (``conformance.pipelines.PIPELINE_MODELS``): greedy steps and its two methods.
+#: Per pipeline model (``conformance.common.pipelines.PIPELINE_MODELS``): greedy steps and its two methods.
 STEPS = {name: p.steps for name, p in PIPELINE_MODELS.items()}
 METHODS = {name: p.methods for name, p in PIPELINE_MODELS.items()}
 #: A legitimate half-precision flip: float64 logits of the two tokens within 2·tol·‖logits‖₂.

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conformance.checks import fail
+from conformance.common.checks import fail
 
 if TYPE_CHECKING:
     from harness.nvml_traffic import TrafficMeasurement

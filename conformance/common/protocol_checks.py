@@ -1,9 +1,9 @@
 """How the differential state machine judges what a protocol call did, beyond the oracle's verdict on
-whether it is an error (``conformance/oracle.py``): values against float64 eager, where outputs land,
+whether it is an error (``conformance/common/oracle.py``): values against float64 eager, where outputs land,
 provided outputs filled, results the caller holds left alone, option read-backs, racing threads.
 
 Each check fails with the ``differential/*`` rule it enforces (``conformance/catalogue/rule_table.py``);
-the machine that makes the calls is ``conformance/protocol_machine.py``.
+the machine that makes the calls is ``conformance/common/protocol_machine.py``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from conformance.checks import assert_model_output_close, bits, fail
-from conformance.observed import shared_pairs, structure, structure_difference
-from conformance.oracle import CallResult, call, judge
-from conformance.protocol_inputs import MethodSpec, eager_float64
-from conformance.protocol_plans import SKIP_COPY_OPTION
-from conformance.rules import rule_id
+from conformance.common.checks import assert_model_output_close, bits, fail
+from conformance.common.observed import shared_pairs, structure, structure_difference
+from conformance.common.oracle import CallResult, call, judge
+from conformance.common.protocol_inputs import MethodSpec, eager_float64
+from conformance.common.protocol_plans import SKIP_COPY_OPTION
+from conformance.common.rules import rule_id
 
 __all__ = [
     "BUSY_CYCLES",
@@ -133,7 +133,7 @@ def compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None
 
 
 def check_structure(text: str, got: object, want: object) -> None:
-    """What a successful call returned has the structure of the oracle's answer (``conformance/observed.py``:
+    """What a successful call returned has the structure of the oracle's answer (``conformance/common/observed.py``:
     container and length, each tensor's class, dtype, shape, device, layout and ``requires_grad``, a
     mapping's keys and value types)."""
     difference = structure_difference(structure(got), structure(want))

@@ -15,9 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from conformance.checks import fail
+from conformance.common.checks import fail
+from conformance.common.parts import require_part
+from conformance.common.rules import rule_id
+from conformance.common.tolerances import DTYPES_BY_NAME
 from conformance.models import ZooModel, get_model
-from conformance.parts import require_part
 from conformance.protocol import (
     SKIP_COPY_OPTION,
     Backend,
@@ -27,8 +29,6 @@ from conformance.protocol import (
     implements,
     lowering_devices,
 )
-from conformance.rules import rule_id
-from conformance.tolerances import DTYPES_BY_NAME
 from harness.pytest_plugin import set_case_params
 
 LOWER = rule_id("runtime/lower")

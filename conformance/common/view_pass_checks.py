@@ -7,9 +7,9 @@ another output); :func:`differences` says, in words, what differs between two su
 :func:`meta_mismatches` holds ``meta["val"]`` (what later passes and the compiler trust) against a real run.
 :func:`force_view_twins` is what a pass without safety rules would do, so the suite can prove its own
 catalogue (:func:`forcing_differences`). The ``assert_*`` helpers turn findings into ``[rule] call: ...``
-failures (``conformance.checks``' format) for the lowering chapter.
+failures (``conformance.common.checks``' format) for the lowering chapter.
 
-Kept apart from ``conformance/checks.py`` because all of it is about fx graphs and the view pass (the
+Kept apart from ``conformance/common/checks.py`` because all of it is about fx graphs and the view pass (the
 generic tensor checks do not need torch.fx), and apart from ``conformance/view_pass_cases.py`` so that the
 catalogue holds case definitions only. No backend is imported here.
 """
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Interpreter, Node
 
-from conformance.checks import bits, fail
-from conformance.edge_form import is_view_op, view_twin, with_fake_values
+from conformance.common.checks import bits, fail
+from conformance.common.edge_form import is_view_op, view_twin, with_fake_values
 
 __all__ = [
     "Observation",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from conformance.oracle import describe_args, error_kind
+from conformance.common.oracle import describe_args, error_kind
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,7 +33,7 @@ SUFFIX = ".steps"
 @dataclass
 class Calling:
     """The backend call in progress: the protocol function, the call as text, and what the oracle did with
-    the same call (``ok``, an error kind of ``conformance.oracle.CallResult.kind``, or None: not asked)."""
+    the same call (``ok``, an error kind of ``conformance.common.oracle.CallResult.kind``, or None: not asked)."""
 
     function: str
     text: str

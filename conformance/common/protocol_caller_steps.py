@@ -1,7 +1,7 @@
 """What a caller does to the differential machine's backends besides the plain calls
-(``conformance/protocol_machine.py``): it reads a handle's counters later, refills its own input buffers and
+(``conformance/common/protocol_machine.py``): it reads a handle's counters later, refills its own input buffers and
 calls again, writes over the results it holds, and passes arguments left out, ``None``, of another Python
-type or past a string's limit (``conformance/contract_surface.py``). Each is a rule of the machine, mixed in.
+type or past a string's limit (``conformance/common/contract_surface.py``). Each is a rule of the machine, mixed in.
 """
 
 from __future__ import annotations
@@ -12,22 +12,22 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from conformance.crash_journal import journaled
-from conformance.oracle import call, judge
-from conformance.protocol_checks import check_structure, compare_read_back, flat_tensors, snapshot
-from conformance.protocol_inputs import build_inputs, method_spec
-from conformance.protocol_plans import SKIP_COPY_OPTION, InputsPlan, OddArgument, OutputsPlan
-from conformance.protocol_strategies import odd_arguments
+from conformance.common.crash_journal import journaled
+from conformance.common.oracle import call, judge
+from conformance.common.protocol_checks import check_structure, compare_read_back, flat_tensors, snapshot
+from conformance.common.protocol_inputs import build_inputs, method_spec
+from conformance.common.protocol_plans import SKIP_COPY_OPTION, InputsPlan, OddArgument, OutputsPlan
+from conformance.common.protocol_strategies import odd_arguments
 
 if TYPE_CHECKING:
-    from conformance.protocol_checks import Held
-    from conformance.protocol_machine import HandlePair
+    from conformance.common.protocol_checks import Held
+    from conformance.common.protocol_machine import HandlePair
 
 __all__ = ["CallerSteps"]
 
 
 class CallerSteps:
-    """The caller's steps; :class:`conformance.protocol_machine.ProtocolMachine` provides the rest."""
+    """The caller's steps; :class:`conformance.common.protocol_machine.ProtocolMachine` provides the rest."""
 
     backend: Any
     oracle: Any
@@ -93,7 +93,7 @@ class CallerSteps:
     @journaled
     def odd_call(self, index: int, odd: OddArgument) -> None:
         """A protocol call with one argument left out, ``None``, of another Python type, or a string past its
-        limit (``conformance/contract_surface.py``), on both sides: the same verdict, then the same state."""
+        limit (``conformance/common/contract_surface.py``), on both sides: the same verdict, then the same state."""
         self.call_with(self._handle(index), odd)
 
     def call_with(self, handle: HandlePair, odd: OddArgument) -> None:

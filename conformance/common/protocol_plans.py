@@ -3,9 +3,9 @@
 A plan (:class:`LowerPlan`, :class:`CorruptPlan`, :class:`InputsPlan`, :class:`OutputsPlan`) is a small frozen
 dataclass whose ``repr`` is the code that makes it, so a shrunk failure prints as a runnable sequence of
 calls; the same plan builds the same arguments for the backend under test and for the oracle. The machine
-that makes the calls is ``conformance/protocol_machine.py``; what the plans build from a zoo method, and
-eager's answer, are in ``conformance/protocol_inputs.py``; the strategies that draw them in
-``conformance/protocol_strategies.py``.
+that makes the calls is ``conformance/common/protocol_machine.py``; what the plans build from a zoo method, and
+eager's answer, are in ``conformance/common/protocol_inputs.py``; the strategies that draw them in
+``conformance/common/protocol_strategies.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from conformance.contract_surface import python_value
+from conformance.common.contract_surface import python_value
 from conformance.models import get_model
 from conformance.protocol import SKIP_COPY_OPTION
 
@@ -87,7 +87,7 @@ BAD_INPUTS: tuple[str, ...] = (
     "wrong-rank", "wrong-size", "empty-size", "size-below", "size-above",
 )  # fmt: skip
 #: ``bad`` (of :class:`InputsPlan`) or ``kind`` (of :class:`OutputsPlan`) ``variant:<v>``: the argument's
-#: tensor changed by variant ``<v>`` of ``conformance/contract_surface.py`` (any dtype, device, rank, size,
+#: tensor changed by variant ``<v>`` of ``conformance/common/contract_surface.py`` (any dtype, device, rank, size,
 #: layout, or a value of another Python type), whether valid or not: the oracle says.
 VARIANT = "variant:"
 #: Sizes for a method's dynamic dimensions (``Dim(min, max)``): inside the range, and just past it.
@@ -135,7 +135,7 @@ POSITIONAL: dict[str, tuple[str, ...]] = {
 class OddArgument:
     """A call of ``method`` whose argument ``parameter`` is left out (``kind="missing"``: it and those after
     it), replaced by a value of Python type ``detail`` (``kind="type"``: a name of
-    ``conformance.contract_surface.PYTHON_VALUES``), or by ``count`` times the string ``detail``
+    ``conformance.common.contract_surface.PYTHON_VALUES``), or by ``count`` times the string ``detail``
     (``kind="limit"``: a string at or past a limit)."""
 
     method: str

@@ -12,7 +12,7 @@ fails the run; a failed *should* rule is reported apart (outcome ``should-failed
 with ``--strict-should``. Op coverage ("op X is not mapped") is neither: chapters report it with
 ``checks.coverage_gap`` (outcome ``coverage``) and it never fails a run.
 
-``python -m conformance.rules`` prints the table: every rule (a family as its pattern and values), its
+``python -m conformance.common.rules`` prints the table: every rule (a family as its pattern and values), its
 level, the chapters that check it and its clause; ``--ids`` every rule id with its level.
 """
 
@@ -110,7 +110,7 @@ def _row_lines(row: Rule, width: int) -> list[str]:
 
 
 def table(rows: Sequence[Rule] = RULE_TABLE) -> str:
-    """The text ``python -m conformance.rules`` prints."""
+    """The text ``python -m conformance.common.rules`` prints."""
     width = max(len(row.pattern) for row in rows) + 2
     lines = [f"{'rule id (a family: pattern, values)':<{width}} level   clause  [chapters that check it]"]
     lines.append("-" * 120)
@@ -124,7 +124,7 @@ def table(rows: Sequence[Rule] = RULE_TABLE) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.rules",
+        prog="python -m conformance.common.rules",
         description=f"The rule table ({TABLE_FILE}): every rule, its level (must/should), the chapters whose "
         "cases check it and the clause it holds a backend to.",
     )
