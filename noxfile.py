@@ -61,9 +61,9 @@ def _front(dotted: str) -> Any:
     return importlib.import_module(dotted)
 
 
-#: (chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/cells.py).
+#: (chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/suite/cells.py).
 #: New chapters join the matrix without touching this.
-MATRIX_CELLS = _by_path("conformance/cells.py").matrix_cells(ROOT / "conformance")
+MATRIX_CELLS = _by_path("conformance/suite/cells.py").matrix_cells(ROOT / "conformance")
 #: A run's phases, its report and its process counts (runner/): this file picks the session
 #: and passes its arguments.
 PLAN = _front("runner.plan")

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 import settings
-from conformance import known_failures
-from conformance import outcomes as case_outcomes
 from conformance.common import declared_rules, generation
 from conformance.common.contract_monitor import ContractMonitor, MonitorFailure
 from conformance.common.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
 from conformance.common.parts import part_fixture
-from conformance.crash_replay import CrashReplays
 from conformance.protocol import Backend
-from conformance.toolchain import run_preflight
+from conformance.suite import known_failures
+from conformance.suite import outcomes as case_outcomes
+from conformance.suite.crash_replay import CrashReplays
+from conformance.suite.toolchain import run_preflight
 from harness import causes, cuda_sync, progress
 from harness.backend_loader import (
     BACKEND_PATH_ENV_VAR,

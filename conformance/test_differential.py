@@ -183,7 +183,7 @@ def _machine(
     """The machine class for this backend, target and shard, or a skip saying which part or device is
     missing (the ``runtime`` fixture has already required the backend's own parts). Its steps are
     journaled: should one kill the process, the crash is found again and shrunk in fresh processes
-    (``conformance/crash_replay.py``)."""
+    (``conformance/suite/crash_replay.py``)."""
     for part in ("lowering", "runtime"):
         if missing_attributes(oracle, part):
             pytest.skip(f"the oracle {oracle.name!r} lacks protocol part {part!r}")

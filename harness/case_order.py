@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compiled nothing: a cold run's durations are its waits for compiles).",
     )
     parser.add_argument("results", nargs="+", type=Path, help="result files (results/conformance*.json)")
-    parser.add_argument("-o", "--output", type=Path, default=Path("conformance/case_seconds.json"))
+    parser.add_argument("-o", "--output", type=Path, default=Path("conformance/suite/case_seconds.json"))
     parser.add_argument("--source", default="", help="where the durations were measured (device, commit)")
     parser.add_argument(
         "--current",

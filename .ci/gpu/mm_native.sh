@@ -119,7 +119,7 @@ else
   # The route cases lower the LLM for CUDA: compile it first, outside the sanitizer (the reference caches by
   # content), so the cases under it load the programs and run them.
   if [ "${MM_NATIVE_PRELOWER:-1}" = 1 ]; then
-    $PY -m conformance.prelower --device cuda --model llm --jobs 3 > "$OUT/prelower-llm.log" 2>&1
+    $PY -m conformance.suite.prelower --device cuda --model llm --jobs 3 > "$OUT/prelower-llm.log" 2>&1
     echo "prelower llm (cuda) rc=$? :: $(tail -1 "$OUT/prelower-llm.log")"
   fi
   for tool in memcheck racecheck; do

@@ -4,7 +4,7 @@
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
 start=$(date +%s)
-python3 -m conformance.prelower --device=cuda --jobs=8 --model asr --model llm > "$OUT/prelower.log" 2>&1
+python3 -m conformance.suite.prelower --device=cuda --jobs=8 --model asr --model llm > "$OUT/prelower.log" 2>&1
 echo "prelower rc=$? ($(( $(date +%s) - start )) s)"
 python3 -m pytest conformance/test_device_placement.py conformance/test_runtime_options.py \
   conformance/test_multi_method.py -n 4 -q -p harness.pytest_plugin --no-preflight \

@@ -4,7 +4,7 @@ ids that enforce it (``entries.py``), the text it is held to (``text.py``) and t
 ``python -m conformance.catalogue`` prints the sentences, ``python -m conformance.common.rules`` the rules.
 
 Nothing here imports torch or a chapter: the catalogue is data, read by the chapters (their rule ids, through
-``conformance.common.rules``), the levels, and the coverage table (``conformance.rule_coverage``).
+``conformance.common.rules``), the levels, and the coverage table (``conformance.suite.rule_coverage``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 that differ only in the part a chapter fills from its parameters), with the chapters whose cases check it,
 its level and the clause a backend breaks. The one owner of rule ids and levels: chapters name their rules
 through it (``conformance.common.rules.rule_id``: an id not here fails on import), levels come from it, and the
-coverage table (``conformance.rule_coverage``) lists exactly its ids.
+coverage table (``conformance.suite.rule_coverage``) lists exactly its ids.
 
 *must*: a wrong result, aliasing, a crash, lost or changed data, a missing contract error. *should*: a
 conservative policy, a missing optimisation, a performance contract; each *should* row says why it is one.

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from conformance import known_failures
 from conformance.common import rules
-from conformance.known_failures import KnownFailuresError, glob_match, load_file, parse_entries
+from conformance.suite import known_failures
+from conformance.suite.known_failures import KnownFailuresError, glob_match, load_file, parse_entries
 from harness.results import SCHEMA_VERSION, ResultFileError, parse_results
 
 pytest_plugins = ["pytester"]

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from conformance import crash_replay
 from conformance.common import crash_journal
 from conformance.common.crash_journal import Calling, CallJournal, Watched, journaled, read
 from conformance.common.protocol_plans import InputsPlan, LowerPlan, OutputsPlan
-from conformance.known_failures import first_match, parse_entries
+from conformance.suite import crash_replay
+from conformance.suite.known_failures import first_match, parse_entries
 
 CASE = "conformance/test_differential.py::test_x[cpu]"
 

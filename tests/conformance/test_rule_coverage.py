@@ -19,9 +19,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance import rule_coverage as rc
 from conformance.catalogue import CATALOGUE, RULE_TABLE, RULES_BY_ID
 from conformance.common import declared_rules
+from conformance.suite import rule_coverage as rc
 from harness.results import parse_results
 from tests.rule_coverage import BrokenBackend, broken_backends
 
@@ -232,7 +232,7 @@ def test_the_command_prints_the_table_and_json() -> None:
     proc = in_a_process("-m", "tests.rule_coverage")
     assert proc.returncode == 0, proc.stderr
     assert "options/nul-character" in proc.stdout
-    proc = in_a_process("-m", "conformance.rule_coverage", "--json")
+    proc = in_a_process("-m", "conformance.suite.rule_coverage", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "no broken backends given" in proc.stderr
     assert not any(row["broken_backends"] for row in json.loads(proc.stdout))

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conformance.cells import matrix_cells
+from conformance.suite.cells import matrix_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "ci").glob("*.yml"))

@@ -473,7 +473,9 @@ def test_asking_whether_an_earlier_run_lowered_everything(
     assert ask(0, f"a warning\n{done}") == "/c/prelower/ab cd.done"
     started = prelowering.prelower_command(str(python), 8, backend)
     assert asked.read_text().split() == [a if a != "--jobs=8" else "--is-done" for a in started[1:]]
-    query = f"{python} -m conformance.prelower --device=cuda --device=cpu --is-done --backend my:BACKEND"
+    query = (
+        f"{python} -m conformance.suite.prelower --device=cuda --device=cpu --is-done --backend my:BACKEND"
+    )
     assert console.calls[-1] == ("log", f"{query}: exit 0, {done}")
     assert ask(0, "prelower: done") == "unnamed"  # done, though it did not say where
     assert ask(1, "prelower: not done, 74 programs for cuda+cpu (no stamp: /c/x.done)") is None

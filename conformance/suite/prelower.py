@@ -1,6 +1,6 @@
 """Lower every zoo model × dtype ahead of the suite, in parallel processes.
 
-    python -m conformance.prelower --device cuda --device cpu --jobs 15 [--backend module:attr] [--dtype ...]
+    python -m conformance.suite.prelower --device cuda --device cpu --jobs 15 [--backend module:attr] [--dtype ...]
 
 The suite's workers would compile programs as cases ask for them, several workers waiting on one compile
 (45-60 s each for CUDA on our H200 image). Compiling is CPU work: this runs the same
@@ -44,7 +44,7 @@ from typing import Any
 from conformance.common.tolerances import DTYPES_BY_NAME
 from conformance.models import ZOO
 from conformance.protocol import caches_methods
-from conformance.toolchain import run_preflight
+from conformance.suite.toolchain import run_preflight
 from harness.backend_loader import backend_path, backend_spec, load_backend, use_backend_path
 from harness.caches import artifact_dir
 from harness.progress import heartbeat

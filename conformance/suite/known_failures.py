@@ -13,7 +13,7 @@ Entries come from the backend's optional ``known_failures`` attribute and from `
 * ``crash`` (optional, ``false`` by default) — ``true``: the case kills its process (a segmentation fault,
   an abort). Such an entry declares that and nothing else: a failure that does not kill the process stays
   an ordinary failure (unless another entry declares it). With a ``rule``, it declares only a crash found
-  under that rule: a generated case whose crash was found again and shrunk (``conformance/crash_replay.py``)
+  under that rule: a generated case whose crash was found again and shrunk (``conformance/suite/crash_replay.py``)
   is recorded under the rule of the call that crashed (``differential/missing-error``: a call that had to
   be an error), and only such an entry, or one without a rule, declares it. Only a run under
   pytest-xdist (``-n``; the front door always uses it) survives a crash and records it ``xfailed``: the

@@ -7,12 +7,12 @@ where the case ran (each pytest-xdist worker, or the single process) and decides
 * a failure naming a *should* rule (``conformance/common/rules.py``) becomes ``should-failed``: reported apart,
   and failing the run only with ``--strict-should``;
 * ``checks.CoverageGap`` becomes ``coverage``: counted, never a failure;
-* a failure matching a declared known failure (``conformance/known_failures.py``) becomes ``xfailed``
+* a failure matching a declared known failure (``conformance/suite/known_failures.py``) becomes ``xfailed``
   with the entry's reason and link; a matching case that passes fails with ``known-failures/stale``;
 * a case declared to kill its process (an entry with ``crash = true``) whose pytest-xdist worker died while
   running it becomes ``xfailed`` the same way; only the controller sees that (``pytest_handlecrashitem``),
   so only a run under pytest-xdist survives the crash to record it; a generated case's crash that the crash
-  search found again (``conformance/crash_replay.py``) carries the crashing call's rule, which an entry's
+  search found again (``conformance/suite/crash_replay.py``) carries the crashing call's rule, which an entry's
   ``rule`` must match;
 * a failure naming a rule its case does not declare (``conformance/common/declared_rules.py``) is the suite's
   error, not the backend's: outcome ``error`` under rule ``suite/undeclared-rule``, counted with the suite's
@@ -43,7 +43,7 @@ from conformance.common.checks import CoverageGap
 from conformance.common.generation import replay_note
 from conformance.common.parts import missing_part_reason
 from conformance.common.rules import Level, level_of, rule_of
-from conformance.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
+from conformance.suite.known_failures import STALE_RULE, KnownFailure, case_matches, first_match
 from harness.outcomes import SUITE_CHECK_MARKER, SUITE_DECIDED, Outcome, is_suite_check
 from harness.pytest_plugin import CASE_RESULT_ATTR
 from harness.run_end import role
@@ -74,7 +74,7 @@ def add_options(group: pytest.OptionGroup) -> None:
         "glob (optional), reason, link, crash = true or device_fault = true (optional: the case kills its "
         "process, or breaks its CUDA context; recorded only under pytest-xdist; a crash entry's rule names "
         "the crashing call's rule that the crash search found); repeatable (see "
-        "conformance/known_failures.py)",
+        "conformance/suite/known_failures.py)",
     )
 
 

@@ -13,7 +13,7 @@ was running, step by step, and which backend call was in progress. The process t
    accepts: ``differential/spurious-error``), with the shortest sequence in the message and a repro
    script that replays it in one process, crashing as printed (``<python> results/crashes/<case>.py``).
 
-A ``crash = true`` known failure naming that rule declares such a case (``conformance/known_failures.py``).
+A ``crash = true`` known failure naming that rule declares such a case (``conformance/suite/known_failures.py``).
 Children come from a ``forkserver`` that imported torch, Hypothesis and the backend once: each replay is a
 fresh process (a crash kills it alone) that starts warm. ``CONFORMANCE_CRASH_REPLAY_S`` bounds the search
 (default 180 s; 0 turns it off: the crash is recorded as pytest-xdist reports it).
@@ -309,7 +309,7 @@ import sys
 
 sys.path[:0] = [os.getcwd(), {str(ROOT)!r}]
 
-from conformance.crash_replay import replay, unpickled  # noqa: E402, F401
+from conformance.suite.crash_replay import replay, unpickled  # noqa: E402, F401
 from conformance.common.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402, F401
 from conformance.common.strategies import MmOutPlan  # noqa: E402, F401
 
@@ -442,7 +442,7 @@ class CrashReplays:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.crash_replay",
+        prog="python -m conformance.suite.crash_replay",
         description="find again and shrink the crash a journal (a <worker>.steps file) recorded",
     )
     parser.add_argument("journal", type=Path, help="the journal file a dead process left")

@@ -175,7 +175,7 @@ def render(rows: Sequence[Row], *, show_cases: bool = False) -> str:
 def main(
     argv: Sequence[str] | None = None,
     proofs: Sequence[Proof] | None = None,
-    prog: str = "python -m conformance.rule_coverage",
+    prog: str = "python -m conformance.suite.rule_coverage",
 ) -> int:
     """The table; ``proofs`` are the broken backends, which ``python -m tests.rule_coverage`` passes in."""
     parser = argparse.ArgumentParser(
