@@ -377,7 +377,7 @@ def conformance_executorch(session: nox.Session) -> None:
     # The zoo cases need a runtime part, which the adapter lacks: prelowering the zoo would be lost work.
     # Upstream's known defects are declared (strict: a fixed one fails the run until its entry goes).
     known = ROOT / "upstream_executorch" / "known_failures.toml"
-    selection = ["conformance/test_lowering.py", "conformance/test_differential.py"]
+    selection = ["conformance/lowering/test_lowering.py", "conformance/differential/test_differential.py"]
     selection.append("--backend=upstream_executorch:BACKEND")
     selection.append(f"--known-failures={known}")
     _run_suite(session, "conformance-executorch", selection, prelower=False, python=python)

@@ -381,7 +381,7 @@ def not_run_case(case_id: str, reason: str, repro: str = "") -> CaseResult:
 
 
 def chapter_of(nodeid: str) -> str:
-    """``conformance/test_mm_out.py::test_x[...]`` -> ``mm_out``; any other file -> its stem."""
+    """``conformance/mm_out/test_mm_out.py::test_x[...]`` -> ``mm_out``; any other file -> its stem."""
     stem = Path(nodeid.split("::", 1)[0]).stem
     return stem.removeprefix("test_") if stem.startswith("test_") and stem != "test_" else stem
 

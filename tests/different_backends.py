@@ -17,7 +17,7 @@ from tests.broken.chapter import Forwarding
 from tests.rule_coverage import Breaks
 
 #: No rule broken: a ``Breaks`` with no rules is never collected as a broken backend's proof.
-_NONE = Breaks((), "conformance/test_differential.py")
+_NONE = Breaks((), "conformance/differential/test_differential.py")
 
 
 class ContractError(ValueError):

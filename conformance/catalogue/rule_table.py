@@ -39,7 +39,7 @@ MONITORED = (
 )  # fmt: skip
 
 #: The view pass's rules on one copy, by kind of situation -> why the pass must refuse (or make) the view.
-#: Failure messages quote it (``conformance.view_pass_cases.RULES``).
+#: Failure messages quote it (``conformance.lowering.view_pass_cases.RULES``).
 VIEW_PASS_KINDS: dict[str, str] = {
     "call-method-user": "a call_method user blocks the rewrite (no schema says what it does to the value)",
     "written-by-user": "a user whose schema writes the argument (in-place or out=) blocks the rewrite",
@@ -55,7 +55,7 @@ _POLICY_KINDS = ("call-method-user", "opaque-container", "source-mutated", "view
 #: ... and whose cases have a copy that is safe to rewrite (``<kind>/missed-rewrite``).
 _REWRITE_KINDS = (*sorted(VIEW_PASS_KINDS), "slicing-heavy")
 
-#: ``mm_out(out, self, mat2)`` with one contract violation (``conformance/test_mm_out.py``'s ``BAD_INPUTS``).
+#: ``mm_out(out, self, mat2)`` with one contract violation (``conformance/mm_out/test_mm_out.py``'s ``BAD_INPUTS``).
 _MM_OUT_BAD_INPUTS = (
     "none-out", "none-self", "none-mat2", "rank-self-3d", "rank-mat2-1d", "rank-out-3d", "inner-dimension",
     "out-shape", "out-shape-transposed", "out-not-contiguous", "out-strided", "dtype-mismatch-mat2",

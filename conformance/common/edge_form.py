@@ -5,8 +5,8 @@ The vocabulary the suite's graphs are written in (:func:`view_twin`, :func:`is_v
 hand-built graph (:func:`with_fake_values`), and :func:`edge_graph`, which exports a module into the edge
 form: parameters and buffers become ordinary inputs, and each write-back becomes an explicit ``aten.copy_``
 into that input at the end of the graph, so a pass that only sees a ``GraphModule`` can still see the
-mutation. The catalogue (``conformance/view_pass_cases.py``) and the generated graphs
-(``conformance/graph_specs.py``) are built with it. No backend is imported here.
+mutation. The catalogue (``conformance/lowering/view_pass_cases.py``) and the generated graphs
+(``conformance/differential/graph_specs.py``) are built with it. No backend is imported here.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Entries come from the backend's optional ``known_failures`` attribute and from `
 
 * ``case`` (required) — a glob over the case id (the pytest node id, as in the result file):
   ``*`` matches any run of characters (``/`` and ``::`` included), ``?`` one character; everything else
-  is literal, brackets too, so ``conformance/test_mm_out.py::test_x[float16-*]`` means what it says.
+  is literal, brackets too, so ``conformance/mm_out/test_mm_out.py::test_x[float16-*]`` means what it says.
 * ``rule`` (optional) — a glob over the rule id the failure must name (``mm_out/values``,
   ``view-pass/*``). Without it, any failure of the case (setup or call) is the known one.
 * ``reason`` (required) — why it fails, in a sentence.
@@ -31,13 +31,13 @@ that fails with another rule than declared is an ordinary failure. An entry that
 run is reported as a warning. TOML::
 
     [[known_failures]]
-    case = "conformance/test_mm_out.py::test_values_match_float64_reference[bfloat16-*]"
+    case = "conformance/mm_out/test_mm_out.py::test_values_match_float64_reference[bfloat16-*]"
     rule = "mm_out/values"
     reason = "bf16 split-K accumulates in bf16"
     link = "https://github.com/pytorch/executorch/issues/12345"
 
     [[known_failures]]
-    case = "conformance/test_bad_inputs.py::test_bad_inputs_are_rejected_and_change_nothing[*-empty-*]"
+    case = "conformance/bad_inputs/test_bad_inputs.py::test_bad_inputs_are_rejected_and_change_nothing[*-empty-*]"
     crash = true
     reason = "a segmentation fault: the kernel reads through an empty tensor"
 

@@ -15,7 +15,7 @@ from tests.broken.chapter import BAD_INPUTS, MULTI_METHOD, Forwarding
 from tests.broken.generated import DIFFERENTIAL
 from tests.rule_coverage import Breaks
 
-LOWERING = "conformance/test_lowering.py"
+LOWERING = "conformance/lowering/test_lowering.py"
 
 
 class WritesResultIntoInputs(Forwarding):

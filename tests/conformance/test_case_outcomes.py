@@ -438,10 +438,11 @@ def test_without_xdist_a_declared_crash_ends_the_run_and_says_so(crashing: pytes
 
 def test_globs_treat_brackets_literally() -> None:
     assert glob_match(
-        "conformance/test_mm_out.py::test_x[float16-*]", "conformance/test_mm_out.py::test_x[float16-1x2]"
+        "conformance/mm_out/test_mm_out.py::test_x[float16-*]",
+        "conformance/mm_out/test_mm_out.py::test_x[float16-1x2]",
     )
     assert not glob_match(
-        "conformance/test_mm_out.py::test_x[float16-*]", "conformance/test_mm_out.py::test_x[f]"
+        "conformance/mm_out/test_mm_out.py::test_x[float16-*]", "conformance/mm_out/test_mm_out.py::test_x[f]"
     )
     assert glob_match("*::test_?", "a/b.py::test_1")
     assert not glob_match("test_x", "test_xy")  # whole id, not a prefix
@@ -535,7 +536,7 @@ def test_rules_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_version_1_result_files_stay_readable() -> None:
     case = {
-        "id": "conformance/test_mm_out.py::t", "chapter": "mm_out", "params": {}, "outcome": "failed",
+        "id": "conformance/mm_out/test_mm_out.py::t", "chapter": "mm_out", "params": {}, "outcome": "failed",
         "message": "m", "repro": "r", "duration_s": 0.1, "worker": None,
     }  # fmt: skip
     run = {

@@ -16,7 +16,7 @@ from conformance.common.protocol_plans import InputsPlan, LowerPlan, OutputsPlan
 from conformance.suite import crash_replay
 from conformance.suite.known_failures import first_match, parse_entries
 
-CASE = "conformance/test_differential.py::test_x[cpu]"
+CASE = "conformance/differential/test_differential.py::test_x[cpu]"
 
 
 class Steps:

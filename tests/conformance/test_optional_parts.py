@@ -117,7 +117,9 @@ def test_every_combination_of_optional_parts_runs_every_chapter_without_a_failur
 #: What a session's start looks up (configure: known_failures; sessionstart: preflight): the three other
 #: settings than the chapter runs' own, each in a child of its own with one cheap case.
 SESSION_SETTINGS = ["preflight=absent", "known_failures=empty", "preflight=absent,known_failures=empty"]
-ONE_CASE = "conformance/test_lowering.py::test_view_pass_verdicts[call-method-user/reads]"  # no compile
+ONE_CASE = (
+    "conformance/lowering/test_lowering.py::test_view_pass_verdicts[call-method-user/reads]"  # no compile
+)
 
 
 @pytest.mark.parametrize("spec", SESSION_SETTINGS)

@@ -197,7 +197,7 @@ def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
     passes (``SKIP_COPY``, ``PLACEMENT``); a lookup (``level_of``) is not read as every rule."""
     by_id = {case.id: case for case in cases}
     bad = by_id[
-        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
+        "conformance/mm_out/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
     ]
     assert "mm_out/dtype-mismatch-mat2" in bad.rules
     assert "mm_out/none-out" not in bad.rules
@@ -206,7 +206,7 @@ def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
     assert all("skip-copy/output-device" in c.rules for c in matrix)
     assert not any("placement/output-device" in c.rules for c in matrix)
     destroyed = by_id[
-        "conformance/test_bad_inputs.py::test_destroyed_handle_is_rejected[destroy-cpu-program]"
+        "conformance/bad_inputs/test_bad_inputs.py::test_destroyed_handle_is_rejected[destroy-cpu-program]"
     ]
     assert "bad-inputs/destroy-twice" in destroyed.rules
     assert "bad-inputs/execute-after-destroy" not in destroyed.rules
@@ -226,7 +226,7 @@ def test_the_command_prints_the_table_and_json() -> None:
     assert any(row["rule"] == "options/nul-character" and row["broken_backends"] for row in data)
     by_rule = {row["rule"]: row for row in data}
     assert (
-        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[none-out]"
+        "conformance/mm_out/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[none-out]"
         in (by_rule["mm_out/none-out"]["cases"])
     )
     proc = in_a_process("-m", "tests.rule_coverage")

@@ -402,10 +402,10 @@ def test_the_shared_phase_waits_asleep_unless_the_user_says_otherwise() -> None:
 def test_the_gpu_alone_phase_collects_only_the_modules_that_mark_such_cases() -> None:
     found = plan.modules_marking(ROOT, ["conformance", "--dtype=float32"], plan.EXCLUSIVE_MARKS)
     assert found is not None
-    assert "conformance/test_traffic_meter.py" in found
-    assert "conformance/test_program_format.py" not in found
+    assert "conformance/traffic_meter/test_traffic_meter.py" in found
+    assert "conformance/program_format/test_program_format.py" not in found
     assert found[-1] == "--dtype=float32"
-    assert plan.modules_marking(ROOT, ["conformance/test_mm_out.py"], plan.EXCLUSIVE_MARKS) is None
+    assert plan.modules_marking(ROOT, ["conformance/mm_out/test_mm_out.py"], plan.EXCLUSIVE_MARKS) is None
 
 
 def test_the_prelowering_summary_and_when_it_does_not_start(

@@ -4,7 +4,7 @@ over a KV cache, in edge form (``conformance/common/edge_form.py``).
 Heads are split with select/permute/view, half of each query is rotated with slices, the new keys and values
 are written into the caches in place (buffers the program writes back), and attention reads the valid prefix
 of the caches head by head: most of its ``*_copy`` nodes can safely become views, a few must not. The
-catalogue of one graph per situation is ``conformance/view_pass_cases.py``.
+catalogue of one graph per situation is ``conformance/lowering/view_pass_cases.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The view-pass section of the differential chapter: the backend's pass on generated graphs (SPEC §1a).
 
-Each graph comes from ``conformance/graph_strategies.py``; nothing says which copies should become views.
+Each graph comes from ``conformance/differential/graph_strategies.py``; nothing says which copies should become views.
 The pass is judged only by what can be told from outside, so a pass that refuses more than ours (or maps
 fewer ops) passes every rule here, and a missed rewrite is never reported:
 
@@ -41,7 +41,7 @@ from conformance.common.view_pass_checks import (
     unknowable_meta,
     views_in_result,
 )
-from conformance.graph_strategies import GeneratedGraph
+from conformance.differential.graph_strategies import GeneratedGraph
 from conformance.protocol import ViewPassBackend
 
 CALL = "view_copy_pass(generated graph)"

@@ -5,9 +5,9 @@ A spec's inputs are :class:`InputSpec` (shape, dtype, layout, seed; :func:`make_
 its calls are :class:`Call` (one FX node each, naming earlier values ``V(i)``). ``repr(spec)`` is Python
 that rebuilds it, so a shrunk failure is a runnable repro::
 
-    import torch; from conformance.graph_specs import *; module, inputs = build(GraphSpec(...))
+    import torch; from conformance.differential.graph_specs import *; module, inputs = build(GraphSpec(...))
 
-The strategy that draws specs is ``conformance/graph_strategies.py``. No backend and no Hypothesis here.
+The strategy that draws specs is ``conformance/differential/graph_strategies.py``. No backend and no Hypothesis here.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Call:
 
 @dataclass(frozen=True)
 class GraphSpec:
-    """A whole graph; ``repr`` is Python that rebuilds it (``from conformance.graph_strategies import *``)."""
+    """A whole graph; ``repr`` is Python that rebuilds it (``from conformance.differential.graph_strategies import *``)."""
 
     inputs: tuple[InputSpec, ...]
     calls: tuple[Call, ...]

@@ -1,8 +1,8 @@
 """Generated edge graphs for the view pass (SPEC §1a): what a backend's ReplaceViewCopyWithViewPass receives,
 drawn by Hypothesis instead of written by hand.
 
-The catalogue (``conformance/view_pass_cases.py``) holds one hand-picked graph per situation; a pass can be
-wrong just beside them. Here a graph is data, a ``GraphSpec`` (``conformance/graph_specs.py``: its inputs
+The catalogue (``conformance/lowering/view_pass_cases.py``) holds one hand-picked graph per situation; a pass can be
+wrong just beside them. Here a graph is data, a ``GraphSpec`` (``conformance/differential/graph_specs.py``: its inputs
 and a list of calls, each naming earlier values ``V(i)``), which ``build`` turns into the edge form a pass
 receives (``*_copy`` ops, ``meta["val"]`` on every node, as ``torch.export`` leaves it) and fresh inputs;
 ``repr(spec)`` is Python that rebuilds it, so a shrunk failure is a runnable repro
@@ -50,7 +50,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from torch.fx import GraphModule
 
-from conformance.graph_specs import (
+from conformance.differential.graph_specs import (
     DTYPES,
     Call,
     GraphSpec,
@@ -110,9 +110,7 @@ class GeneratedGraph:
             for i, (s, t) in enumerate(zip(self.spec.inputs, self.inputs, strict=True))
         )
         code = "\n".join(line for line in self.module.code.strip().splitlines() if line.strip())
-        rebuild = (
-            f"import torch; from conformance.graph_specs import *; module, inputs = build({self.spec!r})"
-        )
+        rebuild = f"import torch; from conformance.differential.graph_specs import *; module, inputs = build({self.spec!r})"
         return f"generated graph, inputs {layouts}:\n{code}\nrepro: {rebuild}"
 
 

@@ -11,7 +11,7 @@ and by exporting small modules where the program writes a buffer or an input bac
 form by ``edge_graph``, which makes each write-back an explicit ``aten.copy_``.
 
 Case definitions only. How a run is observed and compared, and the checks built on that, are in
-``conformance/common/view_pass_checks.py``; the slicing-heavy graph is ``conformance/slicing_heavy.py``. No backend
+``conformance/common/view_pass_checks.py``; the slicing-heavy graph is ``conformance/lowering/slicing_heavy.py``. No backend
 is imported here.
 """
 

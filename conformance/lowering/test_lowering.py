@@ -3,7 +3,7 @@
 Sections, each its own protocol part (a backend lacking one is skipped there, never failed):
 
 * **view pass** (part ``view_pass``): ``ReplaceViewCopyWithViewPass`` on every graph of the catalogue in
-  ``conformance/view_pass_cases.py`` — the verdicts, the observable behaviour of the result, truthful
+  ``conformance/lowering/view_pass_cases.py`` — the verdicts, the observable behaviour of the result, truthful
   ``meta["val"]`` — on a slicing-heavy KV-cache attention graph, and on every method of the Hugging Face
   zoo models (with ``transformers``; the number of copies that became views is recorded). How a graph's
   run is observed and compared is ``conformance/common/view_pass_checks.py``. Rules read ``view-pass/<rule>``:
@@ -49,11 +49,8 @@ from conformance.common.view_pass_checks import (
     report_mismatches,
     views_in_result,
 )
-from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
-from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
-from conformance.protocol import LoweringBackend, ViewPassBackend, ViewPassOutcome, implements
-from conformance.slicing_heavy import kv_cache_attention
-from conformance.view_pass_cases import (
+from conformance.lowering.slicing_heavy import kv_cache_attention
+from conformance.lowering.view_pass_cases import (
     BEHAVIOUR_RULES,
     CASES,
     MISSED_REWRITE_RULES,
@@ -62,6 +59,9 @@ from conformance.view_pass_cases import (
     CaseUnavailable,
     ViewPassCase,
 )
+from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO, get_model
+from conformance.models.opaque import OPAQUE_OP, CallsOpaqueOp, opaque_inputs
+from conformance.protocol import LoweringBackend, ViewPassBackend, ViewPassOutcome, implements
 
 # ================================================================================================ view pass
 

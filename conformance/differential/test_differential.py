@@ -29,7 +29,6 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis.strategies import SearchStrategy
 
-from conformance import differential_view_pass as view_pass_checks
 from conformance.common import crash_journal
 from conformance.common.checks import CheckFailure, assert_matmul_close, bits, fail
 from conformance.common.contract_surface import tensor_variants
@@ -51,7 +50,8 @@ from conformance.common.protocol_strategies import (
 )
 from conformance.common.rules import rule_id
 from conformance.common.strategies import MmOutPlan, mm_out_plans
-from conformance.graph_strategies import GeneratedGraph, graphs
+from conformance.differential import differential_view_pass as view_pass_checks
+from conformance.differential.graph_strategies import GeneratedGraph, graphs
 from conformance.protocol import Backend, MmOutBackend, ViewPassBackend, implements, missing_attributes
 from harness.backend_loader import backend_path, backend_spec
 
@@ -90,7 +90,7 @@ def run_machine(machine: type, examples: int, steps: int, spec: str) -> None:
 
 
 # ================================================================================================ view pass
-# Generated edge graphs through the backend's view_copy_pass (conformance/differential_view_pass.py says
+# Generated edge graphs through the backend's view_copy_pass (conformance/differential/differential_view_pass.py says
 # what each rule holds and why). Examples per case: a slip in behaviour or meta shows only in graphs with a
 # particular op, argument and reader, so those two get the most
 # (tests/conformance/test_differential_view_pass.py holds the catch list to them); the report and the
