@@ -161,7 +161,7 @@ def modules_marking(root: Path, selection: Sequence[str], marks: Sequence[str]) 
     found = [
         str(path.relative_to(root))
         for d in dirs
-        for path in sorted((root / d).glob("test_*.py"))
+        for path in sorted((root / d).rglob("test_*.py"))
         if pattern.search(path.read_text())
     ]
     return (*found, *(a for a in selection if a.startswith("-"))) if found else None

@@ -9,11 +9,11 @@ parametrised over ``dtype`` (``conformance/conftest.py`` selects a cell by that 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 DTYPE_CELLS = ("float32", "float16", "bfloat16")
 INDEPENDENT = "independent"
-CONFORMANCE = Path(__file__).resolve().parent
 
 
 def _parametrized_names(decorator: ast.expr) -> set[str]:
@@ -44,10 +44,9 @@ def chapter_cells(path: Path) -> list[str]:
     return [*(DTYPE_CELLS if with_dtype else ()), *((INDEPENDENT,) if without_dtype else ())]
 
 
-def matrix_cells(root: Path = CONFORMANCE) -> list[tuple[str, str]]:
-    """Every (chapter, cell) that selects at least one case."""
-    return [
-        (path.stem.removeprefix("test_"), cell)
-        for path in sorted(root.glob("test_*.py"))
-        for cell in chapter_cells(path)
-    ]
+def matrix_cells(chapters: Mapping[str, Path] | None = None) -> list[tuple[str, str]]:
+    """Every (chapter, cell) that selects at least one case; ``chapters`` (name -> test module) defaults to
+    the catalogue's ``CHAPTERS``: the nox file, which loads this file by path, passes them in."""
+    if chapters is None:
+        from conformance.catalogue.chapters import CHAPTERS as chapters
+    return [(name, cell) for name, path in sorted(chapters.items()) for cell in chapter_cells(path)]

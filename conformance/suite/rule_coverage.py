@@ -6,7 +6,8 @@ clauses and exemptions are the rule table's (``conformance/catalogue/rule_table.
 SPEC and the protocol each rule enforces are the sentence catalogue's (``python -m conformance.catalogue``).
 What this module finds:
 
-* **cases** — what each case declares (``@pytest.mark.rules``, read by ``conformance/common/declared_rules.py``),
+* **cases** — what each case declares (``@pytest.mark.rules``, read by
+``conformance/common/declared_rules.py``),
   from pytest's own collection of the chapters (:func:`collected_cases`): the node ids are pytest's, and a
   case's rules are those a failure of it may name; one naming any other is a suite error at run time.
 * **broken backends** — given, not found: the broken backends and their declarations (which rules each
@@ -38,8 +39,7 @@ from harness.backend_loader import DEFAULT_BACKEND
 
 __all__ = ["CHAPTERS", "ROOT", "Case", "Proof", "Row", "collected_cases", "coverage_rows", "main"]
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -72,19 +72,22 @@ class _Declarations:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
-            stem = item.path.stem
-            self.cases.append(Case(item.nodeid, CHAPTERS.get(stem, stem), declared(item)))
+            chapter = (
+                item.path.parent.name if CHAPTERS.get(item.path.parent.name) == item.path else item.path.stem
+            )
+            self.cases.append(Case(item.nodeid, chapter, declared(item)))
 
 
-def collected_cases(stems: Sequence[str] = tuple(CHAPTERS)) -> list[Case]:
-    """Every case pytest collects from the chapters ``conformance/<stem>.py``, with the rule ids it declares
-    (``conformance/common/declared_rules.py``): pytest's own collection, in this process, against the reference
-    backend (whichever backend a run tests, the cases are the same). Its output is shown only on failure."""
+def collected_cases(chapters: Sequence[str] = tuple(CHAPTERS)) -> list[Case]:
+    """Every case pytest collects from the chapters ``conformance/<chapter>/test_<chapter>.py``, with the rule
+    ids it declares (``conformance/common/declared_rules.py``): pytest's own collection, in this process,
+    against the reference backend (whichever backend a run tests, the cases are the same). Its output is shown
+    only on failure."""
     plugin = _Declarations()
     args = [
         "--collect-only", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
         "--rootdir", str(ROOT), "--backend", DEFAULT_BACKEND,
-        *(str(HERE / f"{stem}.py") for stem in stems),
+        *(str(CHAPTERS[chapter]) for chapter in chapters),
     ]  # fmt: skip
     output = io.StringIO()
     with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):

@@ -30,12 +30,13 @@ from typing import Any
 
 import pytest
 
+from conformance.catalogue.chapters import CHAPTERS as CHAPTER_FILES
 from tests.chapter_runner import ChapterRun
 from tests.minimal_backends import ATTRIBUTE_DIMENSION, DIMENSIONS, MinimalBackend, describe, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Every chapter, in two children run side by side (about equal cost each); a new chapter joins the second.
-CHAPTERS = sorted(p.stem.removeprefix("test_") for p in (ROOT / "conformance").glob("test_*.py"))
+CHAPTERS = sorted(CHAPTER_FILES)
 FIRST_GROUP = ("bad_inputs", "program_format", "streams_threads", "multi_method", "differential")
 GROUPS = {
     "runtime-chapters": [c for c in CHAPTERS if c in FIRST_GROUP],
@@ -44,7 +45,8 @@ GROUPS = {
 #: The generated cases (Hypothesis) draw a tenth of their CI budget of examples: every run of a case draws
 #: the same ones (derandomised), and which parts a case uses does not depend on how many.
 GENERATED_EXAMPLES = "--generated-examples=0.1"
-#: What a skip because of the backend's parts says (conformance/common/parts.py, programs.require_lowering_device).
+#: What a skip because of the backend's parts says (conformance/common/parts.py,
+#: programs.require_lowering_device).
 PART_REASON = re.compile(r"does not implement protocol part '(\w+)'|lowers only for")
 FAILING = ("failed", "error", "crashed")
 
