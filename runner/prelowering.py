@@ -9,8 +9,8 @@ cycles the workers leave (a worker waiting for a program sleeps), not the worker
 It is stopped once the parallel phase is over: every program a case needed is built by then, and its GPU
 work must end before any phase that measures the GPU alone.
 
-Before the run is sized, ``earlier_prelowering`` asks ``conformance.suite.prelower --is-done`` whether an earlier
-run already lowered every program this one would (its stamp): then there is nothing to compile, the
+Before the run is sized, ``earlier_prelowering`` asks ``conformance.suite.prelower --is-done`` whether an
+earlier run already lowered every program this one would (its stamp): then there is nothing to compile, the
 pre-lowering is not started and the cases get the whole budget.
 """
 
@@ -35,7 +35,8 @@ from runner.console import Console
 STOP_WAIT_S = 30
 #: The niceness it runs at: below the workers, so a warm cache's re-exports take idle cycles only.
 NICENESS = 10
-#: conformance.suite.prelower's last line when it finished (``prelower: 54 lowered …`` or ``prelower: skipped …``).
+#: conformance.suite.prelower's last line when it finished (``prelower: 54 lowered …`` or ``prelower: skipped
+#: …``).
 _SUMMARY = re.compile(r"prelower: (\d+ lowered|skipped)")
 #: A row of its table: one compile done, a program or one of its methods (``  mlp  cuda  float32 …``,
 #: ``  asr.encoder  cpu  float16 …``).
@@ -156,7 +157,8 @@ def summarize(lines: Sequence[str]) -> str:
 
 
 def preflight_command(python: str, backend: Sequence[str]) -> list[str]:
-    """The backend's toolchain preflight alone (conformance/suite/toolchain.py, through conformance.suite.prelower)."""
+    """The backend's toolchain preflight alone (conformance/suite/toolchain.py, through
+    conformance.suite.prelower)."""
     return [python, "-m", "conformance.suite.prelower", "--device=cuda", "--preflight-only", *backend]
 
 

@@ -1,7 +1,8 @@
-"""Correct backends that differ from the reference where the contract lets them (``conformance/common/oracle.py``'s
-``ALLOWED_DIFFERENCES``): each must pass the differential chapter, which would otherwise cry wolf at a
-backend that is merely not ours. ``tests/conformance/test_correct_but_different.py`` runs them; each
-difference is the other side of a rule's proof (a broken backend in ``tests/broken/``).
+"""Correct backends that differ from the reference where the contract lets them
+(``conformance/common/oracle.py``'s ``ALLOWED_DIFFERENCES``): each must pass the differential chapter, which
+would otherwise cry wolf at a backend that is merely not ours.
+``tests/conformance/test_correct_but_different.py`` runs them; each difference is the other side of a rule's
+proof (a broken backend in ``tests/broken/``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
     python -m tests.differential_power [--jobs N] [--out FILE] [-k SUBSTRING ...] [--seed N]
 
-Runs ``conformance/differential/test_differential.py`` — and no other chapter — against every broken backend in
-``tests/broken/*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
+Runs ``conformance/differential/test_differential.py`` — and no other chapter — against every broken backend
+in ``tests/broken/*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
 ``tests/broken/generated.py`` (``finds``), one pytest process each, and prints which the chapter
 fails (with the first rule it names) and which it misses. The reference must pass the same run.
 """

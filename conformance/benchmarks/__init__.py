@@ -2,8 +2,8 @@
 
 ``harness.bench`` names these modules by path string (``SUITE_MODULES``) and imports them when a suite
 runs, so ``harness`` never imports ``conformance`` statically; the suites here may use the model zoo,
-the protocol helpers (``conformance.common.programs``, ``conformance.common.pipelines``) and harness's measuring
-primitives (``harness.timing``, ``harness.nvml_traffic``).
+the protocol helpers (``conformance.common.programs``, ``conformance.common.pipelines``) and harness's
+measuring primitives (``harness.timing``, ``harness.nvml_traffic``).
 
 * ``mm``: ``mm_out`` (the backend's ``mm_out`` vs ``torch.mm``) and ``threads`` (its thread scaling).
 * ``pipelines``: ASR-like and LLM-like end-to-end latency and bytes moved, with and without skip-copy.
@@ -90,7 +90,8 @@ class BenchPipeline:
 
 
 def bench_pipelines(pipelines: Mapping[str, Any] | None = None) -> list[BenchPipeline]:
-    """One ``BenchPipeline`` per pipeline model (``conformance.common.pipelines.PIPELINE_MODELS`` by default)."""
+    """One ``BenchPipeline`` per pipeline model (``conformance.common.pipelines.PIPELINE_MODELS`` by
+    default)."""
     if pipelines is None:
         from conformance.common.pipelines import PIPELINE_MODELS
 

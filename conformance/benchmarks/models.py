@@ -1,8 +1,8 @@
 """Suite ``models``: per pipeline model, the costs and gains of the backend against eager PyTorch.
 
-Models: the zoo's pipeline models (``conformance.common.pipelines.PIPELINE_MODELS``): ``asr``, ``llm`` and, with
-``transformers`` installed (extra ``hf``), the Hugging Face architectures ``hf_whisper`` (Whisper encoder +
-decoder) and ``hf_llm`` (Qwen3 prefill + decode over a static KV cache); float32, CUDA. Without
+Models: the zoo's pipeline models (``conformance.common.pipelines.PIPELINE_MODELS``): ``asr``, ``llm`` and,
+with ``transformers`` installed (extra ``hf``), the Hugging Face architectures ``hf_whisper`` (Whisper encoder
++ decoder) and ``hf_llm`` (Qwen3 prefill + decode over a static KV cache); float32, CUDA. Without
 ``transformers`` the Hugging Face models are left out and the suite's log says why.
 
 Figures, per model:

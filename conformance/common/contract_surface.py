@@ -1,7 +1,7 @@
 """Every argument a caller can pass, drawn from the protocol's signatures (``conformance/protocol.py``) rather
 than from a list of the mistakes someone thought of: the differential machine
-(``conformance/common/protocol_machine.py``) makes each call on the backend under test and on the oracle, and the
-oracle says whether it is an error.
+(``conformance/common/protocol_machine.py``) makes each call on the backend under test and on the oracle, and
+the oracle says whether it is an error.
 
 * **Any parameter**: left out (a missing positional), ``None``, or a value of each other Python type
   (:data:`PYTHON_VALUES`).

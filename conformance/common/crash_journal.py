@@ -6,7 +6,8 @@ So, before each step of the state machine (and each focused call), the worker wr
 machine was made and the steps of the current example to one file in the run's watchdog directory
 (``<worker>.steps``, overwritten in place: microseconds a step), and before each call to the backend under
 test, which call it is and what the oracle answered for it. When the worker dies, the process that gathers
-the reports finds that file and replays the example in child processes (``conformance/suite/crash_replay.py``).
+the reports finds that file and replays the example in child processes
+(``conformance/suite/crash_replay.py``).
 
 The file holds a pickle of :class:`JournalState`; only the same checkout reads it.
 """
@@ -33,7 +34,8 @@ SUFFIX = ".steps"
 @dataclass
 class Calling:
     """The backend call in progress: the protocol function, the call as text, and what the oracle did with
-    the same call (``ok``, an error kind of ``conformance.common.oracle.CallResult.kind``, or None: not asked)."""
+    the same call (``ok``, an error kind of ``conformance.common.oracle.CallResult.kind``, or None: not
+    asked)."""
 
     function: str
     text: str

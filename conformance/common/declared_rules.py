@@ -7,8 +7,8 @@ mapping). A case's declared rules are the union of its marks and of what its fix
 the backend checks the contract monitor's rules too, since each of its calls passes through the monitor
 (``conformance/common/contract_monitor.py``), whatever the case itself checks.
 
-Two readers, both through :func:`declared`: the outcome plugin (``conformance/suite/outcomes.py``), for which a
-failure naming a rule its case does not declare is a suite error (rule ``suite/undeclared-rule``, counted
+Two readers, both through :func:`declared`: the outcome plugin (``conformance/suite/outcomes.py``), for which
+a failure naming a rule its case does not declare is a suite error (rule ``suite/undeclared-rule``, counted
 with the suite's self-checks, never as the backend's), and the coverage table
 (``conformance/suite/rule_coverage.py``), which lists each rule's cases from pytest's own collection.
 """

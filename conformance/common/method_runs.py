@@ -22,7 +22,8 @@ from conformance.common.rules import rule_id
 from conformance.protocol import RuntimeBackend
 
 #: The multi-method (pipeline) models and their two methods in call order: ``asr``, ``llm`` and, with
-#: ``transformers`` installed, ``hf_whisper`` and ``hf_llm`` (``conformance.common.pipelines.PIPELINE_MODELS``).
+#: ``transformers`` installed, ``hf_whisper`` and ``hf_llm``
+#: (``conformance.common.pipelines.PIPELINE_MODELS``).
 MODEL_METHODS: dict[str, tuple[str, str]] = {name: p.methods for name, p in PIPELINE_MODELS.items()}
 #: How one method's outputs feed the next: method → {input index: (source method, output index)}.
 #: ASR kind: hidden states ← encoder output; LLM kind: k/v caches ← prefill's caches.

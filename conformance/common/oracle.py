@@ -30,7 +30,8 @@ SPURIOUS_ERROR = rule_id("differential/spurious-error")
 MISSING_ERROR = rule_id("differential/missing-error")
 ERROR_CLASS = rule_id("differential/error-class")
 ERROR_ARGUMENT = rule_id("differential/error-argument")
-#: What :func:`judge` fails a call with: a case judging calls declares these (conformance/common/declared_rules.py).
+#: What :func:`judge` fails a call with: a case judging calls declares these
+#: (conformance/common/declared_rules.py).
 JUDGED = (SPURIOUS_ERROR, MISSING_ERROR, ERROR_CLASS, ERROR_ARGUMENT)
 
 

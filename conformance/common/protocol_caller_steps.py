@@ -1,7 +1,8 @@
 """What a caller does to the differential machine's backends besides the plain calls
-(``conformance/common/protocol_machine.py``): it reads a handle's counters later, refills its own input buffers and
-calls again, writes over the results it holds, and passes arguments left out, ``None``, of another Python
-type or past a string's limit (``conformance/common/contract_surface.py``). Each is a rule of the machine, mixed in.
+(``conformance/common/protocol_machine.py``): it reads a handle's counters later, refills its own input
+buffers and calls again, writes over the results it holds, and passes arguments left out, ``None``, of another
+Python type or past a string's limit (``conformance/common/contract_surface.py``). Each is a rule of the
+machine, mixed in.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ class CallerSteps:
     @journaled
     def odd_call(self, index: int, odd: OddArgument) -> None:
         """A protocol call with one argument left out, ``None``, of another Python type, or a string past its
-        limit (``conformance/common/contract_surface.py``), on both sides: the same verdict, then the same state."""
+        limit (``conformance/common/contract_surface.py``), on both sides: the same verdict, then the same
+        state."""
         self.call_with(self._handle(index), odd)
 
     def call_with(self, handle: HandlePair, odd: OddArgument) -> None:

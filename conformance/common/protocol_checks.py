@@ -133,9 +133,9 @@ def compare_read_back(backend: Any, oracle: Any, text: str, key: object) -> None
 
 
 def check_structure(text: str, got: object, want: object) -> None:
-    """What a successful call returned has the structure of the oracle's answer (``conformance/common/observed.py``:
-    container and length, each tensor's class, dtype, shape, device, layout and ``requires_grad``, a
-    mapping's keys and value types)."""
+    """What a successful call returned has the structure of the oracle's answer
+    (``conformance/common/observed.py``: container and length, each tensor's class, dtype, shape, device,
+    layout and ``requires_grad``, a mapping's keys and value types)."""
     difference = structure_difference(structure(got), structure(want))
     if difference is not None:
         fail(STRUCTURE, text, f"{difference}; a caller sees what the oracle returns, in this structure")

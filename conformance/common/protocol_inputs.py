@@ -1,5 +1,6 @@
 """What a zoo method takes and returns, for the differential state machine: its spec, the ``inputs`` and
-``outputs=`` arguments a plan (``conformance/common/protocol_plans.py``) builds for it, and eager float64's answer.
+``outputs=`` arguments a plan (``conformance/common/protocol_plans.py``) builds for it, and eager float64's
+answer.
 
 Values are judged against eager PyTorch in float64 (never against the oracle's bits); a method's dynamic
 dimensions come from its ``dynamic_shapes`` (``Dim(min, max)``), so sizes at and past each bound can be built.

@@ -8,11 +8,12 @@ every layout and size, valid or broken one way, with and without ``outputs=``), 
 The oracle decides whether the call is an error; the backend's values are judged against float64 eager; the
 spec decides what else the call may change (the caller's inputs never; provided outputs only on success).
 
-Steps draw *plans* (``conformance/common/protocol_plans.py``: small frozen dataclasses whose ``repr`` is the code
-that makes them, so a shrunk failure prints as a runnable sequence of calls) from the strategies of
+Steps draw *plans* (``conformance/common/protocol_plans.py``: small frozen dataclasses whose ``repr`` is the
+code that makes them, so a shrunk failure prints as a runnable sequence of calls) from the strategies of
 ``conformance/common/protocol_strategies.py``; the arguments a plan builds and eager's answer are in
-``conformance/common/protocol_inputs.py``, and how a call's results are judged in ``conformance/common/protocol_checks.py``.
-This module makes the calls and keeps the state: programs, handles, results the caller still holds.
+``conformance/common/protocol_inputs.py``, and how a call's results are judged in
+``conformance/common/protocol_checks.py``. This module makes the calls and keeps the state: programs, handles,
+results the caller still holds.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A plan (:class:`LowerPlan`, :class:`CorruptPlan`, :class:`InputsPlan`, :class:`OutputsPlan`) is a small frozen
 dataclass whose ``repr`` is the code that makes it, so a shrunk failure prints as a runnable sequence of
 calls; the same plan builds the same arguments for the backend under test and for the oracle. The machine
-that makes the calls is ``conformance/common/protocol_machine.py``; what the plans build from a zoo method, and
-eager's answer, are in ``conformance/common/protocol_inputs.py``; the strategies that draw them in
+that makes the calls is ``conformance/common/protocol_machine.py``; what the plans build from a zoo method,
+and eager's answer, are in ``conformance/common/protocol_inputs.py``; the strategies that draw them in
 ``conformance/common/protocol_strategies.py``.
 """
 
@@ -87,8 +87,8 @@ BAD_INPUTS: tuple[str, ...] = (
     "wrong-rank", "wrong-size", "empty-size", "size-below", "size-above",
 )  # fmt: skip
 #: ``bad`` (of :class:`InputsPlan`) or ``kind`` (of :class:`OutputsPlan`) ``variant:<v>``: the argument's
-#: tensor changed by variant ``<v>`` of ``conformance/common/contract_surface.py`` (any dtype, device, rank, size,
-#: layout, or a value of another Python type), whether valid or not: the oracle says.
+#: tensor changed by variant ``<v>`` of ``conformance/common/contract_surface.py`` (any dtype, device, rank,
+#: size, layout, or a value of another Python type), whether valid or not: the oracle says.
 VARIANT = "variant:"
 #: Sizes for a method's dynamic dimensions (``Dim(min, max)``): inside the range, and just past it.
 SIZES: tuple[str, ...] = ("example", "min", "max", "mid")

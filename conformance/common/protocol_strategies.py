@@ -1,5 +1,5 @@
-"""Hypothesis strategies for the differential state machine: the plans (``conformance/common/protocol_plans.py``)
-its rules and the chapter's focused cases draw.
+"""Hypothesis strategies for the differential state machine: the plans
+(``conformance/common/protocol_plans.py``) its rules and the chapter's focused cases draw.
 
 ``lower`` plans (models of the menu, renamed methods, placement options written every way), ``set_option``
 arguments breaking at most one, ``init`` name slips, executes breaking one argument or none, and the rounds
@@ -242,7 +242,8 @@ def odd_arguments() -> st.SearchStrategy[OddArgument]:
 
 def surface_inputs(variants: tuple[str, ...]) -> st.SearchStrategy[tuple[InputsPlan, OutputsPlan]]:
     """An execute whose one input (or provided output) is changed by a tensor variant of
-    ``conformance/common/contract_surface.py``: any dtype, device, rank, size or layout, or another Python value."""
+    ``conformance/common/contract_surface.py``: any dtype, device, rank, size or layout, or another Python
+    value."""
     variant = st.sampled_from(variants).map(lambda v: VARIANT + v)
     inputs = st.builds(
         InputsPlan,

@@ -46,7 +46,7 @@ def _caller(depth: int) -> str:
     """``file:line`` of the code ``depth`` frames up (the chapter that named the id)."""
     frame = sys._getframe(depth + 1)
     path = Path(frame.f_code.co_filename)
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     shown = path.relative_to(root) if path.is_relative_to(root) else path
     return f"{shown.as_posix()}:{frame.f_lineno}"
 

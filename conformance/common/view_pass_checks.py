@@ -10,8 +10,8 @@ catalogue (:func:`forcing_differences`). The ``assert_*`` helpers turn findings 
 failures (``conformance.common.checks``' format) for the lowering chapter.
 
 Kept apart from ``conformance/common/checks.py`` because all of it is about fx graphs and the view pass (the
-generic tensor checks do not need torch.fx), and apart from ``conformance/lowering/view_pass_cases.py`` so that the
-catalogue holds case definitions only. No backend is imported here.
+generic tensor checks do not need torch.fx), and apart from ``conformance/lowering/view_pass_cases.py`` so
+that the catalogue holds case definitions only. No backend is imported here.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ names its rule, ``placement/<rule>``:
   a ``ValueError`` naming the key and the rule; a method fixed to host outputs that the runtime option
   names is a conflict (backends with part ``runtime_options``).
 * **matrix** (CUDA): configurations × the multi-method models (``asr``, ``llm`` and, with
-  ``transformers``, ``hf_whisper``, ``hf_llm``: ``conformance.common.pipelines.PIPELINE_MODELS``) × dtypes. Each
-  method runs once, chained as in real use; a method with device inputs gets device tensors from its
+  ``transformers``, ``hf_whisper``, ``hf_llm``: ``conformance.common.pipelines.PIPELINE_MODELS``) × dtypes.
+  Each method runs once, chained as in real use; a method with device inputs gets device tensors from its
   caller. Held to: where outputs live, values against eager float64, ``execute_stats`` (0 host→device
   bytes for device inputs, 0 device→host bytes for kept outputs), and the torch profiler (no ``Memcpy
   HtoD`` / ``DtoH`` for them; every copy that is made goes through pinned memory — rule

@@ -1,8 +1,8 @@
 """The view-pass section of the differential chapter: the backend's pass on generated graphs (SPEC §1a).
 
-Each graph comes from ``conformance/differential/graph_strategies.py``; nothing says which copies should become views.
-The pass is judged only by what can be told from outside, so a pass that refuses more than ours (or maps
-fewer ops) passes every rule here, and a missed rewrite is never reported:
+Each graph comes from ``conformance/differential/graph_strategies.py``; nothing says which copies should
+become views. The pass is judged only by what can be told from outside, so a pass that refuses more than ours
+(or maps fewer ops) passes every rule here, and a missed rewrite is never reported:
 
 * ``differential/view-pass-behaviour`` (*must*): the result behaves as the graph did (values, the inputs'
   final values, which outputs share memory with an input or each other: ``view_pass_checks.differences``).

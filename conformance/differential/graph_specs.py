@@ -7,7 +7,8 @@ that rebuilds it, so a shrunk failure is a runnable repro::
 
     import torch; from conformance.differential.graph_specs import *; module, inputs = build(GraphSpec(...))
 
-The strategy that draws specs is ``conformance/differential/graph_strategies.py``. No backend and no Hypothesis here.
+The strategy that draws specs is ``conformance/differential/graph_strategies.py``. No backend and no
+Hypothesis here.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class Call:
 
 @dataclass(frozen=True)
 class GraphSpec:
-    """A whole graph; ``repr`` is Python that rebuilds it (``from conformance.differential.graph_strategies import *``)."""
+    """A whole graph; ``repr`` is Python that rebuilds it
+    (``from conformance.differential.graph_strategies import *``)."""
 
     inputs: tuple[InputSpec, ...]
     calls: tuple[Call, ...]

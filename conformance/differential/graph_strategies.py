@@ -1,12 +1,12 @@
 """Generated edge graphs for the view pass (SPEC §1a): what a backend's ReplaceViewCopyWithViewPass receives,
 drawn by Hypothesis instead of written by hand.
 
-The catalogue (``conformance/lowering/view_pass_cases.py``) holds one hand-picked graph per situation; a pass can be
-wrong just beside them. Here a graph is data, a ``GraphSpec`` (``conformance/differential/graph_specs.py``: its inputs
-and a list of calls, each naming earlier values ``V(i)``), which ``build`` turns into the edge form a pass
-receives (``*_copy`` ops, ``meta["val"]`` on every node, as ``torch.export`` leaves it) and fresh inputs;
-``repr(spec)`` is Python that rebuilds it, so a shrunk failure is a runnable repro
-(:meth:`GeneratedGraph.repro`).
+The catalogue (``conformance/lowering/view_pass_cases.py``) holds one hand-picked graph per situation; a pass
+can be wrong just beside them. Here a graph is data, a ``GraphSpec``
+(``conformance/differential/graph_specs.py``: its inputs and a list of calls, each naming earlier values
+``V(i)``), which ``build`` turns into the edge form a pass receives (``*_copy`` ops, ``meta["val"]`` on every
+node, as ``torch.export`` leaves it) and fresh inputs; ``repr(spec)`` is Python that rebuilds it, so a shrunk
+failure is a runnable repro (:meth:`GeneratedGraph.repro`).
 
 :func:`graphs` is the strategy. It draws calls one at a time against the values built so far, run eagerly on
 the side, so each call's arguments fit the shapes it meets; a call the op itself rejects is dropped, so every
@@ -32,7 +32,8 @@ The draws lean where a pass slips: slices, selects and permutes most, a copy usu
 write them and non-empty, permutations that move something. Self-tests measure what the section catches
 (``tests/conformance/test_differential_view_pass.py``).
 
-Deterministic under the suite's Hypothesis profile (``conformance/common/generation.py``). No backend is imported.
+Deterministic under the suite's Hypothesis profile (``conformance/common/generation.py``). No backend is
+imported.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class GeneratedGraph:
             for i, (s, t) in enumerate(zip(self.spec.inputs, self.inputs, strict=True))
         )
         code = "\n".join(line for line in self.module.code.strip().splitlines() if line.strip())
-        rebuild = f"import torch; from conformance.differential.graph_specs import *; module, inputs = build({self.spec!r})"
+        rebuild = "import torch; from conformance.differential.graph_specs import *; "
+        rebuild += f"module, inputs = build({self.spec!r})"
         return f"generated graph, inputs {layouts}:\n{code}\nrepro: {rebuild}"
 
 

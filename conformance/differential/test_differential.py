@@ -1,8 +1,8 @@
 """Chapter differential — generated calls, judged by oracles instead of hand-picked examples (SPEC §1-§2).
 
 Every other chapter checks one hand-picked shape of each rule. This one draws its inputs with Hypothesis
-(``conformance/common/generation.py`` keeps a CI run deterministic and bounded) and judges every observable the
-spec determines by an oracle: float64 eager PyTorch for values, the reference backend (run in a process of
+(``conformance/common/generation.py`` keeps a CI run deterministic and bounded) and judges every observable
+the spec determines by an oracle: float64 eager PyTorch for values, the reference backend (run in a process of
 its own, through the same protocol) for which calls are errors, and the spec itself for what a call may
 change. A failing example is shrunk to the shortest sequence of calls that shows it.
 
@@ -90,10 +90,10 @@ def run_machine(machine: type, examples: int, steps: int, spec: str) -> None:
 
 
 # ================================================================================================ view pass
-# Generated edge graphs through the backend's view_copy_pass (conformance/differential/differential_view_pass.py says
-# what each rule holds and why). Examples per case: a slip in behaviour or meta shows only in graphs with a
-# particular op, argument and reader, so those two get the most
-# (tests/conformance/test_differential_view_pass.py holds the catch list to them); the report and the
+# Generated edge graphs through the backend's view_copy_pass
+# (conformance/differential/differential_view_pass.py says what each rule holds and why). Examples per case: a
+# slip in behaviour or meta shows only in graphs with a particular op, argument and reader, so those two get
+# the most (tests/conformance/test_differential_view_pass.py holds the catch list to them); the report and the
 # recompile show on any graph the pass rewrites.
 
 VIEW_PASS_EXAMPLES = {"behaviour": 100, "meta": 80, "recompiled": 20, "report": 30}
@@ -195,8 +195,9 @@ def _machine(
 
 
 def _journal(request: pytest.FixtureRequest, **made: Any) -> crash_journal.CallJournal:
-    """The case's journal (``conformance/common/crash_journal.py``): what its replay needs to make the backend and
-    the oracle again (``made``: the machine's arguments, or ``kind="calls"`` for steps that are functions)."""
+    """The case's journal (``conformance/common/crash_journal.py``): what its replay needs to make the backend
+    and the oracle again (``made``: the machine's arguments, or ``kind="calls"`` for steps that are
+    functions)."""
     config = request.config
     made = {
         "backend": backend_spec(config.getoption("--backend")),
@@ -315,14 +316,14 @@ def every_method_open(
 def test_every_argument_agrees_with_the_oracle(
     runtime: LoweringRuntimeBackend, oracle: Backend, device: str, request: pytest.FixtureRequest
 ) -> None:
-    """Every argument a caller can pass, each once (``conformance/common/contract_surface.py``): at an input of a
-    handle of every menu method, and as a provided output, a tensor of every dtype this torch has, on every
-    device here (``meta`` too), of rank 0 and one more or fewer, of size 0, 1 or far past any bound, in every
-    layout, requiring grad, a Parameter, an inference tensor, or a value of every other Python type; then
-    every parameter of every runtime call left out, ``None``, of every other Python type, and option strings
-    at and past their limits counted in characters, bytes, UTF-16 units and graphemes. The same calls are
-    errors as for the oracle, and what succeeds returns what the oracle returns, in its structure, with the
-    same counters and option after (rules ``differential/*``)."""
+    """Every argument a caller can pass, each once (``conformance/common/contract_surface.py``): at an input
+    of a handle of every menu method, and as a provided output, a tensor of every dtype this torch has, on
+    every device here (``meta`` too), of rank 0 and one more or fewer, of size 0, 1 or far past any bound, in
+    every layout, requiring grad, a Parameter, an inference tensor, or a value of every other Python type;
+    then every parameter of every runtime call left out, ``None``, of every other Python type, and option
+    strings at and past their limits counted in characters, bytes, UTF-16 units and graphemes. The same calls
+    are errors as for the oracle, and what succeeds returns what the oracle returns, in its structure, with
+    the same counters and option after (rules ``differential/*``)."""
     with every_method_open(runtime, oracle, device, request) as (machine, handles):
         for n, variant in enumerate(tensor_variants()):
             for k in range(handles):

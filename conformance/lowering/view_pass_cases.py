@@ -3,16 +3,16 @@
 For every rule of the pass there is a graph where it should rewrite and one where a rewrite is a hazard: it
 changes what a caller observes, which the suite proves for itself (:class:`ViewPassCase` says how each copy's
 verdict is held: only a hazard's makes a wrong result). Each case is an ATen ``GraphModule`` in the edge form
-a backend's pass receives (``conformance/common/edge_form.py``): views already functionalized into their ``*_copy``
-twins, ``meta["val"]`` on every node (as ``torch.export`` leaves it). Graphs are built by hand with
+a backend's pass receives (``conformance/common/edge_form.py``): views already functionalized into their
+``*_copy`` twins, ``meta["val"]`` on every node (as ``torch.export`` leaves it). Graphs are built by hand with
 ``torch.fx`` where the hazard is a mutation *inside* the graph (export output is functional, so it never has
 one; a few hand-built graphs keep a live view on purpose, as the alias that is written or as the view user),
 and by exporting small modules where the program writes a buffer or an input back; those are put in edge
 form by ``edge_graph``, which makes each write-back an explicit ``aten.copy_``.
 
 Case definitions only. How a run is observed and compared, and the checks built on that, are in
-``conformance/common/view_pass_checks.py``; the slicing-heavy graph is ``conformance/lowering/slicing_heavy.py``. No backend
-is imported here.
+``conformance/common/view_pass_checks.py``; the slicing-heavy graph is
+``conformance/lowering/slicing_heavy.py``. No backend is imported here.
 """
 
 from __future__ import annotations

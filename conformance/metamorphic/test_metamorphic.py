@@ -32,7 +32,7 @@ from conformance.models.variants import BASE_MAX_ROWS, VARIANTS, build_variant, 
 from conformance.protocol import SKIP_D2H, LoweringBackend, RuntimeBackend, lower_options
 
 TARGETS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: A batch inside the wide variant's range and outside the base's.
 WIDE_ROWS = BASE_MAX_ROWS + 4
 

@@ -1,8 +1,8 @@
 """Chapter multi_method — multi-method models end to end (SPEC §1b, §2; protocol part ``runtime``).
 
-The zoo's multi-method models run as real pipelines through ``conformance/common/pipelines.py``: ASR kind (encoder
-once, then the decoder for ``ASR_STEPS`` greedy steps on the growing sequence) and LLM kind (prefill the
-prompt, then decode through the KV cache, ``LLM_STEPS`` tokens). The pipeline models are the zoo's own
+The zoo's multi-method models run as real pipelines through ``conformance/common/pipelines.py``: ASR kind
+(encoder once, then the decoder for ``ASR_STEPS`` greedy steps on the growing sequence) and LLM kind (prefill
+the prompt, then decode through the KV cache, ``LLM_STEPS`` tokens). The pipeline models are the zoo's own
 ``asr`` and ``llm`` and, with ``transformers`` installed (extra ``hf``), the Hugging Face architectures
 ``hf_whisper`` (Whisper encoder + decoder) and ``hf_llm`` (Qwen3 prefill + decode over HF's ``StaticCache``);
 without it those cases are skipped with the reason. Every check names its rule, ``multi-method/<rule>``.

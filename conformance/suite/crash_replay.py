@@ -13,10 +13,11 @@ was running, step by step, and which backend call was in progress. The process t
    accepts: ``differential/spurious-error``), with the shortest sequence in the message and a repro
    script that replays it in one process, crashing as printed (``<python> results/crashes/<case>.py``).
 
-A ``crash = true`` known failure naming that rule declares such a case (``conformance/suite/known_failures.py``).
-Children come from a ``forkserver`` that imported torch, Hypothesis and the backend once: each replay is a
-fresh process (a crash kills it alone) that starts warm. ``CONFORMANCE_CRASH_REPLAY_S`` bounds the search
-(default 180 s; 0 turns it off: the crash is recorded as pytest-xdist reports it).
+A ``crash = true`` known failure naming that rule declares such a case
+(``conformance/suite/known_failures.py``). Children come from a ``forkserver`` that imported torch, Hypothesis
+and the backend once: each replay is a fresh process (a crash kills it alone) that starts warm.
+``CONFORMANCE_CRASH_REPLAY_S`` bounds the search (default 180 s; 0 turns it off: the crash is recorded as
+pytest-xdist reports it).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ REPLAY_TIMEOUT_S = 120.0
 REPLAY_MARGIN_S = 15.0
 #: Imported once by the fork server; each replay starts from there.
 PRELOAD = ["torch", "hypothesis", "hypothesis.stateful", "conformance.common.protocol_machine"]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 Step = tuple[str, dict[str, Any]]
 
@@ -310,8 +311,8 @@ import sys
 sys.path[:0] = [os.getcwd(), {str(ROOT)!r}]
 
 from conformance.suite.crash_replay import replay, unpickled  # noqa: E402, F401
-from conformance.common.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402, F401
-from conformance.common.strategies import MmOutPlan  # noqa: E402, F401
+from conformance.common.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402,
+F401 from conformance.common.strategies import MmOutPlan  # noqa: E402, F401
 
 MACHINE = {machine!r}
 STEPS = [

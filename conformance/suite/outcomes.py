@@ -4,7 +4,8 @@ A pytest plugin (registered by ``conformance/conftest.py``) that looks at every 
 where the case ran (each pytest-xdist worker, or the single process) and decides its outcome:
 
 * a failure naming a *must* rule stays a failure (``failed``; ``error`` in setup);
-* a failure naming a *should* rule (``conformance/common/rules.py``) becomes ``should-failed``: reported apart,
+* a failure naming a *should* rule (``conformance/common/rules.py``) becomes ``should-failed``: reported
+apart,
   and failing the run only with ``--strict-should``;
 * ``checks.CoverageGap`` becomes ``coverage``: counted, never a failure;
 * a failure matching a declared known failure (``conformance/suite/known_failures.py``) becomes ``xfailed``
@@ -12,8 +13,8 @@ where the case ran (each pytest-xdist worker, or the single process) and decides
 * a case declared to kill its process (an entry with ``crash = true``) whose pytest-xdist worker died while
   running it becomes ``xfailed`` the same way; only the controller sees that (``pytest_handlecrashitem``),
   so only a run under pytest-xdist survives the crash to record it; a generated case's crash that the crash
-  search found again (``conformance/suite/crash_replay.py``) carries the crashing call's rule, which an entry's
-  ``rule`` must match;
+  search found again (``conformance/suite/crash_replay.py``) carries the crashing call's rule, which an
+  entry's ``rule`` must match;
 * a failure naming a rule its case does not declare (``conformance/common/declared_rules.py``) is the suite's
   error, not the backend's: outcome ``error`` under rule ``suite/undeclared-rule``, counted with the suite's
   self-checks (``suite_check``), whatever the rule's level or a known-failure entry says;

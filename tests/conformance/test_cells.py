@@ -1,5 +1,5 @@
-"""The nox matrix offers exactly the cells that select cases: what ``conformance/suite/cells.py`` reads from the
-source agrees with what pytest collects for each ``--dtype`` cell."""
+"""The nox matrix offers exactly the cells that select cases: what ``conformance/suite/cells.py`` reads from
+the source agrees with what pytest collects for each ``--dtype`` cell."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The call journal and the crash search's parts (``conformance/common/crash_journal.py``, ``crash_replay.py``),
-without a crash: what a journal holds at each step, what a watched backend notes, how the search shrinks,
-which rule a crashing call names, the repro script's source and ``crash = true`` entries with a rule."""
+"""The call journal and the crash search's parts (``conformance/common/crash_journal.py``,
+``crash_replay.py``), without a crash: what a journal holds at each step, what a watched backend notes, how
+the search shrinks, which rule a crashing call names, the repro script's source and ``crash = true`` entries
+with a rule."""
 
 from __future__ import annotations
 

@@ -107,7 +107,8 @@ def test_a_generated_mm_out_that_crashes_is_recorded_with_its_call(tmp_path: Pat
     """The steps of the mm_out case are functions of (backend, oracle): the same search finds them."""
     out = tmp_path / "results"
     command = [
-        sys.executable, "-m", "pytest", "conformance/differential/test_differential.py", "-k", "mm_out and cpu",
+        sys.executable, "-m", "pytest", "conformance/differential/test_differential.py",
+        "-k", "mm_out and cpu",
         "--backend=tests.broken.crash:SEGFAULTS_ON_EMPTY_MATMUL", "-n", "1", "-p", "harness.pytest_plugin",
         f"--results-json={out / 'r.json'}", "-p", "no:cacheprovider", "--no-preflight",
     ]  # fmt: skip

@@ -1,5 +1,5 @@
-"""The differential chapter's state machine runs in shards (``conformance.common.protocol_machine.as_shard``): each
-shard must draw examples of its own, the same ones on every run, and shard 0 those of the unsharded
+"""The differential chapter's state machine runs in shards (``conformance.common.protocol_machine.as_shard``):
+each shard must draw examples of its own, the same ones on every run, and shard 0 those of the unsharded
 machine. Checked with Hypothesis itself on a machine that records what it drew, since the shards rest on
 how Hypothesis seeds a run (from the machine's name, or from the run's seed)."""
 

@@ -1,9 +1,9 @@
 """The view-pass checks give every finding its level: a red (*must*) means a wrong result, never a policy.
 
-Each backend below runs through the chapter's own checks (``conformance/lowering/test_lowering.py``), in process,
-and every check's outcome is classified the way the result file does: *must* (a failed rule whose id
-``conformance/common/rules.py`` calls must), *should*, coverage, or passed. Per fixed rule, a correct pass whose
-verdicts differ from the reference's passes, and a wrong one fails with the rule's id.
+Each backend below runs through the chapter's own checks (``conformance/lowering/test_lowering.py``), in
+process, and every check's outcome is classified the way the result file does: *must* (a failed rule whose id
+``conformance/common/rules.py`` calls must), *should*, coverage, or passed. Per fixed rule, a correct pass
+whose verdicts differ from the reference's passes, and a wrong one fails with the rule's id.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every assertion helper in ``conformance.common.checks``: passes just inside its rule, fails just past it, and
-the failure reads ``[rule] call: ...`` naming what broke (the format the module promises)."""
+"""Every assertion helper in ``conformance.common.checks``: passes just inside its rule, fails just past it,
+and the failure reads ``[rule] call: ...`` naming what broke (the format the module promises)."""
 
 from __future__ import annotations
 

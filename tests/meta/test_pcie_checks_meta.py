@@ -1,5 +1,6 @@
-"""Meta-tests of ``conformance.common.pcie_checks``: the PCIe-saving check fails just past its bound and passes
-just inside it; a saving under the meter's resolution is returned as unjudged, never passed or failed."""
+"""Meta-tests of ``conformance.common.pcie_checks``: the PCIe-saving check fails just past its bound and
+passes just inside it; a saving under the meter's resolution is returned as unjudged, never passed or
+failed."""
 
 from __future__ import annotations
 

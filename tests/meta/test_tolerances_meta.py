@@ -1,5 +1,5 @@
-"""Every tolerance in ``conformance.common.tolerances``, per dtype: the check that applies it passes on the last
-representable value inside the bound and fails on the next one; and the bound catches what it exists to
+"""Every tolerance in ``conformance.common.tolerances``, per dtype: the check that applies it passes on the
+last representable value inside the bound and fails on the next one; and the bound catches what it exists to
 catch (float16 accumulation, TF32 inputs) while letting a float32-accumulated product through."""
 
 from __future__ import annotations

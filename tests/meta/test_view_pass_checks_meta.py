@@ -1,5 +1,5 @@
-"""Every helper of ``conformance.common.view_pass_checks``: what a caller can observe of a graph's run, and the
-checks on it, pass just inside their rule and fail just past it (one ulp, one shared element, one storage
+"""Every helper of ``conformance.common.view_pass_checks``: what a caller can observe of a graph's run, and
+the checks on it, pass just inside their rule and fail just past it (one ulp, one shared element, one storage
 offset), with failures in the ``[rule] call: ...`` format."""
 
 from __future__ import annotations

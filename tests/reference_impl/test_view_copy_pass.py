@@ -1,7 +1,7 @@
 """Edge-like graphs and the reference ``ReplaceViewCopyWithViewPass``.
 
-Every graph of the catalogue (``conformance/lowering/view_pass_cases.py``: for each rule, one to rewrite and one
-where a rewrite is a hazard) is run through the reference pass, which rewrites exactly the safe copies the
+Every graph of the catalogue (``conformance/lowering/view_pass_cases.py``: for each rule, one to rewrite and
+one where a rewrite is a hazard) is run through the reference pass, which rewrites exactly the safe copies the
 catalogue asks for and refuses every other (hazard, policy, and the free ones: it refuses by node order)
 with the rule's reason id and unchanged behaviour. The tests below it cover what only the reference has: its
 report, its use of an ExportedProgram's graph signature, graphs without fake values, edge conversion.
