@@ -13,12 +13,13 @@ Entries come from the backend's optional ``known_failures`` attribute and from `
 * ``crash`` (optional, ``false`` by default) — ``true``: the case kills its process (a segmentation fault,
   an abort). Such an entry declares that and nothing else: a failure that does not kill the process stays
   an ordinary failure (unless another entry declares it). With a ``rule``, it declares only a crash found
-  under that rule: a generated case whose crash was found again and shrunk (``conformance/suite/crash_replay.py``)
-  is recorded under the rule of the call that crashed (``differential/missing-error``: a call that had to
-  be an error), and only such an entry, or one without a rule, declares it. Only a run under
-  pytest-xdist (``-n``; the front door always uses it) survives a crash and records it ``xfailed``: the
-  controller sees the worker die (``CaseOutcomes.pytest_handlecrashitem``). In one process the crash ends
-  the run, and the case is ``crashed`` in the result file that ``harness.finalize`` rebuilds.
+  under that rule: a generated case whose crash was found again and shrunk
+  (``conformance/suite/crash_replay.py``) is recorded under the rule of the call that crashed
+  (``differential/missing-error``: a call that had to be an error), and only such an entry, or one without a
+  rule, declares it. Only a run under pytest-xdist (``-n``; the front door always uses it) survives a crash
+  and records it ``xfailed``: the controller sees the worker die (``CaseOutcomes.pytest_handlecrashitem``). In
+  one process the crash ends the run, and the case is ``crashed`` in the result file that ``harness.finalize``
+  rebuilds.
 * ``device_fault`` (optional, ``false`` by default) — ``true``: the case leaves the CUDA context broken (an
   illegal address, a sticky CUDA error), which the watchdog (``harness/watchdog.py``) records as
   ``device-fault`` and ends the process so that a fresh one runs the next case. Like ``crash``, it takes
@@ -37,9 +38,9 @@ run is reported as a warning. TOML::
     link = "https://github.com/pytorch/executorch/issues/12345"
 
     [[known_failures]]
-    case = "conformance/bad_inputs/test_bad_inputs.py::test_bad_inputs_are_rejected_and_change_nothing[*-empty-*]"
-    crash = true
-    reason = "a segmentation fault: the kernel reads through an empty tensor"
+    case =
+    "conformance/bad_inputs/test_bad_inputs.py::test_bad_inputs_are_rejected_and_change_nothing[*-empty-*]"
+    crash = true reason = "a segmentation fault: the kernel reads through an empty tensor"
 
 JSON: ``{"known_failures": [{"case": ..., "rule": ..., "reason": ..., "link": ..., "crash": true}]}`` (or
 the bare list).
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.common.rules import rule_id
+from harness.case_ids import current_case_id
 
 STALE_RULE = rule_id("known-failures/stale")
 FILE_KEY = "known_failures"
@@ -90,7 +92,9 @@ class KnownFailure:
         return self.ends_as is not None
 
     def matches_case(self, nodeid: str) -> bool:
-        return glob_match(self.case, nodeid)
+        """Whether the entry's ``case`` glob matches ``nodeid``, as written or, written before the chapters
+        were folders (``conformance/test_<chapter>.py::...``), as today's id (``harness.case_ids``)."""
+        return glob_match(self.case, nodeid) or glob_match(current_case_id(self.case), nodeid)
 
     def matches_rule(self, rule: str | None) -> bool:
         """A failure naming ``rule`` (``None``: the failure named no rule) is the declared one."""
