@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import re
 
-#: A case id (or a known-failure glob over one) of a chapter file directly under ``conformance/``.
-_FLAT_CHAPTER = re.compile(r"^conformance/test_([a-z0-9_]+)\.py(?=::|$)")
+#: A case id (or a known-failure glob over one, ``conformance/test_*.py::...`` too) of a chapter file directly
+#: under ``conformance/``.
+_FLAT_CHAPTER = re.compile(r"^conformance/test_([a-z0-9_*?]+)\.py(?=::|$)")
 
 
 def current_case_id(case_id: str) -> str:
     """``conformance/test_<chapter>.py::...`` (the flat layout) -> today's
-    ``conformance/<chapter>/test_<chapter>.py::...``; any other id, a glob over one included, as it is."""
+    ``conformance/<chapter>/test_<chapter>.py::...``, a glob's wildcards in both places
+    (``conformance/test_*.py`` -> ``conformance/*/test_*.py``); any other id as it is."""
     return _FLAT_CHAPTER.sub(r"conformance/\1/test_\1.py", case_id, count=1)

@@ -46,7 +46,7 @@ def case(
     chapter: str, test: str, params: dict[str, str], outcome: str, message: str = "", worker: str = "gw0"
 ) -> CaseResult:
     param_id = "-".join(params.values())
-    case_id = f"conformance/test_{chapter}.py::{test}" + (f"[{param_id}]" if param_id else "")
+    case_id = f"conformance/{chapter}/test_{chapter}.py::{test}" + (f"[{param_id}]" if param_id else "")
     return CaseResult(
         id=case_id,
         chapter=chapter,

@@ -311,8 +311,10 @@ import sys
 sys.path[:0] = [os.getcwd(), {str(ROOT)!r}]
 
 from conformance.suite.crash_replay import replay, unpickled  # noqa: E402, F401
-from conformance.common.protocol_plans import CorruptPlan, InputsPlan, LowerPlan, OutputsPlan  # noqa: E402,
-F401 from conformance.common.strategies import MmOutPlan  # noqa: E402, F401
+from conformance.common.protocol_plans import (  # noqa: E402, F401
+    CorruptPlan, InputsPlan, LowerPlan, OutputsPlan,
+)
+from conformance.common.strategies import MmOutPlan  # noqa: E402, F401
 
 MACHINE = {machine!r}
 STEPS = [

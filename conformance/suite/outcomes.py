@@ -4,9 +4,8 @@ A pytest plugin (registered by ``conformance/conftest.py``) that looks at every 
 where the case ran (each pytest-xdist worker, or the single process) and decides its outcome:
 
 * a failure naming a *must* rule stays a failure (``failed``; ``error`` in setup);
-* a failure naming a *should* rule (``conformance/common/rules.py``) becomes ``should-failed``: reported
-apart,
-  and failing the run only with ``--strict-should``;
+* a failure naming a *should* rule (``conformance/common/rules.py``) becomes ``should-failed``:
+  reported apart, and failing the run only with ``--strict-should``;
 * ``checks.CoverageGap`` becomes ``coverage``: counted, never a failure;
 * a failure matching a declared known failure (``conformance/suite/known_failures.py``) becomes ``xfailed``
   with the entry's reason and link; a matching case that passes fails with ``known-failures/stale``;

@@ -1,7 +1,7 @@
 """Lower every zoo model × dtype ahead of the suite, in parallel processes.
 
-    python -m conformance.suite.prelower --device cuda --device cpu --jobs 15 [--backend module:attr] [--dtype
-    ...]
+    python -m conformance.suite.prelower --device cuda --device cpu --jobs 15 \
+        [--backend module:attr] [--dtype ...]
 
 The suite's workers would compile programs as cases ask for them, several workers waiting on one compile
 (45-60 s each for CUDA on our H200 image). Compiling is CPU work: this runs the same

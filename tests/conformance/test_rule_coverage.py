@@ -33,7 +33,7 @@ pytest_plugins = ["pytester"]
 #: The chapters' cases and their declared rules, as JSON (what ``cases`` reads).
 COLLECT = (
     "import json\n"
-    "from conformance import rule_coverage as rc\n"
+    "from conformance.suite import rule_coverage as rc\n"
     "print(json.dumps([[c.id, c.chapter, sorted(c.rules)] for c in rc.collected_cases()]))\n"
 )
 

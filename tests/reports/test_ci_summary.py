@@ -30,7 +30,7 @@ RECORDED = (
 )
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu-conformance.yml"
 BROKEN = (
-    "conformance/bad_inputs/test_bad_inputs.py::"
+    "conformance/test_bad_inputs.py::"
     "test_bad_inputs_are_rejected_and_change_nothing[one-input-more-cuda-program]"
 )
 
@@ -82,8 +82,7 @@ def test_a_red_run_opens_with_its_likely_cause_and_annotates_each_failure(tmp_pa
     commands = annotations(run)
     assert len(commands) == 2
     assert commands[0].startswith(
-        "::error file=conformance/bad_inputs/test_bad_inputs.py,title=[contract/inputs-untouched] failed::"
-        + BROKEN
+        "::error file=conformance/test_bad_inputs.py,title=[contract/inputs-untouched] failed::" + BROKEN
     )
     assert "%0Arepro: " in commands[0]
     assert "\n" not in commands[0]
