@@ -61,9 +61,11 @@ def _front(dotted: str) -> Any:
     return importlib.import_module(dotted)
 
 
-#: (chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/cells.py).
-#: New chapters join the matrix without touching this.
-MATRIX_CELLS = _by_path("conformance/cells.py").matrix_cells(ROOT / "conformance")
+#: The chapters, name -> test module: the folders ``conformance/<name>/test_<name>.py``
+#: (conformance/catalogue/chapters.py). A new chapter folder joins the matrix without touching this.
+CHAPTERS = _by_path("conformance/catalogue/chapters.py").chapter_files(ROOT / "conformance")
+#: (chapter, dtype cell) pairs that select cases, read from the chapters' source (conformance/suite/cells.py).
+MATRIX_CELLS = _by_path("conformance/suite/cells.py").matrix_cells(CHAPTERS)
 #: A run's phases, its report and its process counts (runner/): this file picks the session
 #: and passes its arguments.
 PLAN = _front("runner.plan")
@@ -302,7 +304,7 @@ def conformance_cell(session: nox.Session, chapter: str, dtype: str) -> None:
     ``results/cell-<chapter>-<dtype>*.json``, a name no other cell uses, so the files of every runner can be
     gathered into one folder; with one ``$CONFORMANCE_RUN_ID`` for all of them, ``nox -s report`` shows them
     as one run (README "Sharding the matrix over several CI runners")."""
-    selection = [f"conformance/test_{chapter}.py", f"--dtype={dtype}"]
+    selection = [CHAPTERS[chapter].relative_to(ROOT).as_posix(), f"--dtype={dtype}"]
     python = _suite_python(session)
     # No pre-lowering: a cell compiles only the programs of its chapter and dtype, as its cases need them.
     _run_suite(session, f"cell-{chapter}-{dtype}", selection, prelower=False, python=python)
@@ -377,7 +379,7 @@ def conformance_executorch(session: nox.Session) -> None:
     # The zoo cases need a runtime part, which the adapter lacks: prelowering the zoo would be lost work.
     # Upstream's known defects are declared (strict: a fixed one fails the run until its entry goes).
     known = ROOT / "upstream_executorch" / "known_failures.toml"
-    selection = ["conformance/test_lowering.py", "conformance/test_differential.py"]
+    selection = ["conformance/lowering/test_lowering.py", "conformance/differential/test_differential.py"]
     selection.append("--backend=upstream_executorch:BACKEND")
     selection.append(f"--known-failures={known}")
     _run_suite(session, "conformance-executorch", selection, prelower=False, python=python)

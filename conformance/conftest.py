@@ -11,14 +11,15 @@ import pytest
 import torch
 
 import settings
-from conformance import declared_rules, generation, known_failures
-from conformance import outcomes as case_outcomes
-from conformance.contract_monitor import ContractMonitor, MonitorFailure
-from conformance.crash_replay import CrashReplays
-from conformance.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
-from conformance.parts import part_fixture
+from conformance.common import declared_rules, generation
+from conformance.common.contract_monitor import ContractMonitor, MonitorFailure
+from conformance.common.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
+from conformance.common.parts import part_fixture
 from conformance.protocol import Backend
-from conformance.toolchain import run_preflight
+from conformance.suite import known_failures
+from conformance.suite import outcomes as case_outcomes
+from conformance.suite.crash_replay import CrashReplays
+from conformance.suite.toolchain import run_preflight
 from harness import causes, cuda_sync, progress
 from harness.backend_loader import (
     BACKEND_PATH_ENV_VAR,
@@ -134,7 +135,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except BackendLoadError as exc:
         raise pytest.UsageError(str(exc)) from exc
     if not config.getoption("--no-contract-monitor"):
-        backend = ContractMonitor(backend)  # every chapter's calls checked (conformance/contract_monitor.py)
+        backend = ContractMonitor(
+            backend
+        )  # every chapter's calls checked (conformance/common/contract_monitor.py)
     config.stash[BACKEND_KEY] = backend
     config.stash[SPEC_KEY] = spec
     progress.register(config)  # a line every 30 s from here on, the preflight's compile included
@@ -272,7 +275,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return request.config.stash[BACKEND_KEY]
 
 
-# Cases annotate it ``LoweringRuntimeBackend`` (conformance/parts.py).
+# Cases annotate it ``LoweringRuntimeBackend`` (conformance/common/parts.py).
 runtime = part_fixture(
     "lowering",
     "runtime",

@@ -15,7 +15,7 @@ Known failures (optional, every backend)
     process)}`` (or a callable returning one), added to those of ``--known-failures FILE``. A matching case
     that fails as declared (or, under pytest-xdist, dies as declared) is ``xfailed`` with the reason and
     link; one that passes fails with rule ``known-failures/stale``. Format and matching:
-    ``conformance/known_failures.py``.
+    ``conformance/suite/known_failures.py``.
 
 Errors (every part)
     A contract violation raises an *invalid-argument* error: an instance of ``ValueError`` (a subclass is

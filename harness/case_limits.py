@@ -5,7 +5,7 @@ suite's own, from its conftest), from the ini option ``case_timeouts`` (one rule
 loads the plugin) and from ``--case-timeout`` (repeatable):
 
 * ``SECONDS`` or ``default=SECONDS`` — every case without a more specific rule;
-* ``chapter:NAME=SECONDS`` — the cases of chapter NAME (``conformance/test_NAME.py``);
+* ``chapter:NAME=SECONDS`` — the cases of chapter NAME (``conformance/NAME/test_NAME.py``);
 * ``marker:NAME=SECONDS`` — the cases marked NAME (e.g. ``slow``);
 * ``case:GLOB=SECONDS`` — the cases whose id matches GLOB (``*`` any text, ``?`` one character, brackets
   literal, as in a known-failures file), e.g. one case a backend is known to be slow in;

@@ -2,8 +2,8 @@
 
 A backend that breaks an every-call invariant (it writes into its caller's inputs, say) fails cases all
 over the suite, each in its own chapter's words; ranked by their own rules, those consequences bury the
-cause. The contract monitor (``conformance/contract_monitor.py``) names the broken invariant in the case
-where it happened, under its ``contract/`` rules. Here a failure counts under the invariant it saw: its
+cause. The contract monitor (``conformance/common/contract_monitor.py``) names the broken invariant in the
+case where it happened, under its ``contract/`` rules. Here a failure counts under the invariant it saw: its
 own when the monitor failed it, else the first invariant broken earlier in the same worker process (the
 state a later case inherits), else its own rule. Every failure keeps its own rule and repro in the result
 file; this only orders the headline. One owner for the terminal, the page, the JUnit file and the CI

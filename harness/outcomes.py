@@ -86,7 +86,7 @@ FINAL: frozenset[Outcome] = FAULTS | {Outcome.NOT_RUN}
 #: involved: recorded as the suite's (``CaseResult.suite_check``), never counted as the backend's.
 SUITE_CHECK_MARKER = "suite_check"
 #: What the conformance suite's outcome plugin makes of a failed check, besides ``failed``
-#: (``conformance/outcomes.py``): pytest sees an xfail, the result file records the outcome.
+#: (``conformance/suite/outcomes.py``): pytest sees an xfail, the result file records the outcome.
 SUITE_DECIDED: frozenset[Outcome] = frozenset({Outcome.SHOULD_FAILED, Outcome.COVERAGE, Outcome.XFAILED})
 
 

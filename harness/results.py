@@ -34,7 +34,7 @@ SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 OUTCOMES: tuple[str, ...] = tuple(outcome.value for outcome in Outcome)
 #: Outcomes that mean the backend did something wrong (they fail a run); one list for every reader.
 FAILING_OUTCOMES: tuple[str, ...] = tuple(outcome.value for outcome in Outcome if outcome in FAILING)
-#: Levels of the rule a failure names (``conformance/rules.py``).
+#: Levels of the rule a failure names (``conformance/common/rules.py``).
 LEVELS: tuple[str, ...] = ("must", "should")
 JOURNAL_SUFFIX = ".journal.jsonl"
 
@@ -381,7 +381,7 @@ def not_run_case(case_id: str, reason: str, repro: str = "") -> CaseResult:
 
 
 def chapter_of(nodeid: str) -> str:
-    """``conformance/test_mm_out.py::test_x[...]`` -> ``mm_out``; any other file -> its stem."""
+    """``conformance/mm_out/test_mm_out.py::test_x[...]`` -> ``mm_out``; any other file -> its stem."""
     stem = Path(nodeid.split("::", 1)[0]).stem
     return stem.removeprefix("test_") if stem.startswith("test_") and stem != "test_" else stem
 

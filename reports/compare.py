@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.case_ids import current_case_id
 from harness.formatting import number, show_quantity
 from harness.outcomes import FAILING, NOT_CHECKING, OK, Outcome
 from harness.results import OUTCOMES, CaseResult, RunResult
@@ -355,9 +356,10 @@ def compare_cases(current: Iterable[CaseResult], baseline: Iterable[CaseResult])
 def _outcomes_by_id(cases: Iterable[CaseResult]) -> dict[str, tuple[str, str]]:
     result: dict[str, tuple[str, str]] = {}
     for case in cases:
-        known = result.get(case.id)
+        case_id = current_case_id(case.id)  # an older run's ids as today's (harness/case_ids.py)
+        known = result.get(case_id)
         if known is None or severity(case.outcome) > severity(known[1]):
-            result[case.id] = (case.chapter, case.outcome)
+            result[case_id] = (case.chapter, case.outcome)
     return result
 
 
@@ -453,9 +455,10 @@ def align_cases(*runs: Iterable[CaseResult]) -> list[AlignedCase]:
 def _worst_case_by_id(cases: Iterable[CaseResult]) -> dict[str, CaseResult]:
     result: dict[str, CaseResult] = {}
     for case in cases:
-        known = result.get(case.id)
+        case_id = current_case_id(case.id)  # an older run's ids as today's (harness/case_ids.py)
+        known = result.get(case_id)
         if known is None or severity(case.outcome) > severity(known.outcome):
-            result[case.id] = case
+            result[case_id] = case
     return result
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from harness.case_ids import current_case_id
 from harness.formatting import show_duration, show_quantity
 from harness.outcomes import NOT_CHECKING, count_words
 from harness.results import ResultFileError, RunResult
@@ -161,16 +162,17 @@ def timing_lines(baseline: RunResult, current: RunResult, slowest: int = 5) -> l
     for chapter, (before, now) in sorted(per_chapter.items()):
         did = ran[chapter]
         lines.append(_row(f"{chapter} (case-seconds)", before if did[0] else None, now if did[1] else None))
-    before_by_id = {c.id: c.duration_s for c in baseline.cases}
-    ran_before = {c.id for c in baseline.cases if c.outcome not in NOT_CHECKING}
+    # Either run's case ids as today's: an older run's may predate the chapter folders (harness/case_ids.py).
+    before_by_id = {current_case_id(c.id): c.duration_s for c in baseline.cases}
+    ran_before = {current_case_id(c.id) for c in baseline.cases if c.outcome not in NOT_CHECKING}
     slowed = sorted(
         (
-            (c.duration_s - before_by_id[c.id], c.id, before_by_id[c.id], c.duration_s)
-            for c in current.cases
-            if c.id in before_by_id
-            and c.id in ran_before
+            (c.duration_s - before_by_id[i], c.id, before_by_id[i], c.duration_s)
+            for c, i in ((c, current_case_id(c.id)) for c in current.cases)
+            if i in before_by_id
+            and i in ran_before
             and c.outcome not in NOT_CHECKING
-            and c.duration_s - before_by_id[c.id] > 0.05
+            and c.duration_s - before_by_id[i] > 0.05
         ),
         reverse=True,
     )[:slowest]

@@ -7,7 +7,7 @@ gaps failed the self-tests) or that nothing covers it (``missing``), how many ca
 broken backends prove it. The table reaches the dashboard as data, a JSON file, never by importing the
 suite: ``reports`` does not import ``conformance``.
 
-The file is a list of rows, one per rule id of the rule table, as ``conformance.rule_coverage.row_dict``
+The file is a list of rows, one per rule id of the rule table, as ``conformance.suite.rule_coverage.row_dict``
 writes them::
 
     [{"rule": "mm_out/values", "level": "must", "chapters": ["mm_out"], "cases": ["conformance/..."],

@@ -114,7 +114,7 @@ def command_line(pid: int, proc: Path = PROC) -> list[str]:
 
 def own_role(args: list[str]) -> str | None:
     """What a command line says its process is: a pytest phase's controller (``conformance-exclusive
-    controller``) or a module Python runs with ``-m`` (``-m conformance.prelower``; a linker's ``-m
+    controller``) or a module Python runs with ``-m`` (``-m conformance.suite.prelower``; a linker's ``-m
     elf_x86_64`` is no module); None: nothing of its own."""
     for arg in args:
         if arg.startswith(_RESULTS_FLAG):

@@ -28,7 +28,7 @@ WORKER_GPUS_ENV = settings.WORKER_GPUS.name
 #: ``0`` turns the background pre-lowering off (a backend without an artifact cache only loses the time).
 PRELOWER_ENV = settings.PRELOWER.name
 #: The measured seconds of the suite's long cases, which the plugin starts first (harness/case_order.py).
-CASE_SECONDS = Path("conformance", "case_seconds.json")
+CASE_SECONDS = Path("conformance", "suite", "case_seconds.json")
 #: The shards of a run: ``results/<name><suffix>.json``, one per pytest phase.
 EXCLUSIVE_SUFFIX, MULTI_GPU_SUFFIX = "-exclusive", "-multi-gpu"
 
@@ -161,7 +161,7 @@ def modules_marking(root: Path, selection: Sequence[str], marks: Sequence[str]) 
     found = [
         str(path.relative_to(root))
         for d in dirs
-        for path in sorted((root / d).glob("test_*.py"))
+        for path in sorted((root / d).rglob("test_*.py"))
         if pattern.search(path.read_text())
     ]
     return (*found, *(a for a in selection if a.startswith("-"))) if found else None

@@ -9,8 +9,8 @@ cycles the workers leave (a worker waiting for a program sleeps), not the worker
 It is stopped once the parallel phase is over: every program a case needed is built by then, and its GPU
 work must end before any phase that measures the GPU alone.
 
-Before the run is sized, ``earlier_prelowering`` asks ``conformance.prelower --is-done`` whether an earlier
-run already lowered every program this one would (its stamp): then there is nothing to compile, the
+Before the run is sized, ``earlier_prelowering`` asks ``conformance.suite.prelower --is-done`` whether an
+earlier run already lowered every program this one would (its stamp): then there is nothing to compile, the
 pre-lowering is not started and the cases get the whole budget.
 """
 
@@ -35,7 +35,8 @@ from runner.console import Console
 STOP_WAIT_S = 30
 #: The niceness it runs at: below the workers, so a warm cache's re-exports take idle cycles only.
 NICENESS = 10
-#: conformance.prelower's last line when it finished (``prelower: 54 lowered …`` or ``prelower: skipped …``).
+#: conformance.suite.prelower's last line when it finished (``prelower: 54 lowered …`` or ``prelower: skipped
+#: …``).
 _SUMMARY = re.compile(r"prelower: (\d+ lowered|skipped)")
 #: A row of its table: one compile done, a program or one of its methods (``  mlp  cuda  float32 …``,
 #: ``  asr.encoder  cpu  float16 …``).
@@ -61,9 +62,9 @@ class Prelowering:
 
 
 def _prelower(python: str, backend: Sequence[str], *options: str) -> list[str]:
-    """``conformance.prelower`` for both targets and the run's backend: the one command line the
+    """``conformance.suite.prelower`` for both targets and the run's backend: the one command line the
     pre-lowering and the question whether it is needed share, so they name the same programs."""
-    return [python, "-m", "conformance.prelower", *TARGETS, *options, *backend]
+    return [python, "-m", "conformance.suite.prelower", *TARGETS, *options, *backend]
 
 
 def prelower_command(python: str, jobs: int, backend: Sequence[str]) -> list[str]:
@@ -156,8 +157,9 @@ def summarize(lines: Sequence[str]) -> str:
 
 
 def preflight_command(python: str, backend: Sequence[str]) -> list[str]:
-    """The backend's toolchain preflight alone (conformance/toolchain.py, through conformance.prelower)."""
-    return [python, "-m", "conformance.prelower", "--device=cuda", "--preflight-only", *backend]
+    """The backend's toolchain preflight alone (conformance/suite/toolchain.py, through
+    conformance.suite.prelower)."""
+    return [python, "-m", "conformance.suite.prelower", "--device=cuda", "--preflight-only", *backend]
 
 
 def check_toolchain(

@@ -19,7 +19,7 @@ waits, collected, at a gate until its turn (``early.py``, ``harness/start_gate.p
 (2) instead of following it. (4) measures nothing, so it runs beside (2) from the start (its gate open at
 once), and (3) waits for it too. (0), (1) and the early starts are skipped for a narrowed selection (``-k``,
 ``-m``, a file or a case id), (1) also where ``$CONFORMANCE_PRELOWER=0`` (``plan.prelowers``), where an
-earlier run already lowered everything (``conformance.prelower --is-done``: the cases then get the whole
+earlier run already lowered everything (``conformance.suite.prelower --is-done``: the cases then get the whole
 budget), or where the sizing leaves it no cores. Without a GPU, every case in one phase of
 ``sizing.cpu_workers()`` workers. Each pytest run writes a shard
 (``results/<name>[-exclusive|-multi-gpu].json``); all share one run id (``$CONFORMANCE_RUN_ID`` when CI sets

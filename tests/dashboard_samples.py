@@ -46,7 +46,7 @@ def case(
     chapter: str, test: str, params: dict[str, str], outcome: str, message: str = "", worker: str = "gw0"
 ) -> CaseResult:
     param_id = "-".join(params.values())
-    case_id = f"conformance/test_{chapter}.py::{test}" + (f"[{param_id}]" if param_id else "")
+    case_id = f"conformance/{chapter}/test_{chapter}.py::{test}" + (f"[{param_id}]" if param_id else "")
     return CaseResult(
         id=case_id,
         chapter=chapter,
@@ -299,9 +299,9 @@ RULE_COVERAGE = [
         "level": "must",
         "chapters": ["mm_out"],
         "cases": [
-            "conformance/test_mm_out.py::test_values_match_float64_reference[float32-1x64x48-row]",
-            "conformance/test_mm_out.py::test_values_match_float64_reference[float16-1x64x48-row]",
-            "conformance/test_mm_out.py::test_values_match_float64_reference[bfloat16-1x64x48-row]",
+            "conformance/mm_out/test_mm_out.py::test_values_match_float64_reference[float32-1x64x48-row]",
+            "conformance/mm_out/test_mm_out.py::test_values_match_float64_reference[float16-1x64x48-row]",
+            "conformance/mm_out/test_mm_out.py::test_values_match_float64_reference[bfloat16-1x64x48-row]",
         ],
         "broken_backends": [
             "tests.broken.basic:WRONG_VALUES",
@@ -316,7 +316,9 @@ RULE_COVERAGE = [
         "rule": "bad-inputs/corrupt-program",
         "level": "must",
         "chapters": ["bad_inputs"],
-        "cases": ["conformance/test_bad_inputs.py::test_init_with_a_corrupt_program_is_rejected[reversed]"],
+        "cases": [
+            "conformance/bad_inputs/test_bad_inputs.py::test_init_with_a_corrupt_program_is_rejected[reversed]"
+        ],
         "broken_backends": [],
         "spec": [],
         "exemption": "gap",
@@ -338,7 +340,7 @@ RULE_COVERAGE = [
         "rule": "runtime/no-host-sync",
         "level": "should",
         "chapters": ["runtime_options"],
-        "cases": ["conformance/test_runtime_options.py::test_no_host_sync[cuda]"],
+        "cases": ["conformance/runtime_options/test_runtime_options.py::test_no_host_sync[cuda]"],
         "broken_backends": [],
         "spec": [],
         "exemption": None,
@@ -441,7 +443,7 @@ def other_backend_run(started_at: str = "2025-06-02T11:00:00+00:00") -> RunResul
             rule="lowering/zoo",
             level="must",
             known_failure={
-                "case": "conformance/test_lowering.py::test_zoo_model[float16-*]",
+                "case": "conformance/lowering/test_lowering.py::test_zoo_model[float16-*]",
                 "rule": "lowering/zoo",
                 "reason": f"fp16 conv accumulates in fp16 {HOSTILE}",
                 "link": "javascript:window.__pwned=3",

@@ -1,7 +1,8 @@
-"""Correct backends that differ from the reference where the contract lets them (``conformance/oracle.py``'s
-``ALLOWED_DIFFERENCES``): each must pass the differential chapter, which would otherwise cry wolf at a
-backend that is merely not ours. ``tests/conformance/test_correct_but_different.py`` runs them; each
-difference is the other side of a rule's proof (a broken backend in ``tests/broken/``).
+"""Correct backends that differ from the reference where the contract lets them
+(``conformance/common/oracle.py``'s ``ALLOWED_DIFFERENCES``): each must pass the differential chapter, which
+would otherwise cry wolf at a backend that is merely not ours.
+``tests/conformance/test_correct_but_different.py`` runs them; each difference is the other side of a rule's
+proof (a broken backend in ``tests/broken/``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tests.broken.chapter import Forwarding
 from tests.rule_coverage import Breaks
 
 #: No rule broken: a ``Breaks`` with no rules is never collected as a broken backend's proof.
-_NONE = Breaks((), "conformance/test_differential.py")
+_NONE = Breaks((), "conformance/differential/test_differential.py")
 
 
 class ContractError(ValueError):

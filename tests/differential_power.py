@@ -2,8 +2,8 @@
 
     python -m tests.differential_power [--jobs N] [--out FILE] [-k SUBSTRING ...] [--seed N]
 
-Runs ``conformance/test_differential.py`` — and no other chapter — against every broken backend in
-``tests/broken/*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
+Runs ``conformance/differential/test_differential.py`` — and no other chapter — against every broken backend
+in ``tests/broken/*.py`` that breaks a *must* rule and needs no GPU (``breaks``), and every planted slip of
 ``tests/broken/generated.py`` (``finds``), one pytest process each, and prints which the chapter
 fails (with the first rule it names) and which it misses. The reference must pass the same run.
 """
@@ -18,12 +18,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conformance.rules import Level, level_of
+from conformance.common.rules import Level, level_of
 from harness.results import FAILING_OUTCOMES
 from tests.rule_coverage import broken_backends
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTER = "conformance/test_differential.py"
+CHAPTER = "conformance/differential/test_differential.py"
 
 
 def run_one(spec: str, selection: list[str]) -> dict[str, object]:

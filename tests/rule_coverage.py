@@ -4,8 +4,8 @@
 
 The declarations live here, beside the self-tests that prove them
 (``tests/conformance/test_broken_chapter_backends.py`` runs each broken backend through its chapter), because
-product code never imports ``tests/``: the table (``conformance.rule_coverage``) takes them as
-:class:`conformance.rule_coverage.Proof` rows.
+product code never imports ``tests/``: the table (``conformance.suite.rule_coverage``) takes them as
+:class:`conformance.suite.rule_coverage.Proof` rows.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import rule_coverage
+from conformance.suite import rule_coverage
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,8 +23,8 @@ timeout 150 python3 -m upstream_executorch.smoke --out "$E/smoke" > "$E/smoke.tx
 echo "rc=$? at $(( $(date +%s) - start )) s" >> "$E/smoke.txt"
 # The differential chapter's view pass section too (its runtime section skips: the adapter has no runtime);
 # upstream's failures there are declared, so they are not shrunk (a verdict, not a repro, is wanted here).
-timeout "${EXECUTORCH_SUITE_S:-330}" python3 -m pytest conformance/test_lowering.py conformance/test_device_placement.py \
-  conformance/test_differential.py --generated-no-shrink \
+timeout "${EXECUTORCH_SUITE_S:-330}" python3 -m pytest conformance/lowering/test_lowering.py conformance/device_placement/test_device_placement.py \
+  conformance/differential/test_differential.py --generated-no-shrink \
   -k "not test_device_placement or (validated and (unknown-method or int-in-mapping))" -n "${EXECUTORCH_JOBS:-8}" \
   -p harness.pytest_plugin -p no:cacheprovider -q --backend upstream_executorch:BACKEND \
   --known-failures upstream_executorch/known_failures.toml --results-json="$E/conformance-executorch.json" \

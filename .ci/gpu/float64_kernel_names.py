@@ -12,8 +12,8 @@ from collections.abc import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from conformance.test_mm_out import LARGE_SHAPE, LAYOUT_PAIRS, SHAPES, generator, make_operand
-from conformance.tolerances import DTYPES_BY_NAME
+from conformance.common.tolerances import DTYPES_BY_NAME
+from conformance.mm_out.test_mm_out import LARGE_SHAPE, LAYOUT_PAIRS, SHAPES, generator, make_operand
 from reference_impl import BACKEND
 
 TOKENS = ("f64", "dgemm", "d884", "d1688", "dmma", "double")

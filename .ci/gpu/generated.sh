@@ -11,9 +11,9 @@ run() {  # name, then pytest arguments
     > "$OUT/$name.log" 2>&1
   echo "$name: rc=$? $(( $(date +%s) - start ))s $(tail -1 "$OUT/$name.log")" | tee -a "$OUT/summary.txt"
 }
-run reference-cuda conformance/test_differential.py conformance/test_metamorphic.py -k cuda \
+run reference-cuda conformance/differential/test_differential.py conformance/metamorphic/test_metamorphic.py -k cuda \
   --durations=10 -n "${WORKERS:-4}"
-run broken-output-device conformance/test_differential.py -k "protocol_calls and cuda" \
+run broken-output-device conformance/differential/test_differential.py -k "protocol_calls and cuda" \
   --generated-no-shrink --no-preflight --backend=tests.broken.generated:KEEPS_OUTPUTS_ON_DEVICE_WHEN_LISTED
 grep -h "^\[differential\|CheckFailure: \[" "$OUT"/broken-*.log | cut -c1-300 | head -5
 cat "$OUT/summary.txt"

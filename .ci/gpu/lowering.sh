@@ -8,8 +8,8 @@ echo "rc=$?" >> "$L/preflight-image-cxx.txt"
 export CXX=/usr/bin/g++
 timeout 240 python3 -m reference_impl.lowering.preflight --device cuda --timeout 230 > "$L/preflight-usr-bin-gpp.txt" 2>&1
 echo "rc=$?" >> "$L/preflight-usr-bin-gpp.txt"
-timeout 420 python3 -m conformance.prelower --device cuda --jobs 8 > "$L/prelower-cold.txt" 2>&1
-timeout 200 python3 -m conformance.prelower --device cuda --jobs 8 > "$L/prelower-warm.txt" 2>&1
+timeout 420 python3 -m conformance.suite.prelower --device cuda --jobs 8 > "$L/prelower-cold.txt" 2>&1
+timeout 200 python3 -m conformance.suite.prelower --device cuda --jobs 8 > "$L/prelower-warm.txt" 2>&1
 timeout 150 python3 -m reference_impl.lowering.load_probe --device cuda --variants torch/cold,fast,fast/cold-pyc \
   --timeout 70 --out "$L/probe" > "$L/load-probe.txt" 2>&1
 echo "rc=$?" >> "$L/load-probe.txt"

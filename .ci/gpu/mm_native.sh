@@ -39,15 +39,15 @@ $PY -m pytest tests/reference_impl/test_native_shim.py tests/reference_impl/test
 echo "selftests rc=$? :: $(tail -1 "$OUT/selftests.log")"
 fi
 if step chapter; then
-REFIMPL_MM_OUT_PATH=native $PY -m pytest conformance/test_mm_out.py -q -p no:cacheprovider -m "not slow" \
+REFIMPL_MM_OUT_PATH=native $PY -m pytest conformance/mm_out/test_mm_out.py -q -p no:cacheprovider -m "not slow" \
   > "$OUT/mm_out-native.log" 2>&1
 echo "mm_out chapter (native) rc=$? :: $(tail -1 "$OUT/mm_out-native.log")"
 grep -E "^mm_out: " "$OUT/mm_out-native.log" | head -1
-REFIMPL_MM_OUT_PATH=native $PY -m pytest conformance/test_mm_out.py -q -p no:cacheprovider \
+REFIMPL_MM_OUT_PATH=native $PY -m pytest conformance/mm_out/test_mm_out.py -q -p no:cacheprovider \
   -k "program_calls_backend_mm_out" -rA > "$OUT/mm_out-program-route.log" 2>&1
 echo "compiled programs call the shim rc=$? :: $(tail -1 "$OUT/mm_out-program-route.log")"
 if [ "${MM_NATIVE_FALLBACK:-1}" = 1 ]; then
-  REFIMPL_MM_OUT_PATH=python $PY -m pytest conformance/test_mm_out.py -q -p no:cacheprovider -m "not slow" \
+  REFIMPL_MM_OUT_PATH=python $PY -m pytest conformance/mm_out/test_mm_out.py -q -p no:cacheprovider -m "not slow" \
     -k "not program_calls" > "$OUT/mm_out-python.log" 2>&1
   echo "mm_out chapter (python fallback) rc=$? :: $(tail -1 "$OUT/mm_out-python.log")"
 fi
@@ -119,7 +119,7 @@ else
   # The route cases lower the LLM for CUDA: compile it first, outside the sanitizer (the reference caches by
   # content), so the cases under it load the programs and run them.
   if [ "${MM_NATIVE_PRELOWER:-1}" = 1 ]; then
-    $PY -m conformance.prelower --device cuda --model llm --jobs 3 > "$OUT/prelower-llm.log" 2>&1
+    $PY -m conformance.suite.prelower --device cuda --model llm --jobs 3 > "$OUT/prelower-llm.log" 2>&1
     echo "prelower llm (cuda) rc=$? :: $(tail -1 "$OUT/prelower-llm.log")"
   fi
   for tool in memcheck racecheck; do
@@ -131,7 +131,7 @@ else
     [ "$tool" = racecheck ] && [ -n "$EXCLUDE" ] && exclude_filter=(--kernel-name-exclude "$EXCLUDE")
     if [[ " ${MM_NATIVE_CHAPTER_TOOLS:-memcheck racecheck} " == *" $tool "* ]]; then
       REFIMPL_MM_OUT_PATH=native timeout "${MM_NATIVE_SAN_LIMIT:-900}" "$SAN" --tool "$tool" --error-exitcode 9 \
-        "${KERNEL_FILTER[@]}" "${exclude_filter[@]}" --target-processes all $PY -m pytest conformance/test_mm_out.py \
+        "${KERNEL_FILTER[@]}" "${exclude_filter[@]}" --target-processes all $PY -m pytest conformance/mm_out/test_mm_out.py \
         -p no:cacheprovider --no-preflight -k "$subset" -v --durations=10 > "$OUT/sanitizer-$tool-chapter.log" 2>&1
       echo "compute-sanitizer $tool (chapter: ${subset:-all}) rc=$? :: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "$OUT/sanitizer-$tool-chapter.log" | tail -2 | tr '\n' ' ')"
     fi

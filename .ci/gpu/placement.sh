@@ -4,10 +4,10 @@
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
 start=$(date +%s)
-python3 -m conformance.prelower --device=cuda --jobs=8 --model asr --model llm > "$OUT/prelower.log" 2>&1
+python3 -m conformance.suite.prelower --device=cuda --jobs=8 --model asr --model llm > "$OUT/prelower.log" 2>&1
 echo "prelower rc=$? ($(( $(date +%s) - start )) s)"
-python3 -m pytest conformance/test_device_placement.py conformance/test_runtime_options.py \
-  conformance/test_multi_method.py -n 4 -q -p harness.pytest_plugin --no-preflight \
+python3 -m pytest conformance/device_placement/test_device_placement.py conformance/runtime_options/test_runtime_options.py \
+  conformance/multi_method/test_multi_method.py -n 4 -q -p harness.pytest_plugin --no-preflight \
   --results-json="$OUT/placement.json" --junitxml="$OUT/placement.junit.xml" > "$OUT/placement.log" 2>&1
 echo "chapters rc=$? ($(( $(date +%s) - start )) s)"
 python3 -m pytest tests/reference_impl/test_placement.py tests/conformance/test_placement_broken_backends.py -q -n 4 \

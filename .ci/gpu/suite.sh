@@ -21,7 +21,7 @@ for run in $RUNS; do
   echo "$run: rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/summary.txt"
   # The journals too: a run cut short by its limit leaves only them (every finished case is in them).
   cp results/conformance*.json results/conformance*.jsonl results/conformance*.junit.xml \
-    results/conformance.prelower.log results/conformance.busy.tsv results/conformance*.console.log \
+    results/conformance.suite.prelower.log results/conformance.busy.tsv results/conformance*.console.log \
     "$OUT/$run/" 2>/dev/null
 done
 for run in $RUNS; do

@@ -2,8 +2,8 @@
 
 ``harness.bench`` names these modules by path string (``SUITE_MODULES``) and imports them when a suite
 runs, so ``harness`` never imports ``conformance`` statically; the suites here may use the model zoo,
-the protocol helpers (``conformance.programs``, ``conformance.pipelines``) and harness's measuring
-primitives (``harness.timing``, ``harness.nvml_traffic``).
+the protocol helpers (``conformance.common.programs``, ``conformance.common.pipelines``) and harness's
+measuring primitives (``harness.timing``, ``harness.nvml_traffic``).
 
 * ``mm``: ``mm_out`` (the backend's ``mm_out`` vs ``torch.mm``) and ``threads`` (its thread scaling).
 * ``pipelines``: ASR-like and LLM-like end-to-end latency and bytes moved, with and without skip-copy.
@@ -83,16 +83,17 @@ class BenchPipeline:
 
     def run(self, backend: Any, handles: Sequence[object], first_input: Any, stats: Any = None) -> Any:
         """One greedy run on the backend's two handles; token ids ``[B, steps]`` (int64, CPU)."""
-        from conformance.pipelines import run_greedy
+        from conformance.common.pipelines import run_greedy
 
         first, second = handles
         return run_greedy(backend, self.model, first, second, first_input, self.steps, stats)
 
 
 def bench_pipelines(pipelines: Mapping[str, Any] | None = None) -> list[BenchPipeline]:
-    """One ``BenchPipeline`` per pipeline model (``conformance.pipelines.PIPELINE_MODELS`` by default)."""
+    """One ``BenchPipeline`` per pipeline model (``conformance.common.pipelines.PIPELINE_MODELS`` by
+    default)."""
     if pipelines is None:
-        from conformance.pipelines import PIPELINE_MODELS
+        from conformance.common.pipelines import PIPELINE_MODELS
 
         pipelines = PIPELINE_MODELS
     return [

@@ -1,8 +1,8 @@
 """Suite ``models``: per pipeline model, the costs and gains of the backend against eager PyTorch.
 
-Models: the zoo's pipeline models (``conformance.pipelines.PIPELINE_MODELS``): ``asr``, ``llm`` and, with
-``transformers`` installed (extra ``hf``), the Hugging Face architectures ``hf_whisper`` (Whisper encoder +
-decoder) and ``hf_llm`` (Qwen3 prefill + decode over a static KV cache); float32, CUDA. Without
+Models: the zoo's pipeline models (``conformance.common.pipelines.PIPELINE_MODELS``): ``asr``, ``llm`` and,
+with ``transformers`` installed (extra ``hf``), the Hugging Face architectures ``hf_whisper`` (Whisper encoder
++ decoder) and ``hf_llm`` (Qwen3 prefill + decode over a static KV cache); float32, CUDA. Without
 ``transformers`` the Hugging Face models are left out and the suite's log says why.
 
 Figures, per model:
@@ -42,7 +42,7 @@ from conformance.benchmarks.pipelines import (
     QUICK_NVML_TARGET_BYTES,
     QUICK_NVML_TIME_CAP_S,
 )
-from conformance.pcie_checks import PerRunTraffic, choose_runs
+from conformance.common.pcie_checks import PerRunTraffic, choose_runs
 from conformance.protocol import SKIP_COPY_OPTION, part_attributes
 from harness.bench import BenchContext, Suite
 from harness.records import BenchRecord, Metric, case_name
@@ -218,9 +218,9 @@ class _Prepared:
 def _prepare(ctx: BenchContext, spec: BenchPipeline, stack: Any) -> _Prepared:
     import torch
 
+    from conformance.common.pipelines import PIPELINE_MODELS, run_greedy
+    from conformance.common.programs import handles, lowered, option
     from conformance.models import get_model, greedy
-    from conformance.pipelines import PIPELINE_MODELS, run_greedy
-    from conformance.programs import handles, lowered, option
 
     device = torch.device("cuda", ctx.device_index)
     how = PIPELINE_MODELS[spec.model].greedy

@@ -8,7 +8,7 @@ figure means and how it is measured), built from what a run counted and measured
   of one method) that a mode saved against ``copy``, counted and measured, and their agreement.
 
 Inputs: :class:`RunBytes` (sums of ``execute_stats`` rows, :func:`runtime_bytes`), ``PerRunTraffic`` (NVML,
-``conformance/pcie_checks.py``) and :class:`PerCopy` (the fixed PCIe cost of the copies a mode saved).
+``conformance/common/pcie_checks.py``) and :class:`PerCopy` (the fixed PCIe cost of the copies a mode saved).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.benchmarks import BenchPipeline, exact_metric, ratio_metric
-from conformance.pcie_checks import RESOLUTION_FACTOR, PerRunTraffic, difference
+from conformance.common.pcie_checks import RESOLUTION_FACTOR, PerRunTraffic, difference
 from harness.records import BenchRecord, Metric, case_name
 from harness.timing import Measurement
 
@@ -56,7 +56,7 @@ class RunBytes:
 
 
 def runtime_bytes(stats: Sequence[tuple[str, dict[str, int]]]) -> RunBytes:
-    """Sum the per-execute rows (``conformance.pipelines.CallStats``) of one run, also per method."""
+    """Sum the per-execute rows (``conformance.common.pipelines.CallStats``) of one run, also per method."""
     per_method: dict[str, dict[str, int]] = {}
     for method, row in stats:
         entry = per_method.setdefault(method, {"calls": 0, "h2d_bytes": 0, "d2h_bytes": 0})

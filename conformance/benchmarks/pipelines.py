@@ -1,6 +1,6 @@
 """Suite ``pipelines``: the zoo's ASR-like and LLM-like models end to end, with and without skip-copy.
 
-Pipelines (``conformance.pipelines``, driven through the backend protocol, float32 on CUDA):
+Pipelines (``conformance.common.pipelines``, driven through the backend protocol, float32 on CUDA):
 
 * ``asr``: ``encoder(features)`` once, then ``decoder(tokens, hidden)`` for 6 steps on the growing sequence.
   Skip-copy mode names ``encoder`` (its hidden state stays on the GPU for every decoder step).
@@ -76,7 +76,7 @@ from conformance.benchmarks.pipeline_records import (
     runtime_bytes,
     saving_record,
 )
-from conformance.pcie_checks import PerRunTraffic, choose_runs
+from conformance.common.pcie_checks import PerRunTraffic, choose_runs
 from conformance.protocol import SKIP_COPY_OPTION, part_attributes
 from harness.bench import BenchContext, Suite
 from harness.gpu_state import capture_gpu_state
@@ -157,7 +157,7 @@ class _Prepared:
 
 
 def _run_in_mode(ctx: BenchContext, prepared: _Prepared, mode: str, stats: Any = None) -> Any:
-    from conformance.programs import option
+    from conformance.common.programs import option
 
     with option(ctx.backend, SKIP_COPY_OPTION, prepared.spec.option_value(mode)):
         return prepared.run(ctx.backend, mode, stats)
@@ -167,7 +167,7 @@ def _time_modes(ctx: BenchContext, prepared: _Prepared) -> dict[str, Measurement
     """Wall time per run of each mode, interleaved; the option is set outside the timed window."""
     import torch
 
-    from conformance.programs import option
+    from conformance.common.programs import option
 
     backend, spec, device = ctx.backend, prepared.spec, ctx.device_index
     modes = prepared.modes
@@ -232,7 +232,7 @@ class _Replay:
 
 def _record_run(ctx: BenchContext, prepared: _Prepared, mode: str) -> _Recorder:
     """One run of the pipeline in ``mode`` through a ``_Recorder``."""
-    from conformance.programs import option
+    from conformance.common.programs import option
 
     recorder = _Recorder(ctx.backend)
     with option(ctx.backend, SKIP_COPY_OPTION, prepared.spec.option_value(mode)):
@@ -262,7 +262,7 @@ def _measure_nvml(
         return PerRunTraffic.unsupported(meter.reason or "meter unavailable")
 
     def window() -> None:
-        from conformance.programs import option
+        from conformance.common.programs import option
 
         with option(ctx.backend, SKIP_COPY_OPTION, prepared.spec.option_value(mode)):
             for _ in range(runs):
@@ -274,7 +274,7 @@ def _measure_nvml(
 def _prepare(ctx: BenchContext, spec: BenchPipeline, stack: Any) -> _Prepared:
     import torch
 
-    from conformance.programs import handles, lowered
+    from conformance.common.programs import handles, lowered
     from conformance.protocol import missing_attributes
 
     dtype = getattr(torch, DTYPE_NAME)
@@ -301,8 +301,8 @@ def _prepare(ctx: BenchContext, spec: BenchPipeline, stack: Any) -> _Prepared:
 def _method_calls(ctx: BenchContext, p: _Prepared, mode: str) -> dict[str, tuple[object, list[Any]]]:
     """method → (handle, inputs) as ``mode`` passes them: each method executed once, in order, on the
     example inputs (on the device for ``placed``), chained as the pipeline chains them."""
-    from conformance.method_runs import run_methods
-    from conformance.programs import option
+    from conformance.common.method_runs import run_methods
+    from conformance.common.programs import option
 
     lm = p.models[mode]
     device_inputs = set(lm.methods) if mode == "placed" else set()
@@ -323,7 +323,7 @@ def _per_method_savings(
     loop itself moves (tokens, its own kernels' launches) is not in the figures; savings vs ``copy``."""
     import torch
 
-    from conformance.programs import option
+    from conformance.common.programs import option
 
     calls = {mode: _method_calls(ctx, p, mode) for mode in p.modes}
     for method in p.spec.methods:

@@ -22,7 +22,7 @@ Figures (benchmark record ``view_pass[slicing_block-float32]``):
 * ``speed_from_pass``: per-round time without / time with (> 1: the pass made it faster).
 * ``rewrites`` / ``copies``: how many ``*_copy`` nodes of the block's edge graph the backend's
   ``view_copy_pass`` (protocol part ``view_pass``) turned into views, of how many that have a view twin.
-  The edge graph is the suite's own (``conformance.edge_form.edge_graph``) — the form every
+  The edge graph is the suite's own (``conformance.common.edge_form.edge_graph``) — the form every
   backend's pass is held to — not necessarily the exact graph the backend's ``lower`` builds.
 * ``peak_memory_with_pass`` / ``..._without_pass``: device bytes one ``execute`` allocates at its peak
   beyond what was allocated before it (torch's caching-allocator statistics, which AOTInductor code
@@ -85,7 +85,7 @@ def count_rewrites(backend: object, dtype: Any) -> tuple[int, int, int] | str:
     """(rewrites, copies, refusals) of the backend's ``view_copy_pass`` on the block's edge graph, or why."""
     if not implements(backend, "view_pass"):
         return "the backend does not implement view_copy_pass (protocol part view_pass)"
-    from conformance.edge_form import edge_graph, view_twin
+    from conformance.common.edge_form import edge_graph, view_twin
     from conformance.models import get_model
 
     module, inputs = get_model(MODEL).build(dtype, "cpu")[METHOD]
@@ -225,8 +225,8 @@ def _dram_utilisation(
 def _keeping_outputs(ctx: BenchContext) -> tuple[contextlib.AbstractContextManager[object], str]:
     """(the block that keeps ``forward``'s outputs where they were computed, what it means): on a GPU, the
     runtime option where the backend has it; otherwise the outputs are what execute returns."""
-    from conformance.parts import skip_reason
-    from conformance.programs import option
+    from conformance.common.parts import skip_reason
+    from conformance.common.programs import option
 
     if ctx.device != "cuda":
         return contextlib.nullcontext(), "CPU target: outputs are host tensors, nothing to copy"
@@ -238,8 +238,8 @@ def _keeping_outputs(ctx: BenchContext) -> tuple[contextlib.AbstractContextManag
 def run_view_pass(ctx: BenchContext) -> None:
     import torch
 
+    from conformance.common.programs import handles, lowered
     from conformance.models import get_model
-    from conformance.programs import handles, lowered
     from harness.timing import time_cuda_interleaved, time_host_interleaved
 
     dtype = getattr(torch, DTYPE_NAME)

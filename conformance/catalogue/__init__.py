@@ -1,10 +1,10 @@
 """The contract as rules: every normative sentence of the plug-in protocol and the SPEC, quoted, with the rule
 ids that enforce it (``entries.py``), the text it is held to (``text.py``) and the audit that holds it there
 (``audit.py``); and the rule table (``rule_table.py``), every rule id with its chapters, level and clause.
-``python -m conformance.catalogue`` prints the sentences, ``python -m conformance.rules`` the rules.
+``python -m conformance.catalogue`` prints the sentences, ``python -m conformance.common.rules`` the rules.
 
 Nothing here imports torch or a chapter: the catalogue is data, read by the chapters (their rule ids, through
-``conformance.rules``), the levels, and the coverage table (``conformance.rule_coverage``).
+``conformance.common.rules``), the levels, and the coverage table (``conformance.suite.rule_coverage``).
 """
 
 from __future__ import annotations

@@ -303,7 +303,7 @@ ENTRIES: tuple[Entry, ...] = (
         LOWERING,
         "The pre-lowering then compiles a program's methods in processes of their own: a cold run's longest "
         "compile is one method, not a whole program.",
-        f"{_SUITE} (conformance/prelower.py)",
+        f"{_SUITE} (conformance/suite/prelower.py)",
     ),
     informative(
         LOWERING,

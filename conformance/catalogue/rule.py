@@ -21,25 +21,15 @@ import re
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from conformance.catalogue.chapters import chapter_files
+
 #: A rule id. Paths (``x.py``, ``x.json``) have the shape and are not rule ids.
 ID = re.compile(r"[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*(?:/[a-z0-9_][a-z0-9_.-]*)+")
 _NOT_IDS = frozenset({"n/a"})
 _FIELD = re.compile(r"\{([a-z_]+)\}")
 
-#: The chapters, by module stem (``conformance/<stem>.py``) -> the name a rule's row gives.
-CHAPTERS: dict[str, str] = {
-    "test_mm_out": "mm_out",
-    "test_lowering": "lowering",
-    "test_program_format": "program_format",
-    "test_runtime_options": "runtime_options",
-    "test_device_placement": "device_placement",
-    "test_multi_method": "multi_method",
-    "test_streams_threads": "streams_threads",
-    "test_bad_inputs": "bad_inputs",
-    "test_differential": "differential",
-    "test_metamorphic": "metamorphic",
-    "test_traffic_meter": "traffic_meter",
-}
+#: The chapters: name -> test module, read from the folders (``chapters.py``).
+CHAPTERS = chapter_files()
 
 
 def is_rule_id(text: str) -> bool:
@@ -76,7 +66,7 @@ class Rule:
             raise ValueError(f"rule table: {self.pattern!r} has fields {fields}, values for {self.values}")
         if not self.clause.strip():
             raise ValueError(f"rule table: {self.pattern!r} says nothing (its clause is empty)")
-        unknown = set(self.chapters) - set(CHAPTERS.values())
+        unknown = set(self.chapters) - set(CHAPTERS)
         if unknown:
             raise ValueError(f"rule table: {self.pattern!r} names chapters that do not exist: {unknown}")
         bad = [i for i in self.ids if not is_rule_id(i)]

@@ -1,8 +1,8 @@
 """The rule table: every rule id the suite can fail a case with, one row each (one row for a family of ids
 that differ only in the part a chapter fills from its parameters), with the chapters whose cases check it,
 its level and the clause a backend breaks. The one owner of rule ids and levels: chapters name their rules
-through it (``conformance.rules.rule_id``: an id not here fails on import), levels come from it, and the
-coverage table (``conformance.rule_coverage``) lists exactly its ids.
+through it (``conformance.common.rules.rule_id``: an id not here fails on import), levels come from it, and
+the coverage table (``conformance.suite.rule_coverage``) lists exactly its ids.
 
 *must*: a wrong result, aliasing, a crash, lost or changed data, a missing contract error. *should*: a
 conservative policy, a missing optimisation, a performance contract; each *should* row says why it is one.
@@ -39,7 +39,7 @@ MONITORED = (
 )  # fmt: skip
 
 #: The view pass's rules on one copy, by kind of situation -> why the pass must refuse (or make) the view.
-#: Failure messages quote it (``conformance.view_pass_cases.RULES``).
+#: Failure messages quote it (``conformance.lowering.view_pass_cases.RULES``).
 VIEW_PASS_KINDS: dict[str, str] = {
     "call-method-user": "a call_method user blocks the rewrite (no schema says what it does to the value)",
     "written-by-user": "a user whose schema writes the argument (in-place or out=) blocks the rewrite",
@@ -55,7 +55,7 @@ _POLICY_KINDS = ("call-method-user", "opaque-container", "source-mutated", "view
 #: ... and whose cases have a copy that is safe to rewrite (``<kind>/missed-rewrite``).
 _REWRITE_KINDS = (*sorted(VIEW_PASS_KINDS), "slicing-heavy")
 
-#: ``mm_out(out, self, mat2)`` with one contract violation (``conformance/test_mm_out.py``'s ``BAD_INPUTS``).
+#: ``mm_out(out, self, mat2)`` with one contract violation (the mm_out chapter's ``BAD_INPUTS``).
 _MM_OUT_BAD_INPUTS = (
     "none-out", "none-self", "none-mat2", "rank-self-3d", "rank-mat2-1d", "rank-out-3d", "inner-dimension",
     "out-shape", "out-shape-transposed", "out-not-contiguous", "out-strided", "dtype-mismatch-mat2",
@@ -324,7 +324,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         must("traffic/wrap", "a transfer past the 32-bit counters' wrap is measured", exempt=_METER),
         must("traffic/drift", "the idle counters' drift is measured and small", exempt=_METER),
     ),
-    # ============================ the contract monitor (conformance/contract_monitor.py): every call of every
+    # ===================== the contract monitor (conformance/common/contract_monitor.py): every call of every
     # case that asks for the backend, whatever its chapter
     must(
         "contract/inputs-untouched",
@@ -354,7 +354,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         exempt="about the known-failures list, not the backend: a declared failure that passes "
         "(tests/conformance/test_case_outcomes.py proves it)",
     ),
-    # ============================================ the suite's declarations (conformance/declared_rules.py)
+    # ===================================== the suite's declarations (conformance/common/declared_rules.py)
     must(
         "suite/undeclared-rule",
         "a case fails only under the rule ids it declares",

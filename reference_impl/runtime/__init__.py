@@ -4,7 +4,7 @@
 movement are documented there); the backend-wide options in ``options.py``. What the runtime reads — the
 program, blob, placement and input/output metadata, and the package loader — is the format floor's
 (``reference_impl/format/``), shared with the lowering. The suite drives multi-method models through the
-protocol (``conformance/pipelines.py``).
+protocol (``conformance/common/pipelines.py``).
 """
 
 from reference_impl.format.argument_errors import IOSpecError, RuntimeArgumentError

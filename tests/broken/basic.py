@@ -17,7 +17,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conformance.view_pass_cases import CASES
+from conformance.lowering.view_pass_cases import CASES
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW, VIEW_TO_COPY
 from tests.rule_coverage import Breaks
@@ -284,8 +284,8 @@ class RewritesOnlySlices(_Wrapped):
         return NaiveViewPassOutcome(module, kept, refused)
 
 
-MM_OUT = "conformance/test_mm_out.py"
-LOWERING = "conformance/test_lowering.py"
+MM_OUT = "conformance/mm_out/test_mm_out.py"
+LOWERING = "conformance/lowering/test_lowering.py"
 SUITE_TESTS = "tests/conformance/test_suite_catches_broken_backends.py"
 LEVEL_TESTS = "tests/conformance/test_view_pass_levels.py"
 #: The view-pass rules a users-only pass ignores (each a *must* where the view is a hazard).

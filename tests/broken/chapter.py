@@ -22,13 +22,13 @@ from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering.fallback_kernels import UnsupportedKernelsError
 from tests.rule_coverage import Breaks
 
-MM_OUT = "conformance/test_mm_out.py"
-LOWERING = "conformance/test_lowering.py"
-PROGRAM_FORMAT = "conformance/test_program_format.py"
-RUNTIME_OPTIONS = "conformance/test_runtime_options.py"
-MULTI_METHOD = "conformance/test_multi_method.py"
-STREAMS_THREADS = "conformance/test_streams_threads.py"
-BAD_INPUTS = "conformance/test_bad_inputs.py"
+MM_OUT = "conformance/mm_out/test_mm_out.py"
+LOWERING = "conformance/lowering/test_lowering.py"
+PROGRAM_FORMAT = "conformance/program_format/test_program_format.py"
+RUNTIME_OPTIONS = "conformance/runtime_options/test_runtime_options.py"
+MULTI_METHOD = "conformance/multi_method/test_multi_method.py"
+STREAMS_THREADS = "conformance/streams_threads/test_streams_threads.py"
+BAD_INPUTS = "conformance/bad_inputs/test_bad_inputs.py"
 
 
 class Forwarding:
@@ -439,7 +439,7 @@ STALE_KEPT_OUTPUTS_ON_THE_CPU = StaleKeptOutputsOnTheCpu(
     "stale-kept-outputs-on-the-cpu",
     Breaks(
         ("multi-method/skip-invariant",),
-        "conformance/test_multi_method.py",
+        "conformance/multi_method/test_multi_method.py",
         ("-k", "pipeline_tokens_match_eager and llm-cpu-float32"),
     ),
 )

@@ -1,6 +1,6 @@
 """Broken backends that break what the contract states for *every* call (``conformance/protocol.py``, "Every
-call"): the contract monitor (``conformance/contract_monitor.py``) must name each first, under its own rule,
-in whichever chapter the call was made. Each wraps the reference and slips once.
+call"): the contract monitor (``conformance/common/contract_monitor.py``) must name each first, under its own
+rule, in whichever chapter the call was made. Each wraps the reference and slips once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests.broken.chapter import BAD_INPUTS, MULTI_METHOD, Forwarding
 from tests.broken.generated import DIFFERENTIAL
 from tests.rule_coverage import Breaks
 
-LOWERING = "conformance/test_lowering.py"
+LOWERING = "conformance/lowering/test_lowering.py"
 
 
 class WritesResultIntoInputs(Forwarding):

@@ -28,9 +28,9 @@ import torch
 from reference_impl import BACKEND as REFERENCE
 from tests.broken.chapter import Forwarding
 
-PROGRAM_FORMAT = "conformance/test_program_format.py"
-BAD_INPUTS = "conformance/test_bad_inputs.py"
-LOWERING = "conformance/test_lowering.py"
+PROGRAM_FORMAT = "conformance/program_format/test_program_format.py"
+BAD_INPUTS = "conformance/bad_inputs/test_bad_inputs.py"
+LOWERING = "conformance/lowering/test_lowering.py"
 #: The method whose execute (or lower) is faulty; only the non-ASCII program has it.
 TRIGGER = "解码器"
 

@@ -25,8 +25,8 @@ from tests.broken.input import LoadErrorsAsRuntimeError
 from tests.broken.placement import CountsArgumentBytes
 from tests.rule_coverage import Breaks
 
-DIFFERENTIAL = "conformance/test_differential.py"
-METAMORPHIC = "conformance/test_metamorphic.py"
+DIFFERENTIAL = "conformance/differential/test_differential.py"
+METAMORPHIC = "conformance/metamorphic/test_metamorphic.py"
 #: The self-tests need to know that the chapter fails, not the shrunk example: shrinking replays hundreds of
 #: sequences (minutes), finding the failure takes seconds.
 PROTOCOL_CPU = ("-k", "protocol_calls and cpu", "--generated-no-shrink")
@@ -398,7 +398,7 @@ RETURNS_ITS_OUTPUT_ARENA = ReturnsItsOutputArena(
 SHARES_SCRATCH_ACROSS_THREADS = SharesScratchAcrossThreads(
     "shares-scratch-across-threads", Breaks(("differential/threads",), DIFFERENTIAL, PROTOCOL_CPU)
 )
-STREAMS_THREADS = "conformance/test_streams_threads.py"
+STREAMS_THREADS = "conformance/streams_threads/test_streams_threads.py"
 #: The same two slips, found by the streams & threads chapter's thread cases (item: races found reliably).
 SHARES_SCRATCH_ACROSS_THREADS_STREAMS = SharesScratchAcrossThreads(
     "shares-scratch-across-threads",

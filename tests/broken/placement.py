@@ -136,7 +136,7 @@ class StagesThroughTheHost(Forwarding):
         return result
 
 
-PLACEMENT = "conformance/test_device_placement.py"
+PLACEMENT = "conformance/device_placement/test_device_placement.py"
 PROOF = "tests/conformance/test_placement_broken_backends.py"
 
 DROPS_UNKNOWN_METHODS = DropsUnknownMethods(
@@ -152,7 +152,7 @@ COPIES_THROUGH_PAGEABLE_MEMORY = CopiesThroughPageableMemory(
     "copies-through-pageable-memory",
     Breaks(
         ("copies/pinned-host-memory",),
-        "conformance/test_runtime_options.py",
+        "conformance/runtime_options/test_runtime_options.py",
         ("-k", "skip_copy_matrix and float32 and llm-unset"),
         cuda=True,
         strict_should=True,
@@ -193,7 +193,7 @@ COUNTS_ARGUMENT_BYTES_SKIP_COPY = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
         ("skip-copy/cpu-target",),
-        "conformance/test_runtime_options.py",
+        "conformance/runtime_options/test_runtime_options.py",
         ("-k", "skip_copy_matrix_cpu_target and float32-llm-both]"),
     ),
 )
@@ -201,7 +201,7 @@ COUNTS_ARGUMENT_BYTES_PIPELINE = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
         ("multi-method/cpu-target",),
-        "conformance/test_multi_method.py",
+        "conformance/multi_method/test_multi_method.py",
         ("-k", "pipeline_tokens_match_eager and llm-cpu-float32"),
     ),
 )
@@ -210,7 +210,7 @@ COUNTS_ARGUMENT_BYTES_CUDA_KEPT = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
         ("skip-copy/d2h-bytes",),
-        "conformance/test_runtime_options.py",
+        "conformance/runtime_options/test_runtime_options.py",
         ("-k", "skip_copy_matrix and not cpu_target and float32-llm-both]"),
         cuda=True,
     ),

@@ -1,7 +1,8 @@
 """Broken backends whose slips no list of bad inputs names: each differs from the reference only in
 something a caller can pass or observe that the contract fixes. The differential chapter must find each
 because it derives its calls from the protocol's signatures and compares everything a caller sees
-(``conformance/contract_surface.py``, ``conformance/observed.py``), not because a rule was written for it.
+(``conformance/common/contract_surface.py``, ``conformance/common/observed.py``), not because a rule was
+written for it.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ through the lowering chapter with its one case selected. The next two keep the r
 in how they write a view call instead: a *must* (``every-view-twin``, ``slicing-heavy``).
 
 The last five keep the reference's verdicts too, and slip where only the generated graphs of the
-differential chapter (``conformance/differential_view_pass.py``) look: indices and ends from the back
-clamped to the front (*must*), a report that contradicts itself or lists copies as views (*should*), a
+differential chapter (``conformance/differential/differential_view_pass.py``) look: indices and ends from the
+back clamped to the front (*must*), a report that contradicts itself or lists copies as views (*should*), a
 graph edited without ``recompile()`` and ``meta["val"]`` refreshed on the rewritten nodes only (*must*).
 """
 
@@ -33,7 +33,7 @@ from tests.broken.basic import (
 from tests.broken.chapter import LOWERING, Forwarding
 from tests.rule_coverage import Breaks
 
-DIFFERENTIAL = "conformance/test_differential.py"
+DIFFERENTIAL = "conformance/differential/test_differential.py"
 
 aten = torch.ops.aten
 

@@ -143,8 +143,8 @@ class PartProbe:
         out.write_text("")
 
     def _backend(self) -> MinimalBackend:
+        from conformance.common.contract_monitor import unwrapped
         from conformance.conftest import BACKEND_KEY
-        from conformance.contract_monitor import unwrapped
 
         backend = unwrapped(self.config.stash[BACKEND_KEY])
         if not isinstance(backend, MinimalBackend):
@@ -174,7 +174,7 @@ class PartProbe:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool:
-        from conformance import programs
+        from conformance.common import programs
 
         self._write_session()
         probe = self._backend().probe

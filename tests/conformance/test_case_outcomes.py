@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from conformance import known_failures, rules
-from conformance.known_failures import KnownFailuresError, glob_match, load_file, parse_entries
+from conformance.common import rules
+from conformance.suite import known_failures
+from conformance.suite.known_failures import KnownFailuresError, glob_match, load_file, parse_entries
 from harness.results import SCHEMA_VERSION, ResultFileError, parse_results
 
 pytest_plugins = ["pytester"]
@@ -38,7 +39,7 @@ BACKEND = Toy()
 
 TOY_CHAPTER = """
 import pytest
-from conformance.checks import coverage_gap, fail
+from conformance.common.checks import coverage_gap, fail
 
 @pytest.mark.rules("toy/values")
 def test_must():
@@ -280,7 +281,7 @@ def test_a_broken_known_failures_file_is_a_usage_error(toy: pytest.Pytester) -> 
 CRASH_CHAPTER = """
 import ctypes
 import pytest
-from conformance.checks import fail
+from conformance.common.checks import fail
 
 @pytest.mark.parametrize("where", ["null"])
 def test_dies(where):
@@ -437,10 +438,11 @@ def test_without_xdist_a_declared_crash_ends_the_run_and_says_so(crashing: pytes
 
 def test_globs_treat_brackets_literally() -> None:
     assert glob_match(
-        "conformance/test_mm_out.py::test_x[float16-*]", "conformance/test_mm_out.py::test_x[float16-1x2]"
+        "conformance/mm_out/test_mm_out.py::test_x[float16-*]",
+        "conformance/mm_out/test_mm_out.py::test_x[float16-1x2]",
     )
     assert not glob_match(
-        "conformance/test_mm_out.py::test_x[float16-*]", "conformance/test_mm_out.py::test_x[f]"
+        "conformance/mm_out/test_mm_out.py::test_x[float16-*]", "conformance/mm_out/test_mm_out.py::test_x[f]"
     )
     assert glob_match("*::test_?", "a/b.py::test_1")
     assert not glob_match("test_x", "test_xy")  # whole id, not a prefix
@@ -534,7 +536,7 @@ def test_rules_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_version_1_result_files_stay_readable() -> None:
     case = {
-        "id": "conformance/test_mm_out.py::t", "chapter": "mm_out", "params": {}, "outcome": "failed",
+        "id": "conformance/mm_out/test_mm_out.py::t", "chapter": "mm_out", "params": {}, "outcome": "failed",
         "message": "m", "repro": "r", "duration_s": 0.1, "worker": None,
     }  # fmt: skip
     run = {

@@ -14,9 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = (
-    "conformance/test_program_format.py",
-    "conformance/test_multi_method.py",
-    "conformance/test_bad_inputs.py",
+    "conformance/program_format/test_program_format.py",
+    "conformance/multi_method/test_multi_method.py",
+    "conformance/bad_inputs/test_bad_inputs.py",
 )
 
 

@@ -1,5 +1,5 @@
-"""The nox matrix offers exactly the cells that select cases: what ``conformance/cells.py`` reads from the
-source agrees with what pytest collects for each ``--dtype`` cell."""
+"""The nox matrix offers exactly the cells that select cases: what ``conformance/suite/cells.py`` reads from
+the source agrees with what pytest collects for each ``--dtype`` cell."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cells import DTYPE_CELLS, INDEPENDENT, matrix_cells
+from conformance.suite.cells import DTYPE_CELLS, INDEPENDENT, matrix_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conformance.test_suite_catches_broken_backends import run_chapter
 from tests.different_backends import DIFFERENT
 
-CHAPTER = "conformance/test_differential.py"
+CHAPTER = "conformance/differential/test_differential.py"
 SELECT = ("-k", "(every_argument or protocol_calls or execute_calls or option_calls) and not cuda")
 
 

@@ -1,6 +1,7 @@
-"""The call journal and the crash search's parts (``conformance/crash_journal.py``, ``crash_replay.py``),
-without a crash: what a journal holds at each step, what a watched backend notes, how the search shrinks,
-which rule a crashing call names, the repro script's source and ``crash = true`` entries with a rule."""
+"""The call journal and the crash search's parts (``conformance/common/crash_journal.py``,
+``crash_replay.py``), without a crash: what a journal holds at each step, what a watched backend notes, how
+the search shrinks, which rule a crashing call names, the repro script's source and ``crash = true`` entries
+with a rule."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from conformance import crash_journal, crash_replay
-from conformance.crash_journal import Calling, CallJournal, Watched, journaled, read
-from conformance.known_failures import first_match, parse_entries
-from conformance.protocol_plans import InputsPlan, LowerPlan, OutputsPlan
+from conformance.common import crash_journal
+from conformance.common.crash_journal import Calling, CallJournal, Watched, journaled, read
+from conformance.common.protocol_plans import InputsPlan, LowerPlan, OutputsPlan
+from conformance.suite import crash_replay
+from conformance.suite.known_failures import first_match, parse_entries
 
-CASE = "conformance/test_differential.py::test_x[cpu]"
+CASE = "conformance/differential/test_differential.py::test_x[cpu]"
 
 
 class Steps:

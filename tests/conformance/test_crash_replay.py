@@ -20,15 +20,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKEND = "tests.broken.crash:SEGFAULTS_ON_EMPTY_INPUT"
-CRASHING = "conformance/test_differential.py::test_execute_calls_agree_with_the_oracle[cpu]"
-NEIGHBOUR = "conformance/test_differential.py::test_option_calls_agree_with_the_oracle"
+CRASHING = "conformance/differential/test_differential.py::test_execute_calls_agree_with_the_oracle[cpu]"
+NEIGHBOUR = "conformance/differential/test_differential.py::test_option_calls_agree_with_the_oracle"
 RULE = "differential/missing-error"
 
 
 def run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
     out = tmp_path / "results"
     command = [
-        sys.executable, "-m", "pytest", "conformance/test_differential.py",
+        sys.executable, "-m", "pytest", "conformance/differential/test_differential.py",
         "-k", "(execute_calls and cpu) or option_calls", f"--backend={BACKEND}", "-n", "1",
         "-p", "harness.pytest_plugin", f"--results-json={out / 'r.json'}", f"--junitxml={out / 'j.xml'}",
         "-p", "no:cacheprovider", "--no-preflight", *extra,
@@ -107,16 +107,20 @@ def test_a_generated_mm_out_that_crashes_is_recorded_with_its_call(tmp_path: Pat
     """The steps of the mm_out case are functions of (backend, oracle): the same search finds them."""
     out = tmp_path / "results"
     command = [
-        sys.executable, "-m", "pytest", "conformance/test_differential.py", "-k", "mm_out and cpu",
+        sys.executable, "-m", "pytest", "conformance/differential/test_differential.py",
+        "-k", "mm_out and cpu",
         "--backend=tests.broken.crash:SEGFAULTS_ON_EMPTY_MATMUL", "-n", "1", "-p", "harness.pytest_plugin",
         f"--results-json={out / 'r.json'}", "-p", "no:cacheprovider", "--no-preflight",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     cases = {c["id"]: c for c in json.loads((out / "r.json").read_text(encoding="utf-8"))["cases"]}
-    crashed = cases["conformance/test_differential.py::test_mm_out_agrees_with_the_oracle[cpu]"]
+    crashed = cases["conformance/differential/test_differential.py::test_mm_out_agrees_with_the_oracle[cpu]"]
     assert (crashed["outcome"], crashed["rule"]) == ("crashed", RULE), done.stdout + done.stderr
     assert "in mm_out(float32[0, 0]@cpu" in crashed["message"]
-    assert "conformance.test_differential:mm_out_call(device='cpu', plan=MmOutPlan(" in crashed["message"]
+    assert (
+        "conformance.differential.test_differential:mm_out_call(device='cpu', plan=MmOutPlan("
+        in crashed["message"]
+    )
     replayed = subprocess.run(shlex.split(crashed["repro"]), cwd=ROOT, capture_output=True, timeout=300)
     assert replayed.returncode == -signal.SIGSEGV

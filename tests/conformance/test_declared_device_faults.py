@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import known_failures
-from conformance.known_failures import KnownFailuresError, parse_entries
+from conformance.suite import known_failures
+from conformance.suite.known_failures import KnownFailuresError, parse_entries
 from tests.conformance.test_case_outcomes import by_name, junit_cases, properties, run_toy, toy  # noqa: F401
 from tests.harness.test_run_end import POISON, PROBE  # a toy probe stands in for CUDA's
 

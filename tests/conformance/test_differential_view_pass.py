@@ -22,16 +22,16 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
-import conformance.graph_strategies as gs
-import conformance.test_differential as chapter
-from conformance import differential_view_pass as checks
-from conformance import generation
-from conformance.checks import CheckFailure
-from conformance.edge_form import view_twin
-from conformance.graph_specs import DTYPES, LAYOUTS, InputSpec, V, make_input, resolve
-from conformance.rules import rule_of
-from conformance.test_differential import VIEW_PASS_EXAMPLES
-from conformance.view_pass_checks import meta_mismatches, observe
+import conformance.differential.graph_strategies as gs
+import conformance.differential.test_differential as chapter
+from conformance.common import generation
+from conformance.common.checks import CheckFailure
+from conformance.common.edge_form import view_twin
+from conformance.common.rules import rule_of
+from conformance.common.view_pass_checks import meta_mismatches, observe
+from conformance.differential import differential_view_pass as checks
+from conformance.differential.graph_specs import DTYPES, LAYOUTS, InputSpec, V, make_input, resolve
+from conformance.differential.test_differential import VIEW_PASS_EXAMPLES
 from reference_impl import BACKEND as REFERENCE
 from reference_impl.lowering import COPY_TO_VIEW
 from tests.broken.basic import (

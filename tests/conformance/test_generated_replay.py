@@ -11,7 +11,7 @@ import pytest
 
 from tests.conformance.test_suite_catches_broken_backends import run_chapter
 
-CHAPTER = "conformance/test_differential.py"
+CHAPTER = "conformance/differential/test_differential.py"
 BROKEN = "tests.broken.surface:OPTIONS_PER_THREAD"
 
 

@@ -152,7 +152,7 @@ class Block:
             raise ModuleNotFoundError(name)
 sys.meta_path.insert(0, Block())
 from conformance.models import ZOO, HF_MODELS, HF_UNAVAILABLE, get_model
-from conformance.pipelines import PIPELINE_MODELS, pipeline_params
+from conformance.common.pipelines import PIPELINE_MODELS, pipeline_params
 assert not set(HF_MODELS) & set(ZOO), list(ZOO)
 assert set(PIPELINE_MODELS) == {"asr", "llm"}, list(PIPELINE_MODELS)
 assert "transformers" in HF_UNAVAILABLE and "[hf]" in HF_UNAVAILABLE

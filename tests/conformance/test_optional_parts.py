@@ -30,12 +30,13 @@ from typing import Any
 
 import pytest
 
+from conformance.catalogue.chapters import CHAPTERS as CHAPTER_FILES
 from tests.chapter_runner import ChapterRun
 from tests.minimal_backends import ATTRIBUTE_DIMENSION, DIMENSIONS, MinimalBackend, describe, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Every chapter, in two children run side by side (about equal cost each); a new chapter joins the second.
-CHAPTERS = sorted(p.stem.removeprefix("test_") for p in (ROOT / "conformance").glob("test_*.py"))
+CHAPTERS = sorted(CHAPTER_FILES)
 FIRST_GROUP = ("bad_inputs", "program_format", "streams_threads", "multi_method", "differential")
 GROUPS = {
     "runtime-chapters": [c for c in CHAPTERS if c in FIRST_GROUP],
@@ -44,7 +45,8 @@ GROUPS = {
 #: The generated cases (Hypothesis) draw a tenth of their CI budget of examples: every run of a case draws
 #: the same ones (derandomised), and which parts a case uses does not depend on how many.
 GENERATED_EXAMPLES = "--generated-examples=0.1"
-#: What a skip because of the backend's parts says (conformance/parts.py, programs.require_lowering_device).
+#: What a skip because of the backend's parts says (conformance/common/parts.py,
+#: programs.require_lowering_device).
 PART_REASON = re.compile(r"does not implement protocol part '(\w+)'|lowers only for")
 FAILING = ("failed", "error", "crashed")
 
@@ -87,7 +89,7 @@ def uncovered(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 def test_every_combination_of_optional_parts_runs_every_chapter_without_a_failure(
     tmp_path: Path, group: str
 ) -> None:
-    code, records, output = probe(tmp_path, "full", *(f"conformance/test_{c}.py" for c in GROUPS[group]))
+    code, records, output = probe(tmp_path, "full", *(f"conformance/{c}/test_{c}.py" for c in GROUPS[group]))
     assert code in (0, 5), output  # 5: every case deselected or run by the probe (it reports nothing)
     cases = [r for r in records if r["case"] != "<session>"]
     assert cases, output
@@ -117,7 +119,9 @@ def test_every_combination_of_optional_parts_runs_every_chapter_without_a_failur
 #: What a session's start looks up (configure: known_failures; sessionstart: preflight): the three other
 #: settings than the chapter runs' own, each in a child of its own with one cheap case.
 SESSION_SETTINGS = ["preflight=absent", "known_failures=empty", "preflight=absent,known_failures=empty"]
-ONE_CASE = "conformance/test_lowering.py::test_view_pass_verdicts[call-method-user/reads]"  # no compile
+ONE_CASE = (
+    "conformance/lowering/test_lowering.py::test_view_pass_verdicts[call-method-user/reads]"  # no compile
+)
 
 
 @pytest.mark.parametrize("spec", SESSION_SETTINGS)
@@ -136,7 +140,7 @@ def test_every_combination_starts_a_session(tmp_path: Path, spec: str) -> None:
 def test_the_probe_sees_what_the_suite_can_see() -> None:
     """Every protocol attribute is one the minimal backend records; a missing one raises the
     AttributeError of a missing attribute (name and object set), which the suite turns into a skip."""
-    from conformance.parts import PART_OF_ATTRIBUTE, missing_part_reason
+    from conformance.common.parts import PART_OF_ATTRIBUTE, missing_part_reason
 
     assert set(PART_OF_ATTRIBUTE) <= set(ATTRIBUTE_DIMENSION) | {"lowering_devices"}  # per target: below
     backend = MinimalBackend(parse("runtime_options=absent,lowers_cuda=no"))

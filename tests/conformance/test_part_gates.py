@@ -1,5 +1,5 @@
 """The protocol's typed parts and the gate fixtures made from them (``conformance/protocol.py``,
-``conformance/parts.py``).
+``conformance/common/parts.py``).
 
 The typed protocols must say what ``PARTS`` says (a chapter annotated with a protocol calls exactly what its
 gate checked), the reference backend must fit them call by call, and a gate made by ``part_fixture`` must
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typing_extensions import get_protocol_members
 
-from conformance.parts import part_fixture
+from conformance.common.parts import part_fixture
 from conformance.protocol import LOWER_OPTION_PARTS, PART_PROTOCOLS, PARTS, Backend, implements
 from harness.backend_loader import DEFAULT_BACKEND, load_backend
 
@@ -78,7 +78,7 @@ GATED = textwrap.dedent(
 
     import pytest
 
-    from conformance.parts import part_fixture
+    from conformance.common.parts import part_fixture
 
     EVENTS = []
 

@@ -10,8 +10,8 @@ import torch
 
 from tests.conformance.test_suite_catches_broken_backends import run_chapter
 
-CHAPTER = "conformance/test_device_placement.py"
-RUNTIME_OPTIONS = "conformance/test_runtime_options.py"
+CHAPTER = "conformance/device_placement/test_device_placement.py"
+RUNTIME_OPTIONS = "conformance/runtime_options/test_runtime_options.py"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for this chapter")
 
 

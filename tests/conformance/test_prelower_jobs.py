@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from conformance import prelower
 from conformance.models import get_model
 from conformance.protocol import caches_methods
+from conformance.suite import prelower
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,7 +174,7 @@ def test_the_reference_lowers_nothing_again_for_methods_lowered_apart_in_other_p
     monkeypatch.setenv("CONFORMANCE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     job = (
-        "from conformance.prelower import _lower_one; "
+        "from conformance.suite.prelower import _lower_one; "
         "print(_lower_one('reference_impl:BACKEND', 'asr', 'float32', 'cpu', {!r}))"
     )
     children = [
@@ -186,7 +186,7 @@ def test_the_reference_lowers_nothing_again_for_methods_lowered_apart_in_other_p
         assert child.returncode == 0, out
         assert out.rstrip().endswith("'')"), out  # no error
 
-    from conformance import programs
+    from conformance.common import programs
     from harness.backend_loader import load_backend
     from reference_impl.lowering import preprocess
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import prelower
+from conformance.suite import prelower
 
 TASKS = [("add", "float32", "cpu")]
 

@@ -1,5 +1,5 @@
-"""The differential chapter's state machine runs in shards (``conformance.protocol_machine.as_shard``): each
-shard must draw examples of its own, the same ones on every run, and shard 0 those of the unsharded
+"""The differential chapter's state machine runs in shards (``conformance.common.protocol_machine.as_shard``):
+each shard must draw examples of its own, the same ones on every run, and shard 0 those of the unsharded
 machine. Checked with Hypothesis itself on a machine that records what it drew, since the shards rest on
 how Hypothesis seeds a run (from the machine's name, or from the run's seed)."""
 
@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from conformance.protocol_machine import as_shard
+from conformance.common.protocol_machine import as_shard
 
 DERANDOMIZED = settings(derandomize=True, database=None, max_examples=8, stateful_step_count=4, deadline=None)
 SEEDED = settings(DERANDOMIZED, derandomize=False)

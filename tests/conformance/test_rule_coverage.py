@@ -3,8 +3,8 @@ and a broken backend that a chapter fails on it or an exemption with its reason;
 declares is a rule of the table, and the table says which chapters check it; no exemption is stale.
 
 The cases are those pytest collects, each with the rules it declares (``@pytest.mark.rules``, read by
-``conformance/declared_rules.py``). The declarations are held both ways: a failure under a rule its case
-does not declare is a suite error at run time (proven here on a toy chapter), and every rule id a chapter
+``conformance/common/declared_rules.py``). The declarations are held both ways: a failure under a rule its
+case does not declare is a suite error at run time (proven here on a toy chapter), and every rule id a chapter
 looks up is declared by one of its cases."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance import declared_rules
-from conformance import rule_coverage as rc
 from conformance.catalogue import CATALOGUE, RULE_TABLE, RULES_BY_ID
+from conformance.common import declared_rules
+from conformance.suite import rule_coverage as rc
 from harness.results import parse_results
 from tests.rule_coverage import BrokenBackend, broken_backends
 
@@ -33,7 +33,7 @@ pytest_plugins = ["pytester"]
 #: The chapters' cases and their declared rules, as JSON (what ``cases`` reads).
 COLLECT = (
     "import json\n"
-    "from conformance import rule_coverage as rc\n"
+    "from conformance.suite import rule_coverage as rc\n"
     "print(json.dumps([[c.id, c.chapter, sorted(c.rules)] for c in rc.collected_cases()]))\n"
 )
 
@@ -166,8 +166,8 @@ def test_declared_breaks_name_rules_the_chapter_checks(
 
 
 def test_every_chapter_with_a_backend_has_a_broken_backend(backends: list[BrokenBackend]) -> None:
-    chapters = {b.breaks.chapter.removeprefix("conformance/").removesuffix(".py") for b in backends}
-    wanted = {stem for stem in rc.CHAPTERS if stem != "test_traffic_meter"}  # the meter: no backend
+    chapters = {b.breaks.chapter for b in backends}
+    wanted = {f"conformance/{c}/test_{c}.py" for c in rc.CHAPTERS if c != "traffic_meter"}  # the meter: none
     assert wanted <= chapters, sorted(wanted - chapters)
 
 
@@ -197,7 +197,7 @@ def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
     passes (``SKIP_COPY``, ``PLACEMENT``); a lookup (``level_of``) is not read as every rule."""
     by_id = {case.id: case for case in cases}
     bad = by_id[
-        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
+        "conformance/mm_out/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
     ]
     assert "mm_out/dtype-mismatch-mat2" in bad.rules
     assert "mm_out/none-out" not in bad.rules
@@ -206,7 +206,7 @@ def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
     assert all("skip-copy/output-device" in c.rules for c in matrix)
     assert not any("placement/output-device" in c.rules for c in matrix)
     destroyed = by_id[
-        "conformance/test_bad_inputs.py::test_destroyed_handle_is_rejected[destroy-cpu-program]"
+        "conformance/bad_inputs/test_bad_inputs.py::test_destroyed_handle_is_rejected[destroy-cpu-program]"
     ]
     assert "bad-inputs/destroy-twice" in destroyed.rules
     assert "bad-inputs/execute-after-destroy" not in destroyed.rules
@@ -226,13 +226,13 @@ def test_the_command_prints_the_table_and_json() -> None:
     assert any(row["rule"] == "options/nul-character" and row["broken_backends"] for row in data)
     by_rule = {row["rule"]: row for row in data}
     assert (
-        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[none-out]"
+        "conformance/mm_out/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[none-out]"
         in (by_rule["mm_out/none-out"]["cases"])
     )
     proc = in_a_process("-m", "tests.rule_coverage")
     assert proc.returncode == 0, proc.stderr
     assert "options/nul-character" in proc.stdout
-    proc = in_a_process("-m", "conformance.rule_coverage", "--json")
+    proc = in_a_process("-m", "conformance.suite.rule_coverage", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "no broken backends given" in proc.stderr
     assert not any(row["broken_backends"] for row in json.loads(proc.stdout))
@@ -312,7 +312,7 @@ BACKEND = Toy()
 
 UNDECLARED_CHAPTER = """
 import pytest
-from conformance.checks import coverage_gap, fail
+from conformance.common.checks import coverage_gap, fail
 
 @pytest.mark.rules("toy/values")
 def test_declared():
@@ -373,7 +373,9 @@ def test_a_failure_under_an_undeclared_rule_is_a_suite_error(
         "[suite/undeclared-rule] conformance/test_toy.py::test_undeclared: failed under toy/other, which "
         "the case does not declare (it declares: toy/values)"
     ), undeclared
-    assert "the failure: conformance.checks.CheckFailure: [toy/other] toy(): a check naming" in undeclared
+    assert (
+        "the failure: conformance.common.checks.CheckFailure: [toy/other] toy(): a check naming" in undeclared
+    )
     assert run.summary()["suite_checks"] == {"error": 4}
     assert run.summary()["outcomes"]["failed"] == 3
     junit = {tc.get("name"): tc for tc in ET.fromstring((out / "j.xml").read_text()).iter("testcase")}

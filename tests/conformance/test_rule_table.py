@@ -1,7 +1,7 @@
 """The rule table (``conformance/catalogue/rule_table.py``) is the one owner of rule ids and levels: a chapter
 names a rule through it and an id it lacks stops the chapter on import, naming the id and the file; levels
-come from it; ``python -m conformance.rules`` lists it. That every rule a case checks is a row of it, with
-the right chapters: ``tests/conformance/test_rule_coverage.py``."""
+come from it; ``python -m conformance.common.rules`` lists it. That every rule a case checks is a row of it,
+with the right chapters: ``tests/conformance/test_rule_coverage.py``."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance import rules
 from conformance.catalogue import ID, RULE_TABLE, RULES_BY_ID, Level, Rule, rule_index
+from conformance.catalogue.chapters import chapter_module
 from conformance.catalogue.rule import chapter, must, should
-from conformance.rules import UnknownRule, family_ids, level_of, rule_id
+from conformance.common import rules
+from conformance.common.rules import UnknownRule, family_ids, level_of, rule_id
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,7 @@ def test_a_chapter_naming_an_unknown_id_fails_on_import(
     chapter.write_text(
         textwrap.dedent(
             """
-            from conformance.rules import rule_id
+            from conformance.common.rules import rule_id
 
             VALUES = rule_id("mm_out/values")
             TYPO = rule_id("mm_out/exact-one")
@@ -66,8 +67,8 @@ def test_a_family_gives_the_ids_of_its_values_and_refuses_others() -> None:
 
 def test_every_chapter_imports_with_its_rules() -> None:
     """Every chapter and helper that names rules imports: each id it names is in the table."""
-    for stem in rules.CHAPTERS:
-        importlib.import_module(f"conformance.{stem}")
+    for name in rules.CHAPTERS:
+        importlib.import_module(chapter_module(name))
 
 
 def test_levels_come_from_the_table() -> None:
@@ -112,6 +113,6 @@ def test_the_listing_is_the_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_rules_need_no_torch() -> None:
-    code = "import sys, conformance.rules as m; m.main(['--ids']); assert 'torch' not in sys.modules"
+    code = "import sys, conformance.common.rules as m; m.main(['--ids']); assert 'torch' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.rules import Level, level_of
-from conformance.view_pass_cases import CASES
+from conformance.common.rules import Level, level_of
+from conformance.lowering.view_pass_cases import CASES
 from harness.results import RunResult, load_results
 from tests.chapter_runner import ChapterRun
 
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for this chapter")
 
 
-MM_OUT = "conformance/test_mm_out.py"
-LOWERING = "conformance/test_lowering.py"
+MM_OUT = "conformance/mm_out/test_mm_out.py"
+LOWERING = "conformance/lowering/test_lowering.py"
 
 
 Verdict = tuple[int, RunResult, str]
@@ -80,7 +80,7 @@ def test_backend_accepting_cpu_tensors_fails_the_cuda_device_rule(tmp_path: Path
     code, run, output = run_chapter(tmp_path, "tests.broken.basic:ACCEPTS_CPU_TENSORS")
     assert code == 1, output
     failed = failures(run)
-    assert list(failed) == ["conformance/test_mm_out.py::test_cpu_tensors_are_rejected"], failed
+    assert list(failed) == ["conformance/mm_out/test_mm_out.py::test_cpu_tensors_are_rejected"], failed
     message = next(iter(failed.values()))
     assert "[mm_out/cuda-device]" in message
     assert "the call succeeded" in message
@@ -106,7 +106,7 @@ def test_backend_accepting_dtype_mismatch_fails_the_dtype_rules(tmp_path: Path) 
     assert code == 1, output
     failed = failures(run)
     assert set(failed) == {
-        "conformance/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
+        "conformance/mm_out/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[dtype-mismatch-mat2]"
     }, failed
     message = next(iter(failed.values()))
     assert "[mm_out/dtype-mismatch-mat2]" in message
@@ -209,7 +209,7 @@ def test_broken_toolchain_stops_the_run_before_any_case(tmp_path: Path) -> None:
         "CONFORMANCE_CACHE_DIR": str(tmp_path / "cache"),  # a cached artifact would hide the compiler
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance/test_mm_out.py", "-p", "harness.pytest_plugin",
+        [sys.executable, "-m", "pytest", "conformance/mm_out/test_mm_out.py", "-p", "harness.pytest_plugin",
          f"--results-json={results}", "-q", "-p", "no:cacheprovider"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip

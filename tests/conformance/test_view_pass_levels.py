@@ -1,9 +1,9 @@
 """The view-pass checks give every finding its level: a red (*must*) means a wrong result, never a policy.
 
-Each backend below runs through the chapter's own checks (``conformance/test_lowering.py``), in process,
-and every check's outcome is classified the way the result file does: *must* (a failed rule whose id
-``conformance/rules.py`` calls must), *should*, coverage, or passed. Per fixed rule, a correct pass whose
-verdicts differ from the reference's passes, and a wrong one fails with the rule's id.
+Each backend below runs through the chapter's own checks (``conformance/lowering/test_lowering.py``), in
+process, and every check's outcome is classified the way the result file does: *must* (a failed rule whose id
+``conformance/common/rules.py`` calls must), *should*, coverage, or passed. Per fixed rule, a correct pass
+whose verdicts differ from the reference's passes, and a wrong one fails with the rule's id.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-import conformance.test_lowering as chapter
-from conformance.checks import CheckFailure, CoverageGap
-from conformance.rules import level_of
-from conformance.view_pass_cases import CASES, CASES_BY_ID
+import conformance.lowering.test_lowering as chapter
+from conformance.common.checks import CheckFailure, CoverageGap
+from conformance.common.rules import level_of
+from conformance.lowering.view_pass_cases import CASES, CASES_BY_ID
 from reference_impl import BACKEND as REFERENCE
 from tests.broken.basic import (
     IGNORES_SOURCE_MUTATION,

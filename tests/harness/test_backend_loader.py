@@ -121,7 +121,7 @@ def test_repro_lines_carry_the_backend_path_and_run_as_printed(tmp_path: Path) -
     directory = outside_package(tmp_path / "src", name)
     select = ("-k", "test_view_pass_verdicts and every-view-twin/slice_copy", f"--backend-path={directory}")
     code, run, output = start_chapter(
-        tmp_path, f"{name}:BACKEND", *select, chapter="conformance/test_lowering.py"
+        tmp_path, f"{name}:BACKEND", *select, chapter="conformance/lowering/test_lowering.py"
     )()
     assert code == 0, output
     assert run.metadata["backend"]["path"] == [str(directory)]

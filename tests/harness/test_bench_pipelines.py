@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from conformance import pcie_checks
 from conformance.benchmarks import BENCH_STEPS, BenchPipeline, pipeline_records
 from conformance.benchmarks import bench_pipelines as bench_pipelines_of
 from conformance.benchmarks import lowering as bench_lowering
 from conformance.benchmarks import models as bench_models
 from conformance.benchmarks import pipelines as bench_pipelines
+from conformance.common import pcie_checks
 from harness.timing import summarize
 from tests.harness.bench_support import _latency, _traffic, round_trips
 
@@ -145,8 +145,8 @@ def test_pipeline_modes_name_the_right_methods() -> None:
 
 
 def test_models_suite_covers_every_pipeline_model_or_says_why_not() -> None:
+    from conformance.common.pipelines import PIPELINE_MODELS
     from conformance.models import HF_MODELS, HF_UNAVAILABLE
-    from conformance.pipelines import PIPELINE_MODELS
 
     specs = {s.model: s for s in bench_models.bench_pipelines()}
     assert set(specs) == set(PIPELINE_MODELS)

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from conformance import pcie_checks
 from conformance.benchmarks import exact_metric, pipeline_records, ratio_metric
 from conformance.benchmarks import lowering as bench_lowering
 from conformance.benchmarks import pipelines as bench_pipelines
 from conformance.benchmarks import view_pass as bench_view_pass
+from conformance.common import pcie_checks
 from harness.bench import SUITE_MODULES, Suite, main, resolve_suite
 from harness.records import BenchRecord
 from harness.results import load_results
@@ -93,7 +93,7 @@ def test_a_cpu_run_that_measures_nothing_fails_unless_allowed(tmp_path: Path, ca
 def test_a_suite_that_meets_a_missing_protocol_part_is_skipped_with_the_reason(tmp_path: Path) -> None:
     """The suites use the chapters' helpers (programs.option ...): where one finds a protocol part missing
     (the runtime option, on a current backend) the suite is skipped with that reason, not an error."""
-    from conformance.programs import option
+    from conformance.common.programs import option
     from harness.bench import BenchContext, BenchRun, run_suite
     from harness.results import ResultJournal, new_run
     from harness.timing import QUICK_POLICY
@@ -282,7 +282,7 @@ class _CountingPass:
     name, version = "counting", "0"
 
     def view_copy_pass(self, graph_module: Any) -> _Outcome:
-        from conformance.edge_form import view_twin
+        from conformance.common.edge_form import view_twin
 
         copies = [n.name for n in graph_module.graph.nodes if view_twin(n.target) is not None]
         return _Outcome(graph_module, copies[:3], {name: "kept" for name in copies[3:]})

@@ -87,7 +87,7 @@ def test_the_backends_caches_mark_an_entry_used_when_they_hand_it_out(tmp_path: 
 def test_the_stamps_and_verdicts_a_run_reads_are_marked_used_too(tmp_path: Path) -> None:
     """What a warm run reads beside the entries (the pre-lowering's stamp, a vector-ISA verdict) is not
     pruned as unused: pruned, the next run would lower every program again or probe the ISA again."""
-    from conformance.prelower import found
+    from conformance.suite.prelower import found
     from reference_impl.lowering import vec_isa
 
     stamp, verdict = tmp_path / "prelower" / "x.done", tmp_path / "records" / "vec-isa-x.json"

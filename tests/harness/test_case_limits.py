@@ -25,7 +25,7 @@ from harness.watchdog import Running, Verdict, WatchdogFiles
 from reports.matrix import build_matrices
 from reports.summary import render_summary
 
-CASE = "conformance/test_mm_out.py::test_values[bfloat16-4096x4096x4096]"
+CASE = "conformance/mm_out/test_mm_out.py::test_values[bfloat16-4096x4096x4096]"
 
 
 def test_a_case_takes_its_own_marker_then_its_id_then_the_largest_marker_rule_then_its_chapter() -> None:
@@ -42,7 +42,7 @@ def test_a_case_takes_its_own_marker_then_its_id_then_the_largest_marker_rule_th
 
 
 def test_without_rules_a_case_has_the_default_limit_and_brackets_in_a_glob_are_literal() -> None:
-    limits = parse_rules([], ["case:conformance/test_mm_out.py::test_values[bfloat16-*]=9"])
+    limits = parse_rules([], ["case:conformance/mm_out/test_mm_out.py::test_values[bfloat16-*]=9"])
     assert limits.limit("mm_out", [], case=CASE)[0] == 9.0
     assert limits.limit("mm_out", [], case=CASE.replace("bfloat16", "float16"))[0] == DEFAULT_S
 

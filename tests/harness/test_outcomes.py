@@ -134,7 +134,7 @@ def test_what_rides_on_a_report_is_a_plain_string() -> None:
 # Product code names outcomes by Outcome; pytest's own TestReport.outcome ("passed", "failed", "skipped")
 # is pytest's vocabulary and stays literal (``report.outcome = "skipped"``).
 _PRODUCT = [*sorted((ROOT / "harness").rglob("*.py")), *sorted((ROOT / "reports").rglob("*.py"))]
-_PRODUCT += [ROOT / "conformance" / "outcomes.py", ROOT / "conformance" / "conftest.py"]
+_PRODUCT += [ROOT / "conformance" / "suite" / "outcomes.py", ROOT / "conformance" / "conftest.py"]
 
 
 def _literal_outcomes(node: ast.AST) -> list[str]:

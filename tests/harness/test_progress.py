@@ -123,7 +123,7 @@ import time
 
 import pytest
 
-from conformance.checks import fail
+from conformance.common.checks import fail
 
 
 def test_slow(backend):

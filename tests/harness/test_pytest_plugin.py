@@ -279,8 +279,8 @@ def test_without_option_nothing_is_written(inner: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("nodeid", "chapter"),
     [
-        ("conformance/test_mm_out.py::test_x[a-b]", "mm_out"),
-        ("conformance/test_streams_threads.py::TestX::test_y", "streams_threads"),
+        ("conformance/mm_out/test_mm_out.py::test_x[a-b]", "mm_out"),
+        ("conformance/streams_threads/test_streams_threads.py::TestX::test_y", "streams_threads"),
         ("tests/helpers.py::test_z", "helpers"),
         ("test_lowering.py", "lowering"),
     ],

@@ -25,7 +25,7 @@ from harness.results import (
 
 
 def make_case(
-    id: str = "conformance/test_mm_out.py::test_a[float16]", outcome: str = "passed", **kw: Any
+    id: str = "conformance/mm_out/test_mm_out.py::test_a[float16]", outcome: str = "passed", **kw: Any
 ) -> CaseResult:
     fields: dict[str, Any] = {
         "chapter": "mm_out",
@@ -43,7 +43,9 @@ def make_run(**kw: Any) -> RunResult:
     run = new_run({"hostname": "box", "torch": "2.13.0"}, {"backend": {"name": "ref", "version": "1"}})
     run.cases = [
         make_case(),
-        make_case("conformance/test_mm_out.py::test_b", "skipped", message="no CUDA device is present"),
+        make_case(
+            "conformance/mm_out/test_mm_out.py::test_b", "skipped", message="no CUDA device is present"
+        ),
         make_case("conformance/test_runtime.py::test_c", "crashed", chapter="runtime", worker=None),
     ]
     run.benchmarks = [{"name": "mm", "median_s": 0.001}]
@@ -286,12 +288,14 @@ def test_journal_lists_collected_cases_without_a_result_as_not_run(tmp_path: Pat
     """A run killed mid-way: every case it collected is in the rebuilt run, the unfinished ones not-run."""
     run = make_run(complete=False, finished_at=None)
     journal = write_journal(tmp_path / "r.json", run)
-    journal.add_collected([case.id for case in run.cases] + ["conformance/test_mm_out.py::test_later[x]"])
+    journal.add_collected(
+        [case.id for case in run.cases] + ["conformance/mm_out/test_mm_out.py::test_later[x]"]
+    )
     journal.close()
     loaded = load_results(tmp_path / "r.json")
     later = loaded.cases[-1]
     assert (later.id, later.chapter, later.outcome) == (
-        "conformance/test_mm_out.py::test_later[x]",
+        "conformance/mm_out/test_mm_out.py::test_later[x]",
         "mm_out",
         "not-run",
     )

@@ -158,7 +158,13 @@ def test_python_m_reports_compare_runs_without_third_party_packages(two_runs: Pa
 @pytest.mark.proof
 def test_arguments_are_checked_before_a_run_touches_anything(args: list[str], code: int, words: str) -> None:
     """The front door runs this first: a typo stops the run while results/ is still as it was."""
-    cmd = [sys.executable, "-m", "runner.check_args", "conformance/test_program_format.py", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner.check_args",
+        "conformance/program_format/test_program_format.py",
+        *args,
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == code, proc.stdout + proc.stderr
@@ -171,7 +177,7 @@ def test_good_arguments_say_how_many_cases_they_select() -> None:
         sys.executable,
         "-m",
         "runner.check_args",
-        "conformance/test_program_format.py",
+        "conformance/program_format/test_program_format.py",
         "-k",
         "empty_program",
     ]

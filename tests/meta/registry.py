@@ -1,5 +1,5 @@
-"""Which public names of ``conformance.checks``, ``conformance.tolerances``,
-``conformance.view_pass_checks`` and ``conformance.pcie_checks`` a meta-test exercises.
+"""Which public names of ``conformance.common.checks``, ``conformance.common.tolerances``,
+``conformance.common.view_pass_checks`` and ``conformance.common.pcie_checks`` a meta-test exercises.
 
 A meta-test declares its targets with ``@covers(checks.assert_exact)``: objects, not strings, so a renamed
 helper breaks the import here instead of leaving a stale name. ``test_meta_coverage`` compares the set
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TypeVar
 
-from conformance import checks, pcie_checks, tolerances, view_pass_checks
+from conformance.common import checks, pcie_checks, tolerances, view_pass_checks
 
 MODULES: tuple[ModuleType, ...] = (checks, tolerances, view_pass_checks, pcie_checks)
 COVERED: set[str] = set()

@@ -1,5 +1,5 @@
-"""Every assertion helper in ``conformance.checks``: passes just inside its rule, fails just past it, and
-the failure reads ``[rule] call: ...`` naming what broke (the format the module promises)."""
+"""Every assertion helper in ``conformance.common.checks``: passes just inside its rule, fails just past it,
+and the failure reads ``[rule] call: ...`` naming what broke (the format the module promises)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from conformance import checks
-from conformance.checks import CheckFailure, CoverageGap
-from conformance.tolerances import MODEL_TOLERANCES
+from conformance.common import checks
+from conformance.common.checks import CheckFailure, CoverageGap
+from conformance.common.tolerances import MODEL_TOLERANCES
 from tests.meta.boundary import neighbour
 from tests.meta.registry import covers
 

@@ -1,5 +1,5 @@
-"""The meta-tests cover every public definition of ``conformance.checks``, ``conformance.tolerances`` and
-``conformance.view_pass_checks``:
+"""The meta-tests cover every public definition of ``conformance.common.checks``,
+``conformance.common.tolerances`` and ``conformance.common.view_pass_checks``:
 adding a helper or a tolerance table without a meta-test (or a reasoned exemption) fails here."""
 
 from __future__ import annotations

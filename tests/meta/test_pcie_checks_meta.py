@@ -1,11 +1,12 @@
-"""Meta-tests of ``conformance.pcie_checks``: the PCIe-saving check fails just past its bound and passes
-just inside it; a saving under the meter's resolution is returned as unjudged, never passed or failed."""
+"""Meta-tests of ``conformance.common.pcie_checks``: the PCIe-saving check fails just past its bound and
+passes just inside it; a saving under the meter's resolution is returned as unjudged, never passed or
+failed."""
 
 from __future__ import annotations
 
 import pytest
 
-from conformance import pcie_checks as pc
+from conformance.common import pcie_checks as pc
 from harness.nvml_traffic import TrafficMeasurement
 from tests.meta.registry import covers
 

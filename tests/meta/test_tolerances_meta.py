@@ -1,5 +1,5 @@
-"""Every tolerance in ``conformance.tolerances``, per dtype: the check that applies it passes on the last
-representable value inside the bound and fails on the next one; and the bound catches what it exists to
+"""Every tolerance in ``conformance.common.tolerances``, per dtype: the check that applies it passes on the
+last representable value inside the bound and fails on the next one; and the bound catches what it exists to
 catch (float16 accumulation, TF32 inputs) while letting a float32-accumulated product through."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import re
 import pytest
 import torch
 
-from conformance import tolerances
-from conformance.checks import CheckFailure, assert_matmul_close, assert_model_output_close
-from conformance.tolerances import DTYPES_BY_NAME, FLOAT32_ROUNDOFF, MODEL_TOLERANCES, TOLERANCES
+from conformance.common import tolerances
+from conformance.common.checks import CheckFailure, assert_matmul_close, assert_model_output_close
+from conformance.common.tolerances import DTYPES_BY_NAME, FLOAT32_ROUNDOFF, MODEL_TOLERANCES, TOLERANCES
 from tests.meta.boundary import straddle
 from tests.meta.registry import covers
 

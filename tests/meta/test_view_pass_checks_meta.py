@@ -1,5 +1,5 @@
-"""Every helper of ``conformance.view_pass_checks``: what a caller can observe of a graph's run, and the
-checks on it, pass just inside their rule and fail just past it (one ulp, one shared element, one storage
+"""Every helper of ``conformance.common.view_pass_checks``: what a caller can observe of a graph's run, and
+the checks on it, pass just inside their rule and fail just past it (one ulp, one shared element, one storage
 offset), with failures in the ``[rule] call: ...`` format."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conformance import view_pass_checks as vpc
-from conformance.checks import CheckFailure
-from conformance.view_pass_checks import Observation
+from conformance.common import view_pass_checks as vpc
+from conformance.common.checks import CheckFailure
+from conformance.common.view_pass_checks import Observation
 from tests.meta.boundary import neighbour, straddle
 from tests.meta.registry import covers
 

@@ -26,7 +26,7 @@ class Edge:
     line: int
     #: None at module level (runs on import); else the function whose call runs it.
     function: str | None
-    #: A process the source starts (``[python, "-m", "conformance.prelower", ...]``), not an import: the
+    #: A process the source starts (``[python, "-m", "conformance.suite.prelower", ...]``), not an import: the
     #: dependency is as real, only the import statement is missing (the front door runs without torch).
     process: bool = False
 

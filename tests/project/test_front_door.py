@@ -27,7 +27,7 @@ def test_unknown_dtype_is_a_usage_error_listing_the_cells(tmp_path: Path) -> Non
     results = tmp_path / "conformance.json"
     results.write_text("{}")  # the previous run's file
     cmd = [
-        sys.executable, "-m", "pytest", "conformance/test_mm_out.py", "--dtype=float64",
+        sys.executable, "-m", "pytest", "conformance/mm_out/test_mm_out.py", "--dtype=float64",
         "-p", "harness.pytest_plugin", f"--results-json={results}", "-p", "no:cacheprovider",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -260,3 +260,58 @@ def test_allowed_wing_arrows_are_not_stale() -> None:
     used = {(part(e.source), part(e.target)) for e in EDGES}
     stale = sorted(set(BACKEND_LAYERS.wing_arrows) - used)
     assert not stale, f"allowed wing arrows that no import uses any more (drop them): {stale}"
+
+
+# ============================================================================================ the suite
+
+#: conformance/'s parts and what each may import, bottom up (README "Adding a chapter"). Floors: the
+#: plug-in protocol (``protocol.py``), the catalogue (chapters, rules, the contract's sentences) and the zoo
+#: (``models/``). ``common/``: the checks and helpers chapters share. ``suite/``: the plumbing no chapter
+#: imports. ``conftest.py``: pytest's root plugin, for every chapter. ``benchmarks/``: the bench suites.
+#: A chapter (a folder of ``CHAPTERS``) imports the floors, ``common/`` and ``conftest.py``, and modules of
+#: its own folder; never another chapter's, and nothing imports a chapter.
+SUITE_ARROWS: dict[str, set[str]] = {
+    "floor": {"floor"},
+    "common": {"floor", "common"},
+    "suite": {"floor", "common", "suite"},
+    "conftest": {"floor", "common", "suite"},
+    "benchmarks": {"floor", "common", "benchmarks"},
+    "chapter": {"floor", "common", "conftest"},
+}
+_FLOORS = ("conformance", "conformance.protocol", "conformance.catalogue", "conformance.models")
+
+
+def suite_part(module: str) -> str | None:
+    """The part of conformance/ ``module`` lies in (``chapter:<name>`` for a chapter's folder); None: no part
+    (a module loose at the top of conformance/) or not the suite's."""
+    from conformance.catalogue.chapters import CHAPTERS
+
+    names = module.split(".")
+    if names[0] != "conformance":
+        return None
+    if module in _FLOORS or any(module.startswith(f"{floor}.") for floor in _FLOORS[1:]):
+        return "floor"
+    if names[1] in CHAPTERS:
+        return f"chapter:{names[1]}"
+    if names[1] in ("common", "suite", "benchmarks", "conftest"):
+        return names[1]
+    return None
+
+
+def test_every_suite_module_has_its_part() -> None:
+    """A module of conformance/ sits in a chapter's folder, ``common/``, ``suite/`` or a floor: none loose."""
+    loose = sorted(m for m in modules(ROOT, ("conformance",)) if suite_part(m) is None)
+    assert not loose, f"modules of conformance/ in no part (a chapter's folder, common/, suite/): {loose}"
+
+
+def test_the_suites_parts_import_downwards_only() -> None:
+    """No arrow back up between the suite's parts (lazy imports count), and no chapter imports another."""
+    found = []
+    for edge in EDGES:
+        source, target = suite_part(edge.source), suite_part(edge.target)
+        if source is None or target is None or source == target:
+            continue
+        kind, want = source.partition(":")[0], target.partition(":")[0]
+        if want not in SUITE_ARROWS[kind]:
+            found.append(f"{edge}: {source} may import {sorted(SUITE_ARROWS[kind])}, not {target}")
+    assert not found, "imports against the suite's parts:\n" + "\n".join(found)

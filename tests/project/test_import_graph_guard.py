@@ -86,7 +86,7 @@ def test_cycles_are_found_and_printed_with_their_kind(tmp_path: Path) -> None:
 
 
 def test_layering_catches_a_forbidden_import() -> None:
-    edge = Edge("reports.page", "conformance.checks", "reports/page.py", 3, None)
+    edge = Edge("reports.page", "conformance.common.checks", "reports/page.py", 3, None)
     assert layering_violations([edge]) == [
         f"{edge}: reports renders result files; it never runs or imports the suite"
     ]
@@ -162,7 +162,7 @@ def test_imports_of_tests_are_found(tmp_path: Path) -> None:
 def test_the_project_scan_sees_what_it_must() -> None:
     """Known edges of this project, one of each kind, so an empty scan cannot pass the tests above."""
     found = {(e.source, e.target, e.lazy) for e in EDGES}
-    assert ("conformance.checks", "conformance.tolerances", False) in found
+    assert ("conformance.common.checks", "conformance.common.tolerances", False) in found
     assert ("conformance.models.zoo", "conformance.models.hf_llm", True) in found
     assert ("reports.page_run", "harness.results", False) in found
     assert len({e.source for e in EDGES}) > 50

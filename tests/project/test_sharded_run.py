@@ -108,7 +108,7 @@ def test_cells_on_two_runners_merge_into_one_run_equal_to_an_unsharded_one(tmp_p
         started.append((runner, repo, log, subprocess.Popen(cmd, cwd=repo, env=env, stdout=log, stderr=log)))
     # One unsharded run of the same selection, beside them: the cases the two cells would run together.
     unsharded = tmp_path / "unsharded.json"
-    chapters = [f"conformance/test_{chapter}.py" for _, chapter, _ in RUNNERS]
+    chapters = [f"conformance/{chapter}/test_{chapter}.py" for _, chapter, _ in RUNNERS]
     cmd = [sys.executable, "-m", "pytest", *chapters, f"--dtype={DTYPE}", *NARROW, "-p", "no:cacheprovider",
            "-p", "harness.pytest_plugin", f"--results-json={unsharded}"]  # fmt: skip
     env = _env(PYTHONPATH=str(ROOT), CONFORMANCE_CACHE_DIR=str(tmp_path / "unsharded-cache"))

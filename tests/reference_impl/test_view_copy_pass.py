@@ -1,7 +1,7 @@
 """Edge-like graphs and the reference ``ReplaceViewCopyWithViewPass``.
 
-Every graph of the catalogue (``conformance/view_pass_cases.py``: for each rule, one to rewrite and one
-where a rewrite is a hazard) is run through the reference pass, which rewrites exactly the safe copies the
+Every graph of the catalogue (``conformance/lowering/view_pass_cases.py``: for each rule, one to rewrite and
+one where a rewrite is a hazard) is run through the reference pass, which rewrites exactly the safe copies the
 catalogue asks for and refuses every other (hazard, policy, and the free ones: it refuses by node order)
 with the rule's reason id and unchanged behaviour. The tests below it cover what only the reference has: its
 report, its use of an ExportedProgram's graph signature, graphs without fake values, edge conversion.
@@ -21,9 +21,9 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conformance.edge_form import view_twin
-from conformance.models import ZOO
-from conformance.view_pass_cases import (
+from conformance.common.edge_form import view_twin
+from conformance.common.view_pass_checks import differences, observe
+from conformance.lowering.view_pass_cases import (
     CASES,
     CASES_BY_ID,
     RULES,
@@ -33,7 +33,7 @@ from conformance.view_pass_cases import (
     ReturnsSliceOfWrittenBack,
     ViewPassCase,
 )
-from conformance.view_pass_checks import differences, observe
+from conformance.models import ZOO
 from reference_impl.lowering import (
     COPY_TO_VIEW,
     VIEW_TO_COPY,

@@ -246,14 +246,14 @@ def test_fail_on_regression_passes_on_noise_improvements_and_the_threshold(tmp_p
 def test_lost_cases_fail_the_gate_unless_the_comparison_is_narrowed(tmp_path, capsys) -> None:
     """A `-k mm_out` run against a full baseline: every case it did not run is lost, and the gate fails
     (it read "unchanged · 798 removed" and passed); with --narrowed the same run passes, lost cases listed."""
-    full = [case(f"conformance/test_lowering.py::t[{n}]", "passed") for n in range(30)]
-    full += [case("conformance/test_mm_out.py::t", "passed")]
+    full = [case(f"conformance/lowering/test_lowering.py::t[{n}]", "passed") for n in range(30)]
+    full += [case("conformance/mm_out/test_mm_out.py::t", "passed")]
     baseline = write(tmp_path / "base.json", run(full, []))
-    narrowed = run([case("conformance/test_mm_out.py::t", "passed")], [])
+    narrowed = run([case("conformance/mm_out/test_mm_out.py::t", "passed")], [])
     assert gate(tmp_path, baseline, narrowed, "--fail-on-regression") == 1
     out = capsys.readouterr().out
     assert "30 case(s) lost (not in this run; if it is a deliberate subset, compare with --narrowed)" in out
-    assert "lost: conformance/test_lowering.py::t[0] (passed → absent)" in out
+    assert "lost: conformance/lowering/test_lowering.py::t[0] (passed → absent)" in out
     assert "… and 10 more lost" in out  # 20 listed, then a count
     assert gate(tmp_path, baseline, narrowed, "--fail-on-regression", "--narrowed") == 0
     assert "REGRESSION" not in capsys.readouterr().out

@@ -116,8 +116,8 @@ def test_run_page_shows_environment_matrix_failures_skips_benchmarks_traffic(bui
     assert failures.index(">crashed<") < failures.index(">failed<")
     assert "<pre>worker &#39;gw1&#39; crashed while running this case (signal 11: SIGSEGV)</pre>" in failures
     assert (
-        "<code>python -m pytest &#39;conformance/test_multi_method.py::test_kv_cache_stays_on_gpu"
-        "[bfloat16-tiny_llm]&#39; -p harness.pytest_plugin</code>" in failures
+        "<code>python -m pytest &#39;conformance/multi_method/test_multi_method.py::"
+        "test_kv_cache_stays_on_gpu[bfloat16-tiny_llm]&#39; -p harness.pytest_plugin</code>" in failures
     )
     assert '<button class="copy" type="button">Copy</button>' in failures
     # Skips grouped by reason, with a count.

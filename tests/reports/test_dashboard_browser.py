@@ -203,7 +203,7 @@ def test_run_page_shows_everything_and_runs_nothing_hostile(page, server, site) 
     problem = tab.locator("#failures .problem").filter(has_text="test_values_match_float64_reference")
     assert "max abs error" in problem.locator("pre").inner_text()
     repro = problem.locator(".repro code").inner_text()
-    assert repro.startswith("python -m pytest 'conformance/test_mm_out.py::")
+    assert repro.startswith("python -m pytest 'conformance/mm_out/test_mm_out.py::")
     problem.locator("button.copy").click()
     tab.wait_for_function(
         "b => b.textContent !== 'Copy'", arg=problem.locator("button.copy").element_handle()

@@ -49,12 +49,12 @@ def sample_run(complete: bool = True) -> RunResult:
         {"backend": {"name": "reference", "version": "0.1", "spec": "reference_impl:BACKEND"}},
     )
     run.cases = [
-        case("conformance/test_mm_out.py::test_a", "passed"),
+        case("conformance/mm_out/test_mm_out.py::test_a", "passed"),
         *[
-            case(f"conformance/test_mm_out.py::test_s[{i}]", "skipped", "no CUDA device is present")
+            case(f"conformance/mm_out/test_mm_out.py::test_s[{i}]", "skipped", "no CUDA device is present")
             for i in range(3)
         ],
-        case("conformance/test_mm_out.py::test_t", "skipped", "needs two GPUs"),
+        case("conformance/mm_out/test_mm_out.py::test_t", "skipped", "needs two GPUs"),
         case("conformance/test_runtime.py::test_f", "failed", "AssertionError: 1 != 2", chapter="runtime"),
         case("conformance/test_runtime.py::test_c", "crashed", "worker 'gw0' crashed", chapter="runtime"),
     ]
@@ -83,8 +83,10 @@ def test_renders_header_counts_chapters_and_failures() -> None:
 
 def test_hostile_strings_are_escaped() -> None:
     run = sample_run()
-    run.cases.append(case(f"conformance/test_mm_out.py::test_x[{HOSTILE}]", "failed", f"boom {HOSTILE}"))
-    run.cases.append(case("conformance/test_mm_out.py::test_y", "skipped", HOSTILE))
+    run.cases.append(
+        case(f"conformance/mm_out/test_mm_out.py::test_x[{HOSTILE}]", "failed", f"boom {HOSTILE}")
+    )
+    run.cases.append(case("conformance/mm_out/test_mm_out.py::test_y", "skipped", HOSTILE))
     run.metadata["backend"] = {"name": HOSTILE, "version": "1"}
     run.environment["hostname"] = HOSTILE
     html = render_summary(run)

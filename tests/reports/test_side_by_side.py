@@ -20,7 +20,7 @@ from tests.dashboard_samples import HOSTILE, other_backend_run, sample_run, writ
 
 def case(name: str, outcome: str, chapter: str = "mm_out", worker: str | None = None) -> CaseResult:
     return CaseResult(
-        id=f"conformance/test_{chapter}.py::{name}",
+        id=f"conformance/{chapter}/test_{chapter}.py::{name}",
         chapter=chapter,
         params={},
         outcome=outcome,

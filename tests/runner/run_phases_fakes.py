@@ -168,8 +168,8 @@ STAMP = "/cache/prelower/0123abcd.done"
 
 class FakeBackground:
     """The background pre-lowering and preflight, without their processes; ``is_done``: what
-    ``conformance.prelower --is-done`` answers (0: an earlier run lowered everything, 1: not; as the real
-    ``earlier_prelowering`` reads it, tested on its own below)."""
+    ``conformance.suite.prelower --is-done`` answers (0: an earlier run lowered everything, 1: not; as the
+    real ``earlier_prelowering`` reads it, tested on its own below)."""
 
     def __init__(
         self,

@@ -198,7 +198,7 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
     _cmdline(tmp_path, 3, "python3", "-c", "import sys;exec(eval(sys.stdin.readline()))")  # an xdist worker
     _cmdline(tmp_path, 4, "g++", "x.cpp")
     _cmdline(tmp_path, 5, "/usr/lib/gcc/cc1plus", "-quiet", "x.cpp")
-    _cmdline(tmp_path, 6, "/venv/bin/python3", "-m", "conformance.prelower", "--jobs=15")
+    _cmdline(tmp_path, 6, "/venv/bin/python3", "-m", "conformance.suite.prelower", "--jobs=15")
     _cmdline(tmp_path, 11, "/usr/bin/ld", "-m", "elf_x86_64", "-o", "x.so")  # a linker's -m: no module
     table = [
         ProcessState(2, 2, 1, "python3", parent=1),
@@ -218,8 +218,8 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
         "conformance-exclusive worker",
         "g++ of conformance-exclusive worker",
         "cc1plus of g++ of conformance-exclusive worker",
-        "-m conformance.prelower",
-        "python3 of -m conformance.prelower",
+        "-m conformance.suite.prelower",
+        "python3 of -m conformance.suite.prelower",
         "kworker/0:1",
         "sleep",
         "ld of g++ of conformance-exclusive worker",

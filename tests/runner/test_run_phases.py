@@ -402,10 +402,10 @@ def test_the_shared_phase_waits_asleep_unless_the_user_says_otherwise() -> None:
 def test_the_gpu_alone_phase_collects_only_the_modules_that_mark_such_cases() -> None:
     found = plan.modules_marking(ROOT, ["conformance", "--dtype=float32"], plan.EXCLUSIVE_MARKS)
     assert found is not None
-    assert "conformance/test_traffic_meter.py" in found
-    assert "conformance/test_program_format.py" not in found
+    assert "conformance/traffic_meter/test_traffic_meter.py" in found
+    assert "conformance/program_format/test_program_format.py" not in found
     assert found[-1] == "--dtype=float32"
-    assert plan.modules_marking(ROOT, ["conformance/test_mm_out.py"], plan.EXCLUSIVE_MARKS) is None
+    assert plan.modules_marking(ROOT, ["conformance/mm_out/test_mm_out.py"], plan.EXCLUSIVE_MARKS) is None
 
 
 def test_the_prelowering_summary_and_when_it_does_not_start(
@@ -473,7 +473,9 @@ def test_asking_whether_an_earlier_run_lowered_everything(
     assert ask(0, f"a warning\n{done}") == "/c/prelower/ab cd.done"
     started = prelowering.prelower_command(str(python), 8, backend)
     assert asked.read_text().split() == [a if a != "--jobs=8" else "--is-done" for a in started[1:]]
-    query = f"{python} -m conformance.prelower --device=cuda --device=cpu --is-done --backend my:BACKEND"
+    query = (
+        f"{python} -m conformance.suite.prelower --device=cuda --device=cpu --is-done --backend my:BACKEND"
+    )
     assert console.calls[-1] == ("log", f"{query}: exit 0, {done}")
     assert ask(0, "prelower: done") == "unnamed"  # done, though it did not say where
     assert ask(1, "prelower: not done, 74 programs for cuda+cpu (no stamp: /c/x.done)") is None

@@ -19,8 +19,8 @@ import pytest
 import torch
 from torch import nn
 
-from conformance import known_failures
 from conformance.protocol import lower_options, lowering_devices, missing_attributes
+from conformance.suite import known_failures
 from harness.backend_loader import load_backend
 from torch_aoti import backend as adapter
 
