@@ -7,7 +7,7 @@ Entries come from the backend's optional ``known_failures`` attribute and from `
   ``*`` matches any run of characters (``/`` and ``::`` included), ``?`` one character; everything else
   is literal, brackets too, so ``conformance/test_mm_out.py::test_x[float16-*]`` means what it says.
 * ``rule`` (optional) — a glob over the rule id the failure must name (``mm_out/values``,
-  ``view-pass/*``). Without it, any failure of the case (setup or call) is the known one.
+  ``lowering/*``). Without it, any failure of the case (setup or call) is the known one.
 * ``reason`` (required) — why it fails, in a sentence.
 * ``link`` (optional) — the issue or pull request that tracks it.
 * ``crash`` (optional, ``false`` by default) — ``true``: the case kills its process (a segmentation fault,

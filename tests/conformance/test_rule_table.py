@@ -74,7 +74,7 @@ def test_levels_come_from_the_table() -> None:
     for rule, row in RULES_BY_ID.items():
         assert level_of(rule) is row.level
     should_ids = {rule for rule, row in RULES_BY_ID.items() if row.level is Level.SHOULD}
-    assert {"mm_out/no-host-sync", "view-pass/source-mutated/policy", "traffic/direction"} <= should_ids
+    assert {"mm_out/no-host-sync", "lowering/source-mutated/policy", "traffic_meter/direction"} <= should_ids
     assert "mm_out/values" not in should_ids
     assert level_of("never/heard-of") is Level.MUST  # a failure naming no rule of the table fails the run
 
