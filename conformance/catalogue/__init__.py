@@ -1,6 +1,7 @@
 """The contract as rules: every normative sentence of the plug-in protocol and the SPEC, quoted, with the rule
 ids that enforce it (``entries.py``), the text it is held to (``text.py``) and the audit that holds it there
-(``audit.py``); and the rule table (``rule_table.py``), every rule id with its chapters, level and clause.
+(``audit.py``); the rule table (``rule_table.py``), every rule id with its chapters, level and clause; and
+the ids older releases wrote, mapped to today's (``legacy.py``).
 ``python -m conformance.catalogue`` prints the sentences, ``python -m conformance.rules`` the rules.
 
 Nothing here imports torch or a chapter: the catalogue is data, read by the chapters (their rule ids, through
@@ -11,6 +12,14 @@ from __future__ import annotations
 
 from conformance.catalogue.entries import CATALOGUE, ENTRIES, UNCOVERED
 from conformance.catalogue.entry import Entry, Status
+from conformance.catalogue.legacy import (
+    LEGACY_FAMILIES,
+    LEGACY_IDS,
+    SUITE_WIDE,
+    canonical_rule_id,
+    legacy_rule_id,
+    pattern_names_rule,
+)
 from conformance.catalogue.rule import CHAPTERS, ID, Level, Rule, is_rule_id
 from conformance.catalogue.rule_table import RULE_TABLE
 
@@ -19,16 +28,22 @@ __all__ = [
     "CHAPTERS",
     "ENTRIES",
     "ID",
+    "LEGACY_FAMILIES",
+    "LEGACY_IDS",
     "RULES_BY_ID",
     "RULE_TABLE",
+    "SUITE_WIDE",
     "UNCOVERED",
     "Entry",
     "Level",
     "Rule",
     "Status",
+    "canonical_rule_id",
     "for_rule",
     "is_rule_id",
+    "legacy_rule_id",
     "named_rule_ids",
+    "pattern_names_rule",
     "patterns",
     "rule_index",
 ]
