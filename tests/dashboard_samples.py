@@ -313,7 +313,7 @@ RULE_COVERAGE = [
         "status": "proven",
     },
     {
-        "rule": "bad-inputs/corrupt-program",
+        "rule": "bad_inputs/corrupt-program",
         "level": "must",
         "chapters": ["bad_inputs"],
         "cases": [
@@ -322,11 +322,11 @@ RULE_COVERAGE = [
         "broken_backends": [],
         "spec": [],
         "exemption": "gap",
-        "exemption_reason": f"format/* broken loaders would show it; none written yet {HOSTILE}",
+        "exemption_reason": f"program_format/* broken loaders would show it; none written yet {HOSTILE}",
         "status": "gap",
     },
     {
-        "rule": "meter/calibration",
+        "rule": "traffic_meter/calibration",
         "level": "must",
         "chapters": [],
         "cases": [],
@@ -337,7 +337,7 @@ RULE_COVERAGE = [
         "status": "not-checkable",
     },
     {
-        "rule": "runtime/no-host-sync",
+        "rule": "runtime_options/no-host-sync",
         "level": "should",
         "chapters": ["runtime_options"],
         "cases": ["conformance/runtime_options/test_runtime_options.py::test_no_host_sync[cuda]"],

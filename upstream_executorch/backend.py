@@ -19,7 +19,7 @@ Parts implemented, each by calling upstream unchanged (never a copy of its code)
     ``enable_non_cpu_memory_planning=True`` and a ``MemoryPlanningPass`` that does not allocate the
     skipped inputs/outputs (as ``PropagateDeviceConfig``'s docstring prescribes). Their values are handed
     over as given, not validated here: whether a misspelt method name or a non-bool flag is rejected is
-    upstream's behaviour, and the suite's ``placement/validation`` cases report it. There is no
+    upstream's behaviour, and the suite's ``device_placement/validation`` cases report it. There is no
     ``view_pass`` option: ``AotiBackend.preprocess`` always runs the pass and has no switch for it.
 
 Not implemented: part ``runtime``. The PyPI wheel (``executorch==1.5.1``) is a CPU build. Its Python runtime,

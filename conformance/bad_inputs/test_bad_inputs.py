@@ -10,7 +10,7 @@ message names the argument and the rule. And **nothing else is affected**:
 * a second, healthy handle of the same program, made before the bad call, gives correct results right after;
 * after a bad ``init``, the same program still initialises and runs.
 
-Rules read ``bad-inputs/<rule>``. Program: the zoo's ``add_mul`` (``x * y + z``, three float32 ``[4, 32]``
+Rules read ``bad_inputs/<rule>``. Program: the zoo's ``add_mul`` (``x * y + z``, three float32 ``[4, 32]``
 inputs, one output) lowered for the CPU, and for CUDA in the ``cuda-program`` cases (marked ``gpu``): two
 distinct compiles in all. Inputs are small integers, so every expected result is exact.
 """
@@ -63,11 +63,11 @@ NOT_A_HANDLE_WORDS = ("init", "not a handle", "handle type")
 METHOD_TYPE_WORDS = ("str", "string", "type")
 
 # The rules of this chapter (conformance/catalogue/rule_table.py); the families': *_RULE_IDS.
-WRONG_DEVICE = rule_id("bad-inputs/wrong-device")
-OTHER_GPU = rule_id("bad-inputs/other-gpu")
-OUTPUTS_WRONG_DEVICE = rule_id("bad-inputs/outputs-wrong-device")
-NOT_A_HANDLE = rule_id("bad-inputs/not-a-handle")
-CORRUPT_PROGRAM = rule_id("bad-inputs/corrupt-program")
+WRONG_DEVICE = rule_id("bad_inputs/wrong-device")
+OTHER_GPU = rule_id("bad_inputs/other-gpu")
+OUTPUTS_WRONG_DEVICE = rule_id("bad_inputs/outputs-wrong-device")
+NOT_A_HANDLE = rule_id("bad_inputs/not-a-handle")
+CORRUPT_PROGRAM = rule_id("bad_inputs/corrupt-program")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -190,7 +190,7 @@ INPUT_RULES: dict[str, tuple[tuple[str, ...], Make]] = {
     "inputs-none": (SEQUENCE_WORDS, lambda g: None),
     "inputs-a-bare-tensor": (SEQUENCE_WORDS, lambda g: g[0]),
 }
-INPUT_RULE_IDS = family_ids("bad-inputs/{bad_input}", INPUT_RULES)
+INPUT_RULE_IDS = family_ids("bad_inputs/{bad_input}", INPUT_RULES)
 
 
 def reject_execute(
@@ -233,7 +233,7 @@ def reject_execute(
 def test_bad_inputs_are_rejected_and_change_nothing(
     runtime: LoweringRuntimeBackend, target: str, rule: str
 ) -> None:
-    """bad-inputs/<rule>: inputs breaking one rule (count, dtype, rank, size, type) raise an invalid-argument
+    """bad_inputs/<rule>: inputs breaking one rule (count, dtype, rank, size, type) raise an invalid-argument
     error naming ``inputs`` and the rule; outputs untouched; this handle and a second one still work."""
     keywords, make = INPUT_RULES[rule]
     lm = lowered(runtime, MODEL, DTYPE, target)
@@ -252,7 +252,7 @@ def test_bad_inputs_are_rejected_and_change_nothing(
 @pytest.mark.rules(WRONG_DEVICE)
 @pytest.mark.gpu
 def test_cuda_tensor_to_cpu_program(runtime: LoweringRuntimeBackend) -> None:
-    """bad-inputs/wrong-device: a CUDA input to a program lowered for the CPU is rejected naming ``inputs``
+    """bad_inputs/wrong-device: a CUDA input to a program lowered for the CPU is rejected naming ``inputs``
     and the device (it is never silently copied back); outputs untouched; the handles still work."""
     lm = lowered(runtime, MODEL, DTYPE, "cpu")
     good = exact_inputs(lm)
@@ -271,7 +271,7 @@ def test_cuda_tensor_to_cpu_program(runtime: LoweringRuntimeBackend) -> None:
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
 def test_tensor_on_another_gpu_to_cuda_program(runtime: LoweringRuntimeBackend) -> None:
-    """bad-inputs/other-gpu: for a CUDA program initialised on cuda:0, an input on cuda:1 is rejected
+    """bad_inputs/other-gpu: for a CUDA program initialised on cuda:0, an input on cuda:1 is rejected
     naming ``inputs`` and the device; outputs untouched; the handles still work."""
     torch.cuda.set_device(0)
     lm = lowered(runtime, MODEL, DTYPE, "cuda")
@@ -299,7 +299,7 @@ OUTPUT_RULES: dict[str, tuple[tuple[str, ...], MakeOutputs]] = {
     "outputs-non-tensor": (TENSOR_WORDS, lambda e: [SENTINEL] * len(e)),
     "outputs-a-bare-tensor": (SEQUENCE_WORDS, lambda e: sentinels(e)[0]),
 }
-OUTPUT_RULE_IDS = family_ids("bad-inputs/{bad_output}", OUTPUT_RULES)
+OUTPUT_RULE_IDS = family_ids("bad_inputs/{bad_output}", OUTPUT_RULES)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -307,7 +307,7 @@ OUTPUT_RULE_IDS = family_ids("bad-inputs/{bad_output}", OUTPUT_RULES)
 def test_bad_outputs_are_rejected_and_left_untouched(
     runtime: LoweringRuntimeBackend, target: str, rule: str
 ) -> None:
-    """bad-inputs/<rule>: caller-provided outputs breaking one rule raise an invalid-argument error naming
+    """bad_inputs/<rule>: caller-provided outputs breaking one rule raise an invalid-argument error naming
     ``outputs``; every provided tensor is left untouched (nothing was written before the checks); the
     handles still work."""
     keywords, make = OUTPUT_RULES[rule]
@@ -328,7 +328,7 @@ def test_bad_outputs_are_rejected_and_left_untouched(
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_cuda_outputs_where_outputs_go_to_the_cpu(runtime: LoweringRuntimeBackend, target: str) -> None:
-    """bad-inputs/outputs-wrong-device: with the skip-copy option not naming the method, outputs go to
+    """bad_inputs/outputs-wrong-device: with the skip-copy option not naming the method, outputs go to
     the CPU, so caller-provided CUDA outputs are rejected naming ``outputs`` and the device, untouched."""
     lm = lowered(runtime, MODEL, DTYPE, target)
     good = exact_inputs(lm)
@@ -346,16 +346,16 @@ def test_cuda_outputs_where_outputs_go_to_the_cpu(runtime: LoweringRuntimeBacken
 # -------------------------------------------------------------------------------------- destroyed handles
 
 AFTER_DESTROY = {
-    "execute": rule_id("bad-inputs/execute-after-destroy"),
-    "destroy": rule_id("bad-inputs/destroy-twice"),
-    "execute_stats": rule_id("bad-inputs/stats-after-destroy"),
+    "execute": rule_id("bad_inputs/execute-after-destroy"),
+    "destroy": rule_id("bad_inputs/destroy-twice"),
+    "execute_stats": rule_id("bad_inputs/stats-after-destroy"),
 }
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("call_after", params(AFTER_DESTROY))
 def test_destroyed_handle_is_rejected(runtime: LoweringRuntimeBackend, target: str, call_after: str) -> None:
-    """bad-inputs/execute-after-destroy, destroy-twice, stats-after-destroy: a destroyed handle is an
+    """bad_inputs/execute-after-destroy, destroy-twice, stats-after-destroy: a destroyed handle is an
     invalid-argument error naming ``handle`` and that it was destroyed (never a crash or a use-after-free);
     outputs untouched; another handle of the program still works, and a new one can be made."""
     rule = AFTER_DESTROY[call_after]
@@ -391,7 +391,7 @@ def test_destroyed_handle_is_rejected(runtime: LoweringRuntimeBackend, target: s
 @pytest.mark.rules(NOT_A_HANDLE)
 @pytest.mark.parametrize("not_a_handle", [None, METHOD, 0], ids=["None", "method-name", "int"])
 def test_execute_on_something_not_a_handle(runtime: LoweringRuntimeBackend, not_a_handle: object) -> None:
-    """bad-inputs/not-a-handle: execute on a value that init did not return is an invalid-argument error
+    """bad_inputs/not-a-handle: execute on a value that init did not return is an invalid-argument error
     naming ``handle``; a real handle still works."""
     rule = NOT_A_HANDLE
     lm = lowered(runtime, MODEL, DTYPE, "cpu")
@@ -421,13 +421,13 @@ METHOD_RULES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "unknown-method-empty-name": ("", (*UNKNOWN_METHOD_WORDS, "empty")),
     "method-not-a-string": (None, METHOD_TYPE_WORDS),
 }
-METHOD_RULE_IDS = family_ids("bad-inputs/{bad_method}", METHOD_RULES)
+METHOD_RULE_IDS = family_ids("bad_inputs/{bad_method}", METHOD_RULES)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rule", params(METHOD_RULE_IDS))
 def test_init_with_a_bad_method_is_rejected(runtime: LoweringRuntimeBackend, target: str, rule: str) -> None:
-    """bad-inputs/unknown-method, unknown-method-empty-name, method-not-a-string: init of a method the
+    """bad_inputs/unknown-method, unknown-method-empty-name, method-not-a-string: init of a method the
     program does not have raises an invalid-argument error naming ``method``; a handle made before still
     works, and the right method still initialises."""
     method, keywords = METHOD_RULES[rule]
@@ -466,7 +466,7 @@ CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
 def test_init_with_a_corrupt_program_is_rejected(
     runtime: LoweringRuntimeBackend, target: str, corruption: str
 ) -> None:
-    """bad-inputs/corrupt-program: init of a corrupt program raises an invalid-argument error that blames
+    """bad_inputs/corrupt-program: init of a corrupt program raises an invalid-argument error that blames
     the program and says what is wrong (never a crash); a handle of the intact program made before still
     works, and the intact program still initialises. The format chapter sweeps truncations and flips."""
     rule = CORRUPT_PROGRAM

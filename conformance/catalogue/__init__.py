@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from conformance.catalogue.entries import CATALOGUE, ENTRIES, UNCOVERED
 from conformance.catalogue.entry import Entry, Status
+from conformance.catalogue.legacy import (
+    LEGACY_FAMILIES,
+    LEGACY_IDS,
+    SUITE_WIDE,
+    canonical_rule_id,
+    legacy_rule_id,
+    pattern_names_rule,
+)
 from conformance.catalogue.rule import CHAPTERS, ID, Level, Rule, is_rule_id
 from conformance.catalogue.rule_table import RULE_TABLE
 
@@ -19,16 +27,22 @@ __all__ = [
     "CHAPTERS",
     "ENTRIES",
     "ID",
+    "LEGACY_FAMILIES",
+    "LEGACY_IDS",
     "RULES_BY_ID",
     "RULE_TABLE",
+    "SUITE_WIDE",
     "UNCOVERED",
     "Entry",
     "Level",
     "Rule",
     "Status",
+    "canonical_rule_id",
     "for_rule",
     "is_rule_id",
+    "legacy_rule_id",
     "named_rule_ids",
+    "pattern_names_rule",
     "patterns",
     "rule_index",
 ]

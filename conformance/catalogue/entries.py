@@ -32,12 +32,12 @@ MM_OUT_BAD_INPUT = (
     "mm_out/inner-dimension", "mm_out/out-*", "mm_out/cpu-*", "mm_out/cuda-device", "mm_out/same-device",
 )  # fmt: skip
 CORRUPT_PROGRAM = (
-    "format/empty", "format/truncated", "format/flipped-byte", "format/trailing-data", "format/not-bytes",
-    "bad-inputs/corrupt-program",
+    "program_format/empty", "program_format/truncated", "program_format/flipped-byte",
+    "program_format/trailing-data", "program_format/not-bytes", "bad_inputs/corrupt-program",
 )  # fmt: skip
 BYTE_COUNTERS = (
-    "skip-copy/h2d-bytes", "skip-copy/d2h-bytes", "placement/h2d-bytes", "placement/d2h-bytes",
-    "multi-method/h2d-bytes", "multi-method/d2h-bytes", "differential/counters",
+    "runtime_options/h2d-bytes", "runtime_options/d2h-bytes", "device_placement/h2d-bytes",
+    "device_placement/d2h-bytes", "multi_method/h2d-bytes", "multi_method/d2h-bytes", "differential/counters",
 )  # fmt: skip
 #: The differential chapter's verdicts on an error: the same calls fail, of the same kind, naming the same
 #: argument as the oracle's.
@@ -123,12 +123,12 @@ ENTRIES: tuple[Entry, ...] = (
         "subclass is welcome) whose message names the offending argument (``out``, ``self`` or ``mat2`` "
         "for ``mm_out``) and the rule it broke.",
         *MM_OUT_BAD_INPUT,
-        "bad-inputs/*",
-        "format/not-bytes",
-        "options/non-string-*",
-        "options/unknown-key",
-        "placement/validation",
-        "placement/bad-input",
+        "bad_inputs/*",
+        "program_format/not-bytes",
+        "runtime_options/non-string-*",
+        "runtime_options/unknown-key",
+        "device_placement/validation",
+        "device_placement/bad-input",
         *DIFFERENTIAL_ERRORS,
     ),
     enforced(
@@ -136,7 +136,7 @@ ENTRIES: tuple[Entry, ...] = (
         "On any error, outputs are left untouched.",
         *MM_OUT_BAD_INPUT,
         "mm_out/arity",
-        "bad-inputs/*",
+        "bad_inputs/*",
         "differential/outputs-untouched",
     ),
     enforced(
@@ -145,8 +145,8 @@ ENTRIES: tuple[Entry, ...] = (
         "invalid-argument error.",
         "mm_out/arity",
         "mm_out/none-*",
-        "bad-inputs/inputs-none",
-        "bad-inputs/none-element",
+        "bad_inputs/inputs-none",
+        "bad_inputs/none-element",
     ),
     # ==================================================================== protocol.py: Every call
     enforced(
@@ -244,16 +244,16 @@ ENTRIES: tuple[Entry, ...] = (
         "on a torch.fx ``GraphModule`` (ATen ops, edge-like: views already functionalized into ``*_copy`` "
         "ops) and returns an object with ``graph_module`` (the result, runnable), ``rewritten`` (names of "
         "nodes turned into views) and ``refused`` (node name → reason)",
-        "view-pass/outcome",
-        "view-pass/report",
+        "lowering/outcome",
+        "lowering/report",
         "differential/view-pass-report",
         "differential/view-pass-recompiled",
     ),
     enforced(
         VIEW_PASS,
         "copies of ops the backend does not map at all go in neither list",
-        "view-pass/report",
-        "view-pass/*/missed-rewrite",
+        "lowering/report",
+        "lowering/*/missed-rewrite",
     ),
     informative(
         VIEW_PASS,
@@ -282,8 +282,8 @@ ENTRIES: tuple[Entry, ...] = (
         "returns one program file (its format is the backend's own business).",
         "lowering/zoo-lowers",
         "lowering/zoo",
-        "runtime/lower",
-        "format/multi-method",
+        "lowering/lower",
+        "program_format/multi-method",
         "differential/program",
     ),
     enforced(
@@ -308,34 +308,34 @@ ENTRIES: tuple[Entry, ...] = (
     informative(
         LOWERING,
         "``False`` lowers without the view-copy pass (the bench compares both).",
-        "a bench option (speed only); the view pass itself is held by view-pass/*",
+        "a bench option (speed only); the view pass itself is held by lowering/*",
     ),
     enforced(
         LOWERING,
         "each a ``bool`` (every method) or a mapping ``{method name: bool}`` (methods not named: ``False``).",
-        "placement/output-device",
-        "placement/d2h-copy",
-        "placement/validation",
+        "device_placement/output-device",
+        "device_placement/d2h-copy",
+        "device_placement/validation",
     ),
     enforced(
         LOWERING,
         "A method with ``skip_h2d`` takes its inputs on the device (the caller holds device tensors; "
         "nothing is copied host→device, a host tensor is an invalid-argument error); a method with "
         "``skip_d2h`` returns its outputs as ordinary CUDA tensors (nothing copied device→host).",
-        "placement/h2d-bytes",
-        "placement/no-h2d-copy",
-        "placement/bad-input",
-        "placement/output-device",
-        "placement/d2h-bytes",
-        "placement/no-d2h-copy",
-        "placement/pcie",
-        "placement/values",
-        "placement/pipeline",
+        "device_placement/h2d-bytes",
+        "device_placement/no-h2d-copy",
+        "device_placement/bad-input",
+        "device_placement/output-device",
+        "device_placement/d2h-bytes",
+        "device_placement/no-d2h-copy",
+        "device_placement/pcie",
+        "device_placement/values",
+        "device_placement/pipeline",
     ),
     enforced(
         LOWERING,
         "An unknown method name or a non-bool value is a ``ValueError`` naming the key and the rule",
-        "placement/validation",
+        "device_placement/validation",
         "differential/missing-error",
     ),
     enforced(
@@ -347,15 +347,15 @@ ENTRIES: tuple[Entry, ...] = (
     enforced(
         LOWERING,
         "On a CPU target the device is the host, so both are accepted and change nothing.",
-        "placement/cpu-target",
+        "device_placement/cpu-target",
     ),
     # ======================================================================= protocol.py: Part runtime
     enforced(
         RUNTIME,
         "``init(program: bytes, method: str) -> handle``",
-        "format/multi-method",
-        "format/not-bytes",
-        "bad-inputs/method-not-a-string",
+        "program_format/multi-method",
+        "program_format/not-bytes",
+        "bad_inputs/method-not-a-string",
     ),
     enforced(
         RUNTIME,
@@ -363,34 +363,34 @@ ENTRIES: tuple[Entry, ...] = (
         "differential/values",
         *PROVIDED_OUTPUTS,
     ),
-    enforced(RUNTIME, "``destroy(handle)``", "bad-inputs/destroy-twice", "bad-inputs/execute-after-destroy"),
+    enforced(RUNTIME, "``destroy(handle)``", "bad_inputs/destroy-twice", "bad_inputs/execute-after-destroy"),
     enforced(
         RUNTIME,
         '``execute_stats(handle) -> {"h2d_bytes": int, "d2h_bytes": int}`` for the handle\'s last execute.',
         *BYTE_COUNTERS,
-        "bad-inputs/stats-after-destroy",
+        "bad_inputs/stats-after-destroy",
     ),
     enforced(
         RUNTIME,
         "Outputs are CPU tensors unless the method keeps them on the device (export-time "
         "``skip_d2h_for_method_outputs``, or the runtime option below); then they are ordinary CUDA "
         "tensors, safe to read on any stream once execute returns.",
-        "skip-copy/output-device",
-        "skip-copy/cpu-target",
-        "multi-method/cpu-target",
-        "placement/output-device",
+        "runtime_options/output-device",
+        "runtime_options/cpu-target",
+        "multi_method/cpu-target",
+        "device_placement/output-device",
         "differential/output-device",
-        "streams/other-consumer",
-        "streams/chained-delegates",
+        "streams_threads/other-consumer",
+        "streams_threads/chained-delegates",
     ),
-    enforced(RUNTIME, "Host copies go through pinned memory.", "copies/pinned-host-memory"),
+    enforced(RUNTIME, "Host copies go through pinned memory.", "runtime_options/pinned-host-memory"),
     enforced(
         RUNTIME,
         "A corrupt program, an unknown method, a destroyed handle or wrong inputs raise ``ValueError`` "
         "naming the argument and the rule.",
         *CORRUPT_PROGRAM,
-        "format/method-name-case",
-        "bad-inputs/*",
+        "program_format/method-name-case",
+        "bad_inputs/*",
         *DIFFERENTIAL_ERRORS,
     ),
     # =============================================================== protocol.py: Part runtime_options
@@ -398,20 +398,20 @@ ENTRIES: tuple[Entry, ...] = (
         RUNTIME_OPTIONS,
         "``set_option(key, value)`` / ``get_option(key)``: backend-wide, before and after init, effective "
         "on the next execute.",
-        "options/before-init",
-        "options/after-init",
-        "options/next-execute",
-        "options/not-retroactive",
-        "options/round-trip",
+        "runtime_options/before-init",
+        "runtime_options/after-init",
+        "runtime_options/next-execute",
+        "runtime_options/not-retroactive",
+        "runtime_options/round-trip",
         "differential/option-read-back",
     ),
     enforced(
         RUNTIME_OPTIONS,
         "Option ``skip_copy_output_to_cpu_for_method`` names (comma-separated) the methods whose outputs "
         "stay on the device.",
-        "skip-copy/option",
-        "skip-copy/output-device",
-        "options/list-parsing",
+        "runtime_options/option",
+        "runtime_options/output-device",
+        "runtime_options/list-parsing",
     ),
     enforced(
         RUNTIME_OPTIONS,
@@ -422,7 +422,7 @@ ENTRIES: tuple[Entry, ...] = (
         RUNTIME_OPTIONS,
         "naming a method that was lowered with ``skip_d2h_for_method_outputs`` explicitly ``False`` is a "
         "conflict that ``lower`` and ``init`` reject with a ``ValueError`` naming both keys.",
-        "placement/conflict",
+        "device_placement/conflict",
         "differential/missing-error",
     ),
     # ==================================================================================== SPEC preamble
@@ -450,22 +450,22 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §0",
         "each flag a bool or a per-method mapping, covering inputs (no H2D when the caller already holds "
         "device tensors) as well as outputs.",
-        "placement/validation",
-        "placement/h2d-bytes",
-        "placement/no-h2d-copy",
-        "placement/output-device",
+        "device_placement/validation",
+        "device_placement/h2d-bytes",
+        "device_placement/no-h2d-copy",
+        "device_placement/output-device",
     ),
     informative(
         "SPEC §0",
         "Our reference keeps the runtime option (older releases ship it) and adds the export-time form.",
-        "what our reference implements; the rules are options/*, skip-copy/* and placement/*",
+        "what our reference implements; the rules are runtime_options/* and device_placement/*",
     ),
     informative(
         "SPEC §0",
         "Upstream's `backends/aoti/passes/replace_view_copy_with_view.py` now maps `slice_copy`, "
         "`select_copy` and `split_copy`; it still has no source-mutation check and does not update "
         '`meta["val"]`.',
-        f"{_UPSTREAM} (the hazards are view-pass/source-mutated and view-pass/truthful-strides)",
+        f"{_UPSTREAM} (the hazards are lowering/source-mutated and lowering/truthful-strides)",
     ),
     informative(
         "SPEC §0",
@@ -490,7 +490,7 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §0",
         "**PyTorch's own AOTI runtime** (`torch._inductor.aoti_compile_and_package` / `aoti_load_package`) "
         "checks inputs fully (dtype, size, stride, device) only when `AOTI_RUNTIME_CHECK_INPUTS=1`",
-        "describes another backend worth testing; what it gets wrong by default is bad-inputs/*",
+        "describes another backend worth testing; what it gets wrong by default is bad_inputs/*",
     ),
     # =========================================================================================== SPEC §1a
     informative(
@@ -503,9 +503,9 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §1a",
         "and skips a node when any user *blocks*: a `call_method` user; a user whose schema marks that "
         "argument as written (in-place or `out=`); a user that is itself a view op.",
-        "view-pass/call-method-user*",
-        "view-pass/written-by-user*",
-        "view-pass/view-user*",
+        "lowering/call-method-user*",
+        "lowering/written-by-user*",
+        "lowering/view-user*",
     ),
     informative(
         "SPEC §1a",
@@ -517,7 +517,7 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §1a",
         "Known upstream gap: it never checks whether the **source** tensor is mutated after the slice, which "
         "turns a copy's snapshot into a live view — wrong results.",
-        "view-pass/source-mutated",
+        "lowering/source-mutated",
     ),
     informative(
         "SPEC §1a",
@@ -529,27 +529,27 @@ ENTRIES: tuple[Entry, ...] = (
         "Ours: every `*_copy` op that has a view twin, and it refuses a rewrite whenever the result or its "
         "base can be observed to change (mutation of the base or of the view later in the graph, aliasing "
         "into a mutated graph output, nested lists it cannot see through).",
-        "view-pass/every-view-twin",
-        "view-pass/source-mutated",
-        "view-pass/written-by-user",
-        "view-pass/aliases-output",
-        "view-pass/opaque-container",
-        "view-pass/not-viewable",
-        "view-pass/slicing-heavy",
-        "view-pass/*/policy",
+        "lowering/every-view-twin",
+        "lowering/source-mutated",
+        "lowering/written-by-user",
+        "lowering/aliases-output",
+        "lowering/opaque-container",
+        "lowering/not-viewable",
+        "lowering/slicing-heavy",
+        "lowering/*/policy",
         "differential/view-pass-behaviour",
     ),
     enforced(
         "SPEC §1a",
         'Update `meta["val"]` so strides are truthful.',
-        "view-pass/truthful-strides",
+        "lowering/truthful-strides",
         "differential/view-pass-meta",
     ),
     enforced(
         "SPEC §1a",
         "Report what it did.",
-        "view-pass/report",
-        "view-pass/outcome",
+        "lowering/report",
+        "lowering/outcome",
         "differential/view-pass-report",
     ),
     informative(
@@ -560,8 +560,8 @@ ENTRIES: tuple[Entry, ...] = (
     enforced(
         "SPEC §1a",
         "helpers to build the spec from a name (UTF-8) and read it back",
-        "format/non-ascii-name",
-        "format/method-name-case",
+        "program_format/non-ascii-name",
+        "program_format/method-name-case",
     ),
     informative(
         "SPEC §1a",
@@ -599,14 +599,14 @@ ENTRIES: tuple[Entry, ...] = (
     enforced(
         "SPEC §1a",
         "A multi-method program (e.g. `encoder` + `decoder`, or `prefill` + `decode`) is one file",
-        "format/multi-method",
+        "program_format/multi-method",
     ),
     enforced(
         "SPEC §1a",
         "Loading a truncated or tampered file fails with a clear error, never a crash.",
         *CORRUPT_PROGRAM,
     ),
-    enforced("SPEC §1a", "CPU and CUDA targets both work;", "lowering/zoo", "format/cpu-target"),
+    enforced("SPEC §1a", "CPU and CUDA targets both work;", "lowering/zoo", "program_format/cpu-target"),
     enforced(
         "SPEC §1a",
         "compiled artifacts are cached by content (model, shapes, dtypes, options, toolchain)",
@@ -630,73 +630,73 @@ ENTRIES: tuple[Entry, ...] = (
         *PROVIDED_OUTPUTS,
     ),
     enforced(
-        "SPEC §1b", "`destroy(handle)`.", "bad-inputs/destroy-twice", "bad-inputs/execute-after-destroy"
+        "SPEC §1b", "`destroy(handle)`.", "bad_inputs/destroy-twice", "bad_inputs/execute-after-destroy"
     ),
     enforced(
         "SPEC §1b",
         "**Options** (`set_option` / `get_option`, callable before *and after* init, effective on the next "
         "execute): `skip_copy_output_to_cpu_for_method` — a method name, or a comma-separated list (tokens "
         "trimmed, empties ignored, exact case-sensitive match; a handle with no method name never matches).",
-        "options/before-init",
-        "options/after-init",
-        "options/next-execute",
-        "options/not-retroactive",
-        "options/list-parsing",
-        "options/list-values",
+        "runtime_options/before-init",
+        "runtime_options/after-init",
+        "runtime_options/next-execute",
+        "runtime_options/not-retroactive",
+        "runtime_options/list-parsing",
+        "runtime_options/list-values",
     ),
     enforced(
         "SPEC §1b",
         "A non-string value is an invalid-argument error that changes nothing (upstream applied earlier "
         "options of the same call and not later ones: we apply all or none).",
-        "options/non-string-value",
-        "options/all-or-nothing",
+        "runtime_options/non-string-value",
+        "runtime_options/all-or-nothing",
         "differential/option-read-back",
     ),
     enforced(
         "SPEC §1b",
         "Upstream limits: key ≤ 63 chars, string value ≤ 255 chars — enforce with a clear error rather than "
         "silent truncation.",
-        "options/key-length",
-        "options/value-length",
-        "options/nul-character",
-        "options/control-characters",
+        "runtime_options/key-length",
+        "runtime_options/value-length",
+        "runtime_options/nul-character",
+        "runtime_options/control-characters",
     ),
-    enforced("SPEC §1b", "Unknown keys: decide, document, and test.", "options/unknown-key"),
+    enforced("SPEC §1b", "Unknown keys: decide, document, and test.", "runtime_options/unknown-key"),
     enforced(
         "SPEC §1b",
         "Inputs on the CPU go to the device through pinned staging; inputs already on the right device (e.g. "
         "the encoder's output fed to the decoder) are used without a copy.",
-        "copies/pinned-host-memory",
-        "multi-method/device-input",
-        "skip-copy/h2d-bytes",
+        "runtime_options/pinned-host-memory",
+        "multi_method/device-input",
+        "runtime_options/h2d-bytes",
     ),
     enforced(
         "SPEC §1b",
         "Outputs are copied to the CPU unless the handle's method is named in the skip option, in which case "
         "they stay on the GPU as ordinary CUDA tensors.",
-        "skip-copy/output-device",
-        "skip-copy/d2h-copy",
-        "skip-copy/no-d2h-copy",
-        "skip-copy/values",
-        "skip-copy/pcie",
+        "runtime_options/output-device",
+        "runtime_options/d2h-copy",
+        "runtime_options/no-d2h-copy",
+        "runtime_options/values",
+        "device_placement/skip-copy-pcie",
         "differential/output-device",
-        "options/default",
-        "multi-method/skip-invariant",
-        "multi-method/kv-cache-on-device",
+        "runtime_options/default",
+        "multi_method/skip-invariant",
+        "multi_method/kv-cache-on-device",
     ),
-    enforced("SPEC §1b", "Copies to the CPU use pinned memory", "copies/pinned-host-memory"),
+    enforced("SPEC §1b", "Copies to the CPU use pinned memory", "runtime_options/pinned-host-memory"),
     enforced(
         "SPEC §1b",
         "Whatever stream the consumer uses, it must see finished data: upstream shipped bugs where a "
         "delegate returned before its stream finished (#21727) and where per-handle streams gave no "
         "ordering between delegates (9 different sums in 40 runs, #22318).",
-        "streams/other-consumer",
-        "streams/chained-delegates",
+        "streams_threads/other-consumer",
+        "streams_threads/chained-delegates",
     ),
     enforced(
         "SPEC §1b",
         "Concurrent `execute` on one handle and on different handles, racing with `set_option`, is safe.",
-        "streams/threads",
+        "streams_threads/threads",
         "differential/threads",
     ),
     enforced(
@@ -777,9 +777,9 @@ ENTRIES: tuple[Entry, ...] = (
     enforced(
         "SPEC §2",
         "a tiny LLM-like prefill/decode with a KV cache that stays on the GPU",
-        "multi-method/tokens",
-        "multi-method/first-step-logits",
-        "multi-method/kv-cache-on-device",
+        "multi_method/tokens",
+        "multi_method/first-step-logits",
+        "multi_method/kv-cache-on-device",
     ),
     informative(
         "SPEC §2",
@@ -790,17 +790,17 @@ ENTRIES: tuple[Entry, ...] = (
         "SPEC §2",
         "Measured here on an H200: they are **32-bit and wrap every 4 GiB** (≈80 ms at full link speed), "
         "count ~9% protocol overhead over payload, and drift ~0.5 MB/s when idle.",
-        "traffic/wrap",
-        "traffic/overhead",
-        "traffic/drift",
-        "traffic/direction",
+        "traffic_meter/wrap",
+        "traffic_meter/overhead",
+        "traffic_meter/drift",
+        "traffic_meter/direction",
     ),
     enforced(
         "SPEC §2",
         "So: poll fast, unwrap, subtract idle, calibrate with a known pinned transfer, map devices by UUID "
         "(NVML ignores `CUDA_VISIBLE_DEVICES`), serialise measurements (counters are device-wide), report "
         '"unsupported" as such — never 0.',
-        "traffic/*",
+        "traffic_meter/*",
     ),
     informative(
         "SPEC §2",

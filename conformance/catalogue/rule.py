@@ -3,7 +3,7 @@ cases check it, its level, the clause a backend breaks when a check fails with i
 break it, why.
 
 One grammar for every id (:data:`ID`): ``family/name``, more ``/parts`` allowed, lower case letters, digits,
-``-``, ``_`` and ``.`` (``mm_out/values``, ``view-pass/source-mutated/policy``). A *family* writes the part a
+``-``, ``_`` and ``.`` (``mm_out/values``, ``lowering/source-mutated/policy``). A *family* writes the part a
 chapter fills from its parameters as ``{field}``, as the chapter's table keys it, and lists the values:
 ``mm_out/{bad_input}`` with ``bad_input=("none-out", ...)`` is one rule id per value, each a row of the
 coverage table. A family is a shorthand for rows that share everything but that part; its ids are the

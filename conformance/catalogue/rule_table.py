@@ -108,34 +108,34 @@ RULE_TABLE: tuple[Rule, ...] = (
     # ============================================================================================ lowering
     *chapter(
         LOWERING,
-        *(must(f"view-pass/{kind}", why) for kind, why in VIEW_PASS_KINDS.items()),
+        *(must(f"lowering/{kind}", why) for kind, why in VIEW_PASS_KINDS.items()),
         # A copy the SPEC refuses conservatively (no schema, a view user, a container it cannot see through)
-        # became a view and the result is still right; a wrong result stays the must rule view-pass/<kind>.
+        # became a view and the result is still right; a wrong result stays the must rule lowering/<kind>.
         should(
-            "view-pass/{kind}/policy",
+            "lowering/{kind}/policy",
             "a copy the SPEC refuses conservatively stays a copy, even where its view gives the same result",
             kind=_POLICY_KINDS,
         ),
         # A safe copy the backend maps but refused: a missing optimisation (an unmapped op is coverage).
         should(
-            "view-pass/{kind}/missed-rewrite",
+            "lowering/{kind}/missed-rewrite",
             "a safe copy of an op the backend maps becomes a view, not a refusal",
             kind=_REWRITE_KINDS,
         ),
         must(
-            "view-pass/outcome",
+            "lowering/outcome",
             "the pass returns a ViewPassOutcome (graph module, rewritten, refused) and never raises",
             also=(DIFFERENTIAL,),
         ),
         # The rewritten list disagrees with the result graph: the report is off, the program is not.
         should(
-            "view-pass/report",
+            "lowering/report",
             "the outcome's rewritten list is exactly the copies that are views in the result graph",
             also=(DIFFERENTIAL,),
         ),
-        must("view-pass/truthful-strides", "every rewritten node's meta['val'] matches a real run"),
+        must("lowering/truthful-strides", "every rewritten node's meta['val'] matches a real run"),
         must(
-            "view-pass/slicing-heavy",
+            "lowering/slicing-heavy",
             "a slicing-heavy graph (KV-cache attention, Hugging Face methods) keeps its behaviour",
         ),
         must("lowering/zoo-lowers", "every zoo model lowers into program bytes, or says why it cannot"),
@@ -158,121 +158,166 @@ RULE_TABLE: tuple[Rule, ...] = (
             also=(MULTI_METHOD,),
         ),
     ),
+    # The lowering chapter's rule wherever a runtime chapter's case lowers the model it runs
+    # (conformance/programs.py): a backend that cannot lower it fails the case. The lowering chapter's own
+    # cases name what they lower by rules of their own (lowering/zoo-lowers, lowering/unsupported-kernels).
+    must(
+        "lowering/lower",
+        "the backend lowers the model the case runs",
+        also=(OPTIONS, PLACEMENT, MULTI_METHOD),
+    ),
     # ============================================================================== compile specs & format
     *chapter(
         FORMAT,
-        must("format/multi-method", "one program of several methods initialises each by its name"),
-        must("format/non-ascii-name", "non-ASCII method names round-trip and initialise by that name"),
-        must("format/method-name-case", "a name differing in case (or a prefix of one) is not the method"),
-        must("format/empty", "init of empty bytes is an invalid-argument error blaming the program"),
-        must("format/not-bytes", "a program that is not bytes is an invalid-argument error naming it"),
-        must("format/truncated", "a truncated program is an invalid-argument error blaming the program"),
-        must("format/trailing-data", "bytes after the program's end are refused as tampering"),
-        must("format/flipped-byte", "one flipped byte anywhere is refused: the file is refused whole"),
-        must("format/cpu-target", "a program lowered for the CPU runs on the CPU where CUDA is present"),
+        must("program_format/multi-method", "one program of several methods initialises each by its name"),
+        must(
+            "program_format/non-ascii-name", "non-ASCII method names round-trip and initialise by that name"
+        ),
+        must(
+            "program_format/method-name-case",
+            "a name differing in case (or a prefix of one) is not the method",
+        ),
+        must("program_format/empty", "init of empty bytes is an invalid-argument error blaming the program"),
+        must(
+            "program_format/not-bytes", "a program that is not bytes is an invalid-argument error naming it"
+        ),
+        must(
+            "program_format/truncated", "a truncated program is an invalid-argument error blaming the program"
+        ),
+        must("program_format/trailing-data", "bytes after the program's end are refused as tampering"),
+        must(
+            "program_format/flipped-byte", "one flipped byte anywhere is refused: the file is refused whole"
+        ),
+        must(
+            "program_format/cpu-target", "a program lowered for the CPU runs on the CPU where CUDA is present"
+        ),
     ),
     # ===================================================================================== runtime options
     *chapter(
         OPTIONS,
-        must("options/round-trip", "the option is set and read back, naming the same methods"),
-        must("options/all-or-nothing", "a set_option that fails changes nothing"),
-        must("options/before-init", "the option can be set and read with no handle in existence"),
-        must("options/list-values", "every well-formed method list is accepted"),
-        must("options/non-string-value", "a value that is not a str is an invalid-argument error"),
-        must("options/non-string-key", "a key that is not a str is an invalid-argument error"),
-        must("options/key-length", "a key over 63 characters is an error, never truncated"),
-        must("options/value-length", "a value over 255 characters is an error, never truncated"),
-        must("options/unknown-key", "set_option and get_option reject an unknown key, naming it"),
-        must("options/nul-character", "a key or value containing NUL is an invalid-argument error"),
-        must("options/control-characters", "a control character is kept exactly or refused, never dropped"),
-        must("options/after-init", "with handles alive the option is set and read; executes stay right"),
-        must("options/next-execute", "a change of the option takes effect on the next execute"),
-        must("options/not-retroactive", "outputs already returned stay where they are, unchanged"),
-        must("options/list-parsing", "a list keeps exactly the methods it names (trimmed, exact match)"),
-        must("options/default", "never set, the option names no method: every output is copied out"),
-        must("skip-copy/option", "the option is accepted for every method list of the matrix"),
-        must("skip-copy/output-device", "a method the option names returns CUDA tensors, others host ones"),
-        must("skip-copy/values", "values match float64 eager whatever the option says"),
-        must("skip-copy/d2h-bytes", "execute_stats counts exactly the output bytes copied to the host"),
-        must("skip-copy/h2d-bytes", "execute_stats counts exactly the host inputs' bytes"),
-        must("skip-copy/d2h-copy", "outputs the option does not keep are copied device→host"),
-        # The option kept the outputs on the device (skip-copy/output-device, a must), yet the profiler saw a
-        # device→host copy: bandwidth wasted, nothing the caller gets is wrong.
-        should("skip-copy/no-d2h-copy", "outputs the option keeps are never copied device→host"),
-        must("skip-copy/cpu-target", "on a CPU target the option changes nothing and moves 0 bytes"),
+        must("runtime_options/round-trip", "the option is set and read back, naming the same methods"),
+        must("runtime_options/all-or-nothing", "a set_option that fails changes nothing"),
+        must("runtime_options/before-init", "the option can be set and read with no handle in existence"),
+        must("runtime_options/list-values", "every well-formed method list is accepted"),
+        must("runtime_options/non-string-value", "a value that is not a str is an invalid-argument error"),
+        must("runtime_options/non-string-key", "a key that is not a str is an invalid-argument error"),
+        must("runtime_options/key-length", "a key over 63 characters is an error, never truncated"),
+        must("runtime_options/value-length", "a value over 255 characters is an error, never truncated"),
+        must("runtime_options/unknown-key", "set_option and get_option reject an unknown key, naming it"),
+        must("runtime_options/nul-character", "a key or value containing NUL is an invalid-argument error"),
+        must(
+            "runtime_options/control-characters",
+            "a control character is kept exactly or refused, never dropped",
+        ),
+        must(
+            "runtime_options/after-init", "with handles alive the option is set and read; executes stay right"
+        ),
+        must("runtime_options/next-execute", "a change of the option takes effect on the next execute"),
+        must("runtime_options/not-retroactive", "outputs already returned stay where they are, unchanged"),
+        must(
+            "runtime_options/list-parsing", "a list keeps exactly the methods it names (trimmed, exact match)"
+        ),
+        must("runtime_options/default", "never set, the option names no method: every output is copied out"),
+        must("runtime_options/option", "the option is accepted for every method list of the matrix"),
+        must(
+            "runtime_options/output-device",
+            "a method the option names returns CUDA tensors, others host ones",
+        ),
+        must("runtime_options/values", "values match float64 eager whatever the option says"),
+        must("runtime_options/d2h-bytes", "execute_stats counts exactly the output bytes copied to the host"),
+        must("runtime_options/h2d-bytes", "execute_stats counts exactly the host inputs' bytes"),
+        must("runtime_options/d2h-copy", "outputs the option does not keep are copied device→host"),
+        # The option kept the outputs on the device (runtime_options/output-device, a must), yet the profiler
+        # saw a device→host copy: bandwidth wasted, nothing the caller gets is wrong.
+        should("runtime_options/no-d2h-copy", "outputs the option keeps are never copied device→host"),
+        must("runtime_options/cpu-target", "on a CPU target the option changes nothing and moves 0 bytes"),
         # Pageable copies are slower, not wrong: host staging through pinned memory is a performance contract.
         should(
-            "copies/pinned-host-memory", "every host↔device copy uses pinned host memory", also=(PLACEMENT,)
+            "runtime_options/pinned-host-memory",
+            "every host↔device copy uses pinned host memory",
+            also=(PLACEMENT,),
         ),
-        must("runtime/lower", "the backend lowers the model the case runs", also=(PLACEMENT, MULTI_METHOD)),
     ),
     # ==================================================================================== device placement
     *chapter(
         PLACEMENT,
-        must("placement/validation", "an unknown method or a non-bool placement value is refused"),
-        must("placement/conflict", "placement contradicting the runtime option is refused, naming both"),
-        must("placement/output-device", "a method lowered with skip_d2h returns CUDA tensors"),
-        must("placement/values", "values match float64 eager whatever the placement"),
-        must("placement/d2h-bytes", "execute_stats counts exactly the output bytes copied to the host"),
-        must("placement/h2d-bytes", "execute_stats counts exactly the host inputs' bytes"),
-        must("placement/d2h-copy", "outputs not placed on the device are copied device→host"),
+        must("device_placement/validation", "an unknown method or a non-bool placement value is refused"),
+        must(
+            "device_placement/conflict", "placement contradicting the runtime option is refused, naming both"
+        ),
+        must("device_placement/output-device", "a method lowered with skip_d2h returns CUDA tensors"),
+        must("device_placement/values", "values match float64 eager whatever the placement"),
+        must(
+            "device_placement/d2h-bytes", "execute_stats counts exactly the output bytes copied to the host"
+        ),
+        must("device_placement/h2d-bytes", "execute_stats counts exactly the host inputs' bytes"),
+        must("device_placement/d2h-copy", "outputs not placed on the device are copied device→host"),
         # The same for export-time placement: values and placement are must rules of their own.
-        should("placement/no-d2h-copy", "outputs placed on the device are never copied device→host"),
-        should("placement/no-h2d-copy", "inputs placed on the device are never copied host→device"),
-        must("placement/pipeline", "a device-resident pipeline moves 0 bytes either way"),
-        must("placement/bad-input", "a device-input method refuses host, other-GPU, wrong-dtype inputs"),
+        should("device_placement/no-d2h-copy", "outputs placed on the device are never copied device→host"),
+        should("device_placement/no-h2d-copy", "inputs placed on the device are never copied host→device"),
+        must("device_placement/pipeline", "a device-resident pipeline moves 0 bytes either way"),
+        must(
+            "device_placement/bad-input", "a device-input method refuses host, other-GPU, wrong-dtype inputs"
+        ),
         # What NVML saw cross PCIe did not drop by the kept tensors' bytes: staged through the host anyway.
-        should("skip-copy/pcie", "PCIe traffic (NVML) drops by the bytes the option keeps on the device"),
-        should("placement/pcie", "PCIe traffic (NVML) drops by the bytes placement keeps on the device"),
-        must("placement/cpu-target", "on a CPU target placement changes nothing and moves 0 bytes"),
+        should(
+            "device_placement/skip-copy-pcie",
+            "PCIe traffic (NVML) drops by the bytes the option keeps on the device",
+        ),
+        should(
+            "device_placement/pcie", "PCIe traffic (NVML) drops by the bytes placement keeps on the device"
+        ),
+        must("device_placement/cpu-target", "on a CPU target placement changes nothing and moves 0 bytes"),
     ),
     # ======================================================================================== multi-method
     *chapter(
         MULTI_METHOD,
-        must("multi-method/tokens", "the greedy pipeline gives eager PyTorch's tokens", also=(PLACEMENT,)),
-        must("multi-method/first-step-logits", "half precision: the first step's logits are close"),
-        must("multi-method/skip-invariant", "skip-copy changes where outputs go, never the values"),
-        must("multi-method/cpu-target", "on a CPU target every execute moves 0 bytes"),
-        must("multi-method/h2d-bytes", "execute_stats counts exactly the host inputs' bytes"),
-        must("multi-method/d2h-bytes", "execute_stats counts exactly the output bytes copied out"),
-        # The optimisation the skip-copy option exists for; the tokens (multi-method/tokens) and the byte
-        # counters' truth (multi-method/h2d-bytes, d2h-bytes) stay must.
-        should("multi-method/kv-cache-on-device", "prefill and decode skipped: KV caches stay on GPU"),
-        must("multi-method/device-input", "the encoder's kept output feeds the decoder, no upload"),
+        must("multi_method/tokens", "the greedy pipeline gives eager PyTorch's tokens", also=(PLACEMENT,)),
+        must("multi_method/first-step-logits", "half precision: the first step's logits are close"),
+        must("multi_method/skip-invariant", "skip-copy changes where outputs go, never the values"),
+        must("multi_method/cpu-target", "on a CPU target every execute moves 0 bytes"),
+        must("multi_method/h2d-bytes", "execute_stats counts exactly the host inputs' bytes"),
+        must("multi_method/d2h-bytes", "execute_stats counts exactly the output bytes copied out"),
+        # The optimisation the skip-copy option exists for; the tokens (multi_method/tokens) and the byte
+        # counters' truth (multi_method/h2d-bytes, d2h-bytes) stay must.
+        should("multi_method/kv-cache-on-device", "prefill and decode skipped: KV caches stay on GPU"),
+        must("multi_method/device-input", "the encoder's kept output feeds the decoder, no upload"),
     ),
     # =================================================================================== streams & threads
     *chapter(
         STREAMS,
-        must("streams/other-consumer", "a consumer on another stream reads finished outputs"),
-        must("streams/chained-delegates", "a second handle fed a kept output sees the finished result"),
-        must("streams/threads", "concurrent executes (racing the option) equal the serial results"),
+        must("streams_threads/other-consumer", "a consumer on another stream reads finished outputs"),
+        must(
+            "streams_threads/chained-delegates", "a second handle fed a kept output sees the finished result"
+        ),
+        must("streams_threads/threads", "concurrent executes (racing the option) equal the serial results"),
     ),
     # ========================================================================================== bad inputs
     *chapter(
         BAD_INPUTS,
         must(
-            "bad-inputs/{bad_input}",
+            "bad_inputs/{bad_input}",
             "execute with bad inputs is an invalid-argument error naming inputs; nothing changes",
             bad_input=_BAD_EXECUTE_INPUTS,
         ),
         must(
-            "bad-inputs/{bad_output}",
+            "bad_inputs/{bad_output}",
             "execute with bad caller-provided outputs is an invalid-argument error naming outputs; untouched",
             bad_output=_BAD_EXECUTE_OUTPUTS,
         ),
         must(
-            "bad-inputs/{bad_method}",
+            "bad_inputs/{bad_method}",
             "init of a method the program lacks is an invalid-argument error naming method",
             bad_method=_BAD_METHODS,
         ),
-        must("bad-inputs/wrong-device", "a CUDA input to a CPU program is refused naming inputs"),
-        must("bad-inputs/other-gpu", "an input on another GPU is refused naming inputs"),
-        must("bad-inputs/outputs-wrong-device", "CUDA outputs where outputs go to the CPU are refused"),
-        must("bad-inputs/execute-after-destroy", "execute on a destroyed handle is an invalid argument"),
-        must("bad-inputs/destroy-twice", "destroying a handle twice is an invalid argument"),
-        must("bad-inputs/stats-after-destroy", "execute_stats of a destroyed handle: invalid argument"),
-        must("bad-inputs/not-a-handle", "execute on what init did not return is an invalid argument"),
-        must("bad-inputs/corrupt-program", "init of a corrupt program is an invalid argument blaming it"),
+        must("bad_inputs/wrong-device", "a CUDA input to a CPU program is refused naming inputs"),
+        must("bad_inputs/other-gpu", "an input on another GPU is refused naming inputs"),
+        must("bad_inputs/outputs-wrong-device", "CUDA outputs where outputs go to the CPU are refused"),
+        must("bad_inputs/execute-after-destroy", "execute on a destroyed handle is an invalid argument"),
+        must("bad_inputs/destroy-twice", "destroying a handle twice is an invalid argument"),
+        must("bad_inputs/stats-after-destroy", "execute_stats of a destroyed handle: invalid argument"),
+        must("bad_inputs/not-a-handle", "execute on what init did not return is an invalid argument"),
+        must("bad_inputs/corrupt-program", "init of a corrupt program is an invalid argument blaming it"),
     ),
     # ======================================================================================== differential
     *chapter(
@@ -314,15 +359,15 @@ RULE_TABLE: tuple[Rule, ...] = (
     # ======================================================================================= traffic meter
     *chapter(
         TRAFFIC,
-        must("traffic/calibration", "the meter calibrates on a known pinned transfer", exempt=_METER),
+        must("traffic_meter/calibration", "the meter calibrates on a known pinned transfer", exempt=_METER),
         # The counter direction differs from NVML's documentation; the meter follows its calibration, so the
         # figures stay correct: a note for whoever maintains the driver, not a wrong measurement.
-        should("traffic/direction", "NVML's counters count the direction documented", exempt=_METER),
-        must("traffic/overhead", "protocol overhead over payload is within bounds", exempt=_METER),
-        must("traffic/valid", "every measurement is valid", exempt=_METER),
-        must("traffic/accuracy", "a measured transfer is within tolerance of its bytes", exempt=_METER),
-        must("traffic/wrap", "a transfer past the 32-bit counters' wrap is measured", exempt=_METER),
-        must("traffic/drift", "the idle counters' drift is measured and small", exempt=_METER),
+        should("traffic_meter/direction", "NVML's counters count the direction documented", exempt=_METER),
+        must("traffic_meter/overhead", "protocol overhead over payload is within bounds", exempt=_METER),
+        must("traffic_meter/valid", "every measurement is valid", exempt=_METER),
+        must("traffic_meter/accuracy", "a measured transfer is within tolerance of its bytes", exempt=_METER),
+        must("traffic_meter/wrap", "a transfer past the 32-bit counters' wrap is measured", exempt=_METER),
+        must("traffic_meter/drift", "the idle counters' drift is measured and small", exempt=_METER),
     ),
     # ===================== the contract monitor (conformance/common/contract_monitor.py): every call of every
     # case that asks for the backend, whatever its chapter

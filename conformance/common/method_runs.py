@@ -32,14 +32,15 @@ FEEDS: dict[str, dict[str, dict[int, tuple[str, int]]]] = {
 }
 
 
-PINNED_HOST_MEMORY = rule_id("copies/pinned-host-memory")
+PINNED_HOST_MEMORY = rule_id("runtime_options/pinned-host-memory")
 
 
 @dataclass(frozen=True)
 class WhereRules:
-    """The rule ids of one mechanism that decides where a method's data lives, ``<mechanism>/<check>``: the
-    runtime skip-copy option (:data:`SKIP_COPY`) or export-time placement (:data:`PLACEMENT`). The checks
-    below take one of them, so the ids are looked up in the rule table once, on import."""
+    """The rule ids of one mechanism that decides where a method's data lives, ``<family>/<check>`` in the
+    family of the mechanism's chapter: the runtime skip-copy option (:data:`SKIP_COPY`, ``runtime_options``)
+    or export-time placement (:data:`PLACEMENT`, ``device_placement``). The checks below take one of them,
+    so the ids are looked up in the rule table once, on import."""
 
     output_device: str
     values: str
@@ -50,8 +51,8 @@ class WhereRules:
     cpu_target: str
 
     @classmethod
-    def of(cls, mechanism: str) -> WhereRules:
-        ids = {f.name: rule_id(f"{mechanism}/{f.name.replace('_', '-')}") for f in fields(cls)}
+    def of(cls, family: str) -> WhereRules:
+        ids = {f.name: rule_id(f"{family}/{f.name.replace('_', '-')}") for f in fields(cls)}
         return cls(**ids)
 
     @property
@@ -73,9 +74,9 @@ class WhereRules:
         return (self.cpu_target, self.values)
 
 
-SKIP_COPY = WhereRules.of("skip-copy")
-PLACEMENT = WhereRules.of("placement")
-NO_H2D_COPY = rule_id("placement/no-h2d-copy")
+SKIP_COPY = WhereRules.of("runtime_options")
+PLACEMENT = WhereRules.of("device_placement")
+NO_H2D_COPY = rule_id("device_placement/no-h2d-copy")
 
 
 def nbytes(tensors: Sequence[torch.Tensor]) -> int:
@@ -178,7 +179,7 @@ def memcpy_names(fn: Callable[[], object]) -> tuple[list[str], int]:
 
 
 def check_pinned_copies(call: str, copies: Sequence[str]) -> None:
-    """copies/pinned-host-memory: every host↔device copy the profiler saw used pinned host memory (a
+    """runtime_options/pinned-host-memory: every host↔device copy the profiler saw used pinned host memory (a
     pageable copy is correct but synchronous and ~35× slower device→host on an H200: SPEC §1b)."""
     pageable = sorted({n for n in copies if "Pageable" in n})
     if pageable:
@@ -228,9 +229,9 @@ def check_output_copies(rules: WhereRules, call: str, copies: Sequence[str], kee
 
 
 def check_device_inputs_not_copied(call: str, copies: Sequence[str]) -> None:
-    """``placement/no-h2d-copy``: a method whose inputs arrive on the device copies nothing host→device.
-    Only export-time placement hands a method device inputs, so only its chapter calls it (a check no case
-    can fail is no check)."""
+    """``device_placement/no-h2d-copy``: a method whose inputs arrive on the device copies nothing
+    host→device. Only export-time placement hands a method device inputs, so only its chapter calls it (a
+    check no case can fail is no check)."""
     htod = sorted({n for n in copies if "HtoD" in n})
     if htod:
         fail(NO_H2D_COPY, call, f"inputs arrive on the device, yet the profiler saw {htod}")

@@ -1,5 +1,6 @@
-"""PCIe bytes a mechanism saved, as NVML measures them: the check behind rules ``skip-copy/pcie`` and
-``placement/pcie`` (chapter ``device_placement``) and the sizing the ``pipelines`` bench shares with it.
+"""PCIe bytes a mechanism saved, as NVML measures them: the check behind rules
+``device_placement/skip-copy-pcie`` and ``device_placement/pcie`` (chapter ``device_placement``) and the
+sizing the ``pipelines`` bench shares with it.
 
 One execute moves KBs, below the NVML counters' noise, so K back-to-back executes are measured in one
 window and the figures divided by K (``choose_runs``). The expected saving of a mechanism is computed from

@@ -31,7 +31,7 @@ from conformance.protocol import (
 )
 from harness.pytest_plugin import set_case_params
 
-LOWER = rule_id("runtime/lower")
+LOWER = rule_id("lowering/lower")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ METHODS = {name: p.methods for name, p in PIPELINE_MODELS.items()}
 NEAR_TIE_FACTOR = 2.0
 
 # The rules this module checks (conformance/catalogue/rule_table.py).
-TOKENS = rule_id("multi-method/tokens")
+TOKENS = rule_id("multi_method/tokens")
 
 
 Methods = dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]

@@ -5,7 +5,7 @@ Upstream ExecuTorch retired the runtime option ``skip_copy_output_to_cpu_for_met
 where a method's inputs and outputs live is now chosen when the program is built, per method, with
 ``skip_h2d_for_method_inputs`` and ``skip_d2h_for_method_outputs`` (upstream's ``PropagateDeviceConfig``;
 each a bool or ``{method: bool}``). The protocol passes them as ``lower(..., options={...})``. Every check
-names its rule, ``placement/<rule>``:
+names its rule, ``device_placement/<rule>``:
 
 * **validation** (any machine): an unknown method name, a non-bool value or a value of the wrong shape is
   a ``ValueError`` naming the key and the rule; a method fixed to host outputs that the runtime option
@@ -16,13 +16,13 @@ names its rule, ``placement/<rule>``:
   caller. Held to: where outputs live, values against eager float64, ``execute_stats`` (0 host→device
   bytes for device inputs, 0 device→host bytes for kept outputs), and the torch profiler (no ``Memcpy
   HtoD`` / ``DtoH`` for them; every copy that is made goes through pinned memory — rule
-  ``copies/pinned-host-memory``).
+  ``runtime_options/pinned-host-memory``).
 * **pipelines** (CUDA): ASR (encoder → decoder) and LLM (prefill → decode with its KV cache) with every
   input and output on the device end to end: tokens equal eager, and no execute moves a byte.
 * **PCIe** (CUDA, NVML; runs with the GPU to itself): both mechanisms, ``asr`` and ``llm`` float32, each
   method executed K times per NVML window with its tensors on the host and kept on the device: the bytes
   NVML saw cross PCIe drop by at least 90 % of what the kept tensors hold, less 3 x the noise
-  (``skip-copy/pcie``, ``placement/pcie``; ``conformance.common.pcie_checks``), or the case says the saving is
+  (``device_placement/skip-copy-pcie``, ``device_placement/pcie``; ``conformance.common.pcie_checks``), or the case says the saving is
   below the meter's resolution, with that resolution.
 * **zoo** (CUDA): every other zoo model lowered with every input and output on the device.
 * **bad inputs** (CUDA): a host tensor, a tensor on another GPU, a wrong dtype for a device-input method
@@ -108,10 +108,10 @@ if TYPE_CHECKING:
 DTYPES = list(DTYPES_BY_NAME)
 Options = dict[str, object]
 
-VALIDATION = rule_id("placement/validation")
-CONFLICT = rule_id("placement/conflict")
-PIPELINE = rule_id("placement/pipeline")
-BAD_INPUT = rule_id("placement/bad-input")
+VALIDATION = rule_id("device_placement/validation")
+CONFLICT = rule_id("device_placement/conflict")
+PIPELINE = rule_id("device_placement/pipeline")
+BAD_INPUT = rule_id("device_placement/bad-input")
 
 
 # Cases annotate them ``PlacementRuntimeBackend`` and ``DevicePlacementBackend``.
@@ -167,7 +167,7 @@ def two_methods(device: str) -> dict[str, tuple]:
 @pytest.mark.parametrize("key", [SKIP_H2D, SKIP_D2H])
 @pytest.mark.parametrize("label", list(BAD_VALUES))
 def test_placement_options_are_validated(placement: DevicePlacementBackend, key: str, label: str) -> None:
-    """placement/validation: an unknown method name (case-sensitive) or a non-bool value is an
+    """device_placement/validation: an unknown method name (case-sensitive) or a non-bool value is an
     invalid-argument error naming the key and the rule (a misspelt method would silently keep the copy)."""
     backend = placement
     device = validation_device(backend)
@@ -183,8 +183,8 @@ def test_placement_options_are_validated(placement: DevicePlacementBackend, key:
 
 @pytest.mark.rules(CONFLICT)
 def test_placement_conflicting_with_the_runtime_option_is_rejected(placement: DevicePlacementBackend) -> None:
-    """placement/conflict: lowering ``decode`` with host outputs while the runtime option names it is an
-    invalid-argument error naming both keys (export-time placement wins; the user must drop one)."""
+    """device_placement/conflict: lowering ``decode`` with host outputs while the runtime option names it is
+    an invalid-argument error naming both keys (export-time placement wins; the user must drop one)."""
     backend = placement
     require_part(backend, "runtime_options")
     device = validation_device(backend)
@@ -231,8 +231,8 @@ if HF_UNAVAILABLE is not None:  # the Hugging Face pipeline models: one skipped 
 def test_placement_matrix(
     placing: PlacementRuntimeBackend, dtype: str, model: str, label: str, options: Options
 ) -> None:
-    """placement/*: a method lowered with ``skip_d2h`` returns CUDA tensors and moves no byte device→host;
-    one lowered with ``skip_h2d`` takes device inputs and moves no byte host→device (counters and
+    """device_placement/*: a method lowered with ``skip_d2h`` returns CUDA tensors and moves no byte
+    device→host; one lowered with ``skip_h2d`` takes device inputs and moves no byte host→device (counters and
     profiler); every other copy goes through pinned memory; values match float64 eager."""
     backend = placing
     lm = lower_or_fail(backend, model, dtype, "cuda", options)
@@ -270,8 +270,8 @@ END_TO_END: Options = {SKIP_H2D: True, SKIP_D2H: True}
 def test_pipeline_stays_on_the_device(
     placing: PlacementRuntimeBackend, dtype: str, model: str, request: pytest.FixtureRequest
 ) -> None:
-    """placement/pipeline: with every input and output on the device, the ASR encoder's output feeds the
-    decoder and the LLM's KV cache goes from prefill through every decode step without a host round trip:
+    """device_placement/pipeline: with every input and output on the device, the ASR encoder's output feeds
+    the decoder and the LLM's KV cache goes from prefill through every decode step without a host round trip:
     each execute moves 0 bytes either way, and the tokens equal eager PyTorch's (float32 exactly)."""
     backend = placing
     lm = lower_or_fail(backend, model, dtype, "cuda", END_TO_END)
@@ -296,7 +296,7 @@ OTHER_ZOO = [name for name in ZOO if name not in MODEL_METHODS]
 @pytest.mark.parametrize("model", OTHER_ZOO)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_zoo_model_device_resident(placing: PlacementRuntimeBackend, dtype: str, model: str) -> None:
-    """placement/zoo: every zoo model lowered with every input and output on the device returns CUDA
+    """device_placement/zoo: every zoo model lowered with every input and output on the device returns CUDA
     tensors equal to float64 eager, and moves 0 bytes either way (counters and profiler)."""
     backend = placing
     lm = lower_or_fail(backend, model, dtype, "cuda", END_TO_END)
@@ -321,8 +321,8 @@ def _bad_input_cases() -> list:
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", _bad_input_cases())
 def test_device_input_method_rejects_wrong_inputs(placing: PlacementRuntimeBackend, kind: str) -> None:
-    """placement/bad-input: a method lowered with ``skip_h2d`` rejects a host tensor, a tensor on another
-    GPU and a wrong dtype with a ``ValueError`` naming the input; the inputs, the byte counters of the
+    """device_placement/bad-input: a method lowered with ``skip_h2d`` rejects a host tensor, a tensor on
+    another GPU and a wrong dtype with a ``ValueError`` naming the input; the inputs, the byte counters of the
     last execute and later results are unchanged."""
     backend = placing
     lm = lower_or_fail(backend, "llm", "float32", "cuda", {SKIP_H2D: True})
@@ -367,7 +367,10 @@ PCIE_TARGET_BYTES = 16 << 20
 PCIE_TIME_CAP_S = 1.0
 PCIE_ATTEMPTS = 2
 #: mechanism -> the rule its PCIe check names.
-MECHANISMS = {"runtime-option": rule_id("skip-copy/pcie"), "export-time": rule_id("placement/pcie")}
+MECHANISMS = {
+    "runtime-option": rule_id("device_placement/skip-copy-pcie"),
+    "export-time": rule_id("device_placement/pcie"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +380,7 @@ def pcie_meter() -> Iterator[TrafficMeter]:
     with TrafficMeter(torch.cuda.current_device()) as meter:
         if not meter.supported:
             pytest.skip(f"PCIe byte counters unsupported here: {meter.reason}")
-        if meter.calibration is None:  # the traffic_meter chapter fails this (traffic/calibration)
+        if meter.calibration is None:  # the traffic_meter chapter fails this (traffic_meter/calibration)
             pytest.skip(f"the NVML meter is not calibrated ({meter.calibration_reason}): no payload figures")
         yield meter
 
@@ -453,12 +456,12 @@ def test_pcie_bytes_saved_as_nvml_counts_them(
     mechanism: str,
     request: pytest.FixtureRequest,
 ) -> None:
-    """skip-copy/pcie, placement/pcie: each method executed alone, K times per NVML window, once with every
-    input and output on the host and once with the mechanism keeping them on the device (runtime option:
-    outputs, and the next method's inputs chained from them; export time: every input and output). What
-    NVML saw cross PCIe must drop by at least 90 % of the bytes the device-resident tensors hold (less
-    ``pcie_checks.SIGNIFICANCE`` x the noise of the difference and a command-traffic allowance), counted
-    from the tensors the caller sees, not from the backend's counters: a backend whose counters say 0
+    """device_placement/skip-copy-pcie, device_placement/pcie: each method executed alone, K times per NVML
+    window, once with every input and output on the host and once with the mechanism keeping them on the
+    device (runtime option: outputs, and the next method's inputs chained from them; export time: every input
+    and output). What NVML saw cross PCIe must drop by at least 90 % of the bytes the device-resident tensors
+    hold (less ``pcie_checks.SIGNIFICANCE`` x the noise of the difference and a command-traffic allowance),
+    counted from the tensors the caller sees, not from the backend's counters: a backend whose counters say 0
     while it still stages the data through the host fails. Savings below the meter's resolution
     (``pcie_checks.RESOLUTION_FACTOR`` x the noise, at least ``COMMAND_FACTOR`` x the command-traffic
     allowance) are recorded as such and not judged."""
@@ -509,9 +512,9 @@ def test_pcie_bytes_saved_as_nvml_counts_them(
 @pytest.mark.rules(LOWER, *PLACEMENT.on_cpu)
 @pytest.mark.parametrize("model", pipeline_params("llm"))
 def test_placement_on_a_cpu_target_changes_nothing(placing: PlacementRuntimeBackend, model: str) -> None:
-    """placement/cpu-target: on a program lowered for the CPU both flags are accepted and change nothing:
-    outputs are host tensors, both byte counters are 0, values match float64 eager (the LLM-kind models:
-    ``llm`` and, with ``transformers``, ``hf_llm``)."""
+    """device_placement/cpu-target: on a program lowered for the CPU both flags are accepted and change
+    nothing: outputs are host tensors, both byte counters are 0, values match float64 eager (the LLM-kind
+    models: ``llm`` and, with ``transformers``, ``hf_llm``)."""
     backend = placing
     require_lowering_device(backend, "cpu")
     lm = lower_or_fail(backend, model, "float32", "cpu", END_TO_END)

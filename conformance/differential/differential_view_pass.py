@@ -12,10 +12,10 @@ become views. The pass is judged only by what can be told from outside, so a pas
 * ``differential/view-pass-recompiled`` (*must*): the module's code is its graph's code. A pass that edits
   the graph without ``recompile()`` hands the compiler one program and ``module(...)`` another, so every
   other check here would judge a program nobody compiles.
-* ``view-pass/report`` (*should*, as in the lowering chapter): ``rewritten`` lists exactly the copies that
+* ``lowering/report`` (*should*, as in the lowering chapter): ``rewritten`` lists exactly the copies that
   are views in the result. ``differential/view-pass-report`` (*should*): the report does not contradict
   itself (no node both rewritten and refused) and names only nodes the result has.
-* ``view-pass/outcome`` (*must*, as in the lowering chapter): the pass returns the protocol's outcome (and
+* ``lowering/outcome`` (*must*, as in the lowering chapter): the pass returns the protocol's outcome (and
   does not raise on a valid edge graph).
 
 Every failure message ends with the (shrunk) graph as a repro: its inputs' layouts, its code and the Python
@@ -47,12 +47,12 @@ from conformance.protocol import ViewPassBackend
 CALL = "view_copy_pass(generated graph)"
 
 # The rules this module checks (conformance/catalogue/rule_table.py).
-OUTCOME = rule_id("view-pass/outcome")
+OUTCOME = rule_id("lowering/outcome")
 BEHAVIOUR = rule_id("differential/view-pass-behaviour")
 META = rule_id("differential/view-pass-meta")
 RECOMPILED = rule_id("differential/view-pass-recompiled")
 REPORT_CONTRADICTIONS = rule_id("differential/view-pass-report")
-REPORT = rule_id("view-pass/report")
+REPORT = rule_id("lowering/report")
 
 #: How many findings a message lists before the repro (the shrunk graph usually has one).
 _SHOWN = 4
@@ -72,7 +72,7 @@ _last: tuple[object, GeneratedGraph, Any] | None = None
 
 
 def run(backend: ViewPassBackend, graph: GeneratedGraph) -> Any:
-    """The backend's pass on a deep copy of ``graph``'s module; ``view-pass/outcome`` if it raises or
+    """The backend's pass on a deep copy of ``graph``'s module; ``lowering/outcome`` if it raises or
     returns something other than the protocol's outcome."""
     global _last
     if _last is not None and _last[0] is backend and _last[1] is graph:
@@ -128,7 +128,7 @@ def check_recompiled(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
 
 
 def check_report(backend: ViewPassBackend, graph: GeneratedGraph) -> None:
-    """``differential/view-pass-report`` then ``view-pass/report`` (both *should*): the report contradicts
+    """``differential/view-pass-report`` then ``lowering/report`` (both *should*): the report contradicts
     nothing, names only nodes the result has, and lists as rewritten exactly the copies now views."""
     outcome = run(backend, graph)
     contradictions = report_contradictions(outcome)

@@ -140,7 +140,7 @@ def test_view_pass_generated_code_is_the_graphs(view_pass: ViewPassBackend, grap
 def test_view_pass_generated_report_describes_the_result(
     view_pass: ViewPassBackend, graph: GeneratedGraph
 ) -> None:
-    """differential/view-pass-report, view-pass/report (*should*): no node both rewritten and refused, only
+    """differential/view-pass-report, lowering/report (*should*): no node both rewritten and refused, only
     nodes the result has, and ``rewritten`` is exactly the copies that are views in the result."""
     view_pass_checks.check_report(view_pass, graph)
 

@@ -9,7 +9,7 @@ Sections, each its own protocol part (a backend lacking one is skipped there, ne
   run is observed and compared is ``conformance/common/view_pass_checks.py``. Rules read ``view-pass/<rule>``:
   a *must* failure there is always a wrong result (values, the inputs' final values, aliasing) or lying
   strides. A conservative refusal the spec asks for, where this graph's rewrite happens to be harmless, is
-  ``view-pass/<rule>/policy``; a safe rewrite the backend refused is ``view-pass/<rule>/missed-rewrite`` (both
+  ``lowering/<rule>/policy``; a safe rewrite the backend refused is ``lowering/<rule>/missed-rewrite`` (both
   *should*); a safe rewrite of an op the backend does not map (absent from ``rewritten`` and ``refused``) is
   a coverage gap, never a failure.
 * **whole models** (parts ``lowering`` + ``runtime``): every zoo model × dtype lowers (CPU everywhere, CUDA on
@@ -68,11 +68,11 @@ from conformance.protocol import LoweringBackend, ViewPassBackend, ViewPassOutco
 Inputs = tuple[torch.Tensor, ...]
 
 # The rules this chapter checks (conformance/catalogue/rule_table.py); a view-pass case's: *_RULES.
-OUTCOME = rule_id("view-pass/outcome")
-REPORT = rule_id("view-pass/report")
-TRUTHFUL_STRIDES = rule_id("view-pass/truthful-strides")
-SLICING_HEAVY_MISSED_REWRITE = rule_id("view-pass/slicing-heavy/missed-rewrite")
-SLICING_HEAVY = rule_id("view-pass/slicing-heavy")
+OUTCOME = rule_id("lowering/outcome")
+REPORT = rule_id("lowering/report")
+TRUTHFUL_STRIDES = rule_id("lowering/truthful-strides")
+SLICING_HEAVY_MISSED_REWRITE = rule_id("lowering/slicing-heavy/missed-rewrite")
+SLICING_HEAVY = rule_id("lowering/slicing-heavy")
 SELF_CHECK = rule_id("suite/self-check")
 ZOO_LOWERS = rule_id("lowering/zoo-lowers")
 UNSUPPORTED_IS_VALUEERROR = rule_id("lowering/unsupported-is-valueerror")
@@ -173,7 +173,7 @@ def _declaring(cases: Sequence[ViewPassCase], rules: Callable[[ViewPassCase], li
 
 
 def _kind_rule(case: ViewPassCase) -> list[str]:
-    """``view-pass/<kind>``: a result that behaves differently, or a pass that raised on the graph."""
+    """``lowering/<kind>``: a result that behaves differently, or a pass that raised on the graph."""
     return [BEHAVIOUR_RULES[case.rule]]
 
 
@@ -212,7 +212,7 @@ def check_verdicts(backend: ViewPassBackend, case: ViewPassCase) -> None:
     * a ``policy`` copy that became a view: *should*, ``<rule>/policy`` (*must* if the result differs);
     * a ``rewrite`` copy left a copy: *should*, ``<rule>/missed-rewrite``, when ``refused`` gives a reason
       (the backend maps the op and chose to refuse); a coverage gap when it does not (the op is unmapped);
-    * ``rewritten`` that disagrees with the result graph: *should*, ``view-pass/report``.
+    * ``rewritten`` that disagrees with the result graph: *should*, ``lowering/report``.
     """
     run = _run_case(backend, case)
     rule, call, why = BEHAVIOUR_RULES[case.rule], _call(case.id), RULES[case.rule]
@@ -245,7 +245,7 @@ def check_verdicts(backend: ViewPassBackend, case: ViewPassCase) -> None:
 
 
 def check_behaviour(backend: ViewPassBackend, case: ViewPassCase) -> None:
-    """*must*, ``view-pass/<rule>``: the result behaves like the case's graph (see :func:`differences`)."""
+    """*must*, ``lowering/<rule>``: the result behaves like the case's graph (see :func:`differences`)."""
     found = behaviour_differences(backend, case)
     if found:
         views = sorted(_rewritten_in_result(_run_case(backend, case)))
@@ -254,7 +254,7 @@ def check_behaviour(backend: ViewPassBackend, case: ViewPassCase) -> None:
 
 
 def check_meta(backend: ViewPassBackend, case: ViewPassCase) -> None:
-    """*must*, ``view-pass/truthful-strides``: every rewritten node's ``meta["val"]`` matches a real run."""
+    """*must*, ``lowering/truthful-strides``: every rewritten node's ``meta["val"]`` matches a real run."""
     run = _run_case(backend, case)
     rewritten = _rewritten_in_result(run)
     assert_truthful_meta(TRUTHFUL_STRIDES, _call(case.id), run.outcome.graph_module, run.inputs, rewritten)
@@ -309,7 +309,7 @@ REWRITING = [case for case in CASES if case.rewrite]
 @pytest.mark.rules(OUTCOME, REPORT)
 @pytest.mark.parametrize("case", _declaring(CASES, _verdict_rules))
 def test_view_pass_verdicts(view_pass: ViewPassBackend, case: ViewPassCase) -> None:
-    """view-pass/<rule>: no hazard copy became a view that changes the behaviour (*must*); policy refusals
+    """lowering/<rule>: no hazard copy became a view that changes the behaviour (*must*); policy refusals
     kept and safe rewrites made (*should*, or coverage for an op the backend does not map)."""
     check_verdicts(view_pass, case)
 
@@ -317,7 +317,7 @@ def test_view_pass_verdicts(view_pass: ViewPassBackend, case: ViewPassCase) -> N
 @pytest.mark.rules(OUTCOME)
 @pytest.mark.parametrize("case", _declaring(CASES, _kind_rule))
 def test_view_pass_keeps_observable_behaviour(view_pass: ViewPassBackend, case: ViewPassCase) -> None:
-    """view-pass/<rule>: on fresh clones of the inputs the result gives bit for bit the original's outputs
+    """lowering/<rule>: on fresh clones of the inputs the result gives bit for bit the original's outputs
     and final input values, and no output shares memory with an input or another output that did not."""
     check_behaviour(view_pass, case)
 
@@ -325,7 +325,7 @@ def test_view_pass_keeps_observable_behaviour(view_pass: ViewPassBackend, case: 
 @pytest.mark.rules(OUTCOME, TRUTHFUL_STRIDES)
 @pytest.mark.parametrize("case", _declaring(REWRITING, _kind_rule))
 def test_view_pass_meta_is_truthful(view_pass: ViewPassBackend, case: ViewPassCase) -> None:
-    """view-pass/truthful-strides: every rewritten node's ``meta["val"]`` has the shape, strides and storage
+    """lowering/truthful-strides: every rewritten node's ``meta["val"]`` has the shape, strides and storage
     offset that the view has in a real run (later passes and the compiler trust them)."""
     check_meta(view_pass, case)
 
@@ -342,7 +342,7 @@ def test_suite_self_check_verdicts_match_what_is_observable(case: ViewPassCase) 
 
 @pytest.mark.rules(OUTCOME, SLICING_HEAVY, SLICING_HEAVY_MISSED_REWRITE, TRUTHFUL_STRIDES)
 def test_view_pass_slicing_heavy_kv_cache(view_pass: ViewPassBackend, request: pytest.FixtureRequest) -> None:
-    """view-pass/slicing-heavy: one KV-cache attention step (55 copies: slices, selects, permutes, views,
+    """lowering/slicing-heavy: one KV-cache attention step (55 copies: slices, selects, permutes, views,
     expands) keeps its behaviour with truthful strides, and many copies become views (*should*, or
     coverage for the ops the backend does not map)."""
     rewrites, copies = check_kv_cache(view_pass)
@@ -380,8 +380,8 @@ def hf_edge_graph(model: str, method: str) -> tuple[GraphModule, Inputs]:
 
 def check_hf_graph(backend: ViewPassBackend, model: str, method: str) -> tuple[int, int, int]:
     """The hazard checks of the catalogue on a real architecture: the result behaves like the graph
-    (``view-pass/slicing-heavy``, within :data:`HF_GRAPH_TOLERANCE`) and every rewritten node's
-    ``meta["val"]`` is truthful (``view-pass/truthful-strides``). Returns (copies that became views,
+    (``lowering/slicing-heavy``, within :data:`HF_GRAPH_TOLERANCE`) and every rewritten node's
+    ``meta["val"]`` is truthful (``lowering/truthful-strides``). Returns (copies that became views,
     copies, refusals): how much the pass does on it is recorded, not judged (no spec number exists)."""
     original, inputs = hf_edge_graph(model, method)
     case_id = f"{model}.{method}"
@@ -399,7 +399,7 @@ def check_hf_graph(backend: ViewPassBackend, model: str, method: str) -> tuple[i
 def test_view_pass_on_hugging_face_graphs(
     view_pass: ViewPassBackend, model: str, method: str, request: pytest.FixtureRequest
 ) -> None:
-    """view-pass/slicing-heavy, view-pass/truthful-strides on each method of the Hugging Face zoo models
+    """lowering/slicing-heavy, lowering/truthful-strides on each method of the Hugging Face zoo models
     (Whisper encoder/decoder, Qwen3 prefill/decode over a static cache): the pass's result gives the
     graph's outputs and final input values and no new aliasing, with truthful strides; the number of
     copies that became views is recorded. Skipped with the reason without transformers."""

@@ -49,7 +49,7 @@ aten = torch.ops.aten
 Inputs = tuple[torch.Tensor, ...]
 Body = Callable[[Graph, list[Node]], Any]
 
-#: Kind of situation (``view-pass/<kind>``) → why the pass must refuse (or make) the view, as failure
+#: Kind of situation (``lowering/<kind>``) → why the pass must refuse (or make) the view, as failure
 #: messages quote it: the clauses of the rule table (``conformance/catalogue/rule_table.py``), their owner.
 RULES: dict[str, str] = VIEW_PASS_KINDS
 
@@ -526,14 +526,14 @@ _case("every-view-twin/permute_copy-into-mm", _transposed_gemm_operand, rewrite=
 
 CASES: tuple[ViewPassCase, ...] = tuple(_CASES)
 CASES_BY_ID: dict[str, ViewPassCase] = {case.id: case for case in CASES}
-#: The rule ids a case's checks name, by the case's kind: ``view-pass/<kind>`` (a hazard made a view, the
+#: The rule ids a case's checks name, by the case's kind: ``lowering/<kind>`` (a hazard made a view, the
 #: behaviour changed), ``<kind>/policy`` (a policy copy made a view) and ``<kind>/missed-rewrite`` (a safe
 #: copy refused), for the kinds whose cases have such copies. Looked up in the rule table here, so a case
 #: of a kind the table lacks stops the import.
 BEHAVIOUR_RULES: dict[str, str] = {
-    kind: rule_id(f"view-pass/{kind}") for kind in sorted({c.rule for c in CASES})
+    kind: rule_id(f"lowering/{kind}") for kind in sorted({c.rule for c in CASES})
 }
-POLICY_RULES = family_ids("view-pass/{kind}/policy", sorted({c.rule for c in CASES if c.policy}))
+POLICY_RULES = family_ids("lowering/{kind}/policy", sorted({c.rule for c in CASES if c.policy}))
 MISSED_REWRITE_RULES = family_ids(
-    "view-pass/{kind}/missed-rewrite", sorted({c.rule for c in CASES if c.rewrite})
+    "lowering/{kind}/missed-rewrite", sorted({c.rule for c in CASES if c.rewrite})
 )

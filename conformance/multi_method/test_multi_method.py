@@ -5,7 +5,7 @@ The zoo's multi-method models run as real pipelines through ``conformance/common
 the prompt, then decode through the KV cache, ``LLM_STEPS`` tokens). The pipeline models are the zoo's own
 ``asr`` and ``llm`` and, with ``transformers`` installed (extra ``hf``), the Hugging Face architectures
 ``hf_whisper`` (Whisper encoder + decoder) and ``hf_llm`` (Qwen3 prefill + decode over HF's ``StaticCache``);
-without it those cases are skipped with the reason. Every check names its rule, ``multi-method/<rule>``.
+without it those cases are skipped with the reason. Every check names its rule, ``multi_method/<rule>``.
 
 Oracle, and why half precision is judged differently
     Eager PyTorch runs the very same greedy loops (``conformance.models``) on the same modules, with SDPA's
@@ -77,14 +77,14 @@ SKIP = SKIP_COPY_OPTION
 DTYPES = list(DTYPES_BY_NAME)
 
 # The rules this module checks (conformance/catalogue/rule_table.py).
-FIRST_STEP_LOGITS = rule_id("multi-method/first-step-logits")
-SKIP_INVARIANT = rule_id("multi-method/skip-invariant")
-CPU_TARGET = rule_id("multi-method/cpu-target")
+FIRST_STEP_LOGITS = rule_id("multi_method/first-step-logits")
+SKIP_INVARIANT = rule_id("multi_method/skip-invariant")
+CPU_TARGET = rule_id("multi_method/cpu-target")
 SELF_CHECK = rule_id("suite/self-check")
-H2D_BYTES = rule_id("multi-method/h2d-bytes")
-D2H_BYTES = rule_id("multi-method/d2h-bytes")
-KV_CACHE_ON_DEVICE = rule_id("multi-method/kv-cache-on-device")
-DEVICE_INPUT = rule_id("multi-method/device-input")
+H2D_BYTES = rule_id("multi_method/h2d-bytes")
+D2H_BYTES = rule_id("multi_method/d2h-bytes")
+KV_CACHE_ON_DEVICE = rule_id("multi_method/kv-cache-on-device")
+DEVICE_INPUT = rule_id("multi_method/device-input")
 
 INT64_BYTES = 8
 
@@ -144,7 +144,7 @@ def first_step_logits(
 def test_pipeline_tokens_match_eager(
     runtime: LoweringRuntimeBackend, model: str, device: str, dtype: str, request: pytest.FixtureRequest
 ) -> None:
-    """multi-method/tokens: the greedy pipeline through the protocol gives eager PyTorch's tokens (float32:
+    """multi_method/tokens: the greedy pipeline through the protocol gives eager PyTorch's tokens (float32:
     exactly; half precision: first-step logits within tolerance, differences only from near-ties); on a CPU
     target every execute moves 0 bytes, with skip-copy or without."""
     backend = runtime
@@ -303,7 +303,7 @@ def copied_and_kept(
 def test_llm_kv_cache_stays_on_gpu(
     runtime: LoweringRuntimeBackend, dtype: str, model: str, request: pytest.FixtureRequest
 ) -> None:
-    """multi-method/kv-cache-on-device: with prefill and decode both skipped, no execute copies anything to
+    """multi_method/kv-cache-on-device: with prefill and decode both skipped, no execute copies anything to
     the host and each decode step uploads only its token and position; tokens are those of the copying
     run. Without skip, the caches make the round trip every step (and are counted)."""
     backend = runtime
@@ -333,7 +333,7 @@ def test_llm_kv_cache_stays_on_gpu(
 def test_asr_decoder_consumes_encoder_output_on_gpu(
     runtime: LoweringRuntimeBackend, dtype: str, model: str, request: pytest.FixtureRequest
 ) -> None:
-    """multi-method/device-input: with ``encoder`` skipped, its output stays on the GPU and every decoder
+    """multi_method/device-input: with ``encoder`` skipped, its output stays on the GPU and every decoder
     step uploads only the token ids, not the hidden states; the decoder's logits are still copied out as
     without skip; tokens are those of the copying run."""
     backend = runtime

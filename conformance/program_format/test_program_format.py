@@ -22,7 +22,7 @@ methods before their artifacts), the middle of the i-th of n equal parts of the 
 artifact when the n artifacts are of similar size and make up most of the file, as AOTInductor packages
 do), the odd sixteenths of the file (1/16, 3/16, ..., 15/16), and the last byte.
 
-Rules read ``format/<rule>``. Programs: ``{"mul_add": x*y+z, "plus": x+y}`` and ``{"décodeur": x*y+z,
+Rules read ``program_format/<rule>``. Programs: ``{"mul_add": x*y+z, "plus": x+y}`` and ``{"décodeur": x*y+z,
 "解码器": x+y}`` (the zoo's ``add_mul`` and ``add``, float32) per target; a backend that caches compiled
 artifacts by content compiles two methods per target for all of them.
 """
@@ -56,15 +56,15 @@ from conformance.protocol import LoweringBackend, RuntimeBackend
 DTYPE = torch.float32
 
 # The rules of this chapter (conformance/catalogue/rule_table.py).
-MULTI_METHOD = rule_id("format/multi-method")
-NON_ASCII_NAME = rule_id("format/non-ascii-name")
-METHOD_NAME_CASE = rule_id("format/method-name-case")
-EMPTY = rule_id("format/empty")
-NOT_BYTES = rule_id("format/not-bytes")
-TRUNCATED = rule_id("format/truncated")
-TRAILING_DATA = rule_id("format/trailing-data")
-FLIPPED_BYTE = rule_id("format/flipped-byte")
-CPU_TARGET = rule_id("format/cpu-target")
+MULTI_METHOD = rule_id("program_format/multi-method")
+NON_ASCII_NAME = rule_id("program_format/non-ascii-name")
+METHOD_NAME_CASE = rule_id("program_format/method-name-case")
+EMPTY = rule_id("program_format/empty")
+NOT_BYTES = rule_id("program_format/not-bytes")
+TRUNCATED = rule_id("program_format/truncated")
+TRAILING_DATA = rule_id("program_format/trailing-data")
+FLIPPED_BYTE = rule_id("program_format/flipped-byte")
+CPU_TARGET = rule_id("program_format/cpu-target")
 
 MULTI_METHODS = {"mul_add": "add_mul", "plus": "add"}
 """Method name → zoo model, for the multi-method program."""
@@ -172,7 +172,7 @@ def reject_everywhere(
 @pytest.mark.rules(MULTI_METHOD)
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_method_of_a_multi_method_program(runtime: LoweringRuntimeBackend, target: str) -> None:
-    """format/multi-method: ``lower`` of two methods returns one program from which each method
+    """program_format/multi-method: ``lower`` of two methods returns one program from which each method
     initialises by its name and computes its own function (not the other's)."""
     prog = program(runtime, MULTI_METHODS, target)
     if not isinstance(prog.data, bytes):
@@ -185,8 +185,8 @@ def test_every_method_of_a_multi_method_program(runtime: LoweringRuntimeBackend,
 @pytest.mark.rules(NON_ASCII_NAME)
 @pytest.mark.parametrize("target", TARGETS)
 def test_non_ascii_method_names_round_trip(runtime: LoweringRuntimeBackend, target: str) -> None:
-    """format/non-ascii-name: methods named "décodeur" and "解码器" initialise by those names and compute
-    their own functions; the ASCII look-alike "decodeur" is not a method of the program."""
+    """program_format/non-ascii-name: methods named "décodeur" and "解码器" initialise by those names and
+    compute their own functions; the ASCII look-alike "decodeur" is not a method of the program."""
     prog = program(runtime, NON_ASCII_METHODS, target)
     with option(runtime, SKIP_COPY_OPTION, ""):
         for method in prog.eager:
@@ -205,8 +205,8 @@ def test_non_ascii_method_names_round_trip(runtime: LoweringRuntimeBackend, targ
     "name", ["MUL_ADD", "Mul_Add", "Plus", "mul_ad"], ids=["upper", "title", "capital", "prefix"]
 )
 def test_method_names_match_exactly(runtime: LoweringRuntimeBackend, name: str) -> None:
-    """format/method-name-case: a method name differing in case (or a prefix of one) is not the method:
-    init raises an invalid-argument error naming ``method``."""
+    """program_format/method-name-case: a method name differing in case (or a prefix of one) is not the
+    method: init raises an invalid-argument error naming ``method``."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     assert_raises_invalid_argument(
         METHOD_NAME_CASE,
@@ -222,7 +222,8 @@ def test_method_names_match_exactly(runtime: LoweringRuntimeBackend, name: str) 
 
 @pytest.mark.rules(EMPTY)
 def test_empty_program(runtime: LoweringRuntimeBackend) -> None:
-    """format/empty: init of ``b""`` is an invalid-argument error blaming the program, for every method."""
+    """program_format/empty: init of ``b""`` is an invalid-argument error blaming the program, for every
+    method."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     reject_everywhere(runtime, EMPTY, b"", "empty bytes", prog)
 
@@ -234,7 +235,7 @@ def test_empty_program(runtime: LoweringRuntimeBackend) -> None:
     ids=["None", "str", "int", "list-of-ints"],
 )
 def test_program_that_is_not_bytes(runtime: LoweringRuntimeBackend, not_bytes: Any) -> None:
-    """format/not-bytes: a program argument that is not bytes is an invalid-argument error naming
+    """program_format/not-bytes: a program argument that is not bytes is an invalid-argument error naming
     ``program`` and the type it must have."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     for method in prog.eager:
@@ -264,8 +265,8 @@ TRUNCATIONS: dict[str, Callable[[int], int]] = {
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("cut", list(TRUNCATIONS))
 def test_truncated_program(runtime: LoweringRuntimeBackend, target: str, cut: str) -> None:
-    """format/truncated: a program cut short (inside the header, inside an artifact, one byte short) is an
-    invalid-argument error blaming the program, for every method; the intact program still runs."""
+    """program_format/truncated: a program cut short (inside the header, inside an artifact, one byte short)
+    is an invalid-argument error blaming the program, for every method; the intact program still runs."""
     prog = program(runtime, MULTI_METHODS, target)
     n = len(prog.data)
     keep = TRUNCATIONS[cut](n)
@@ -275,7 +276,7 @@ def test_truncated_program(runtime: LoweringRuntimeBackend, target: str, cut: st
 
 @pytest.mark.rules(TRAILING_DATA)
 def test_trailing_bytes(runtime: LoweringRuntimeBackend) -> None:
-    """format/trailing-data: bytes after the program's declared end are tampering, not padding: an
+    """program_format/trailing-data: bytes after the program's declared end are tampering, not padding: an
     invalid-argument error blaming the program, for every method."""
     prog = program(runtime, MULTI_METHODS, "cpu")
     bad = prog.data + b"\0"
@@ -314,8 +315,8 @@ FLIPS: dict[str, Callable[[bytes, Sequence[str]], int]] = {
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("where", list(FLIPS))
 def test_flipped_byte(runtime: LoweringRuntimeBackend, target: str, where: str) -> None:
-    """format/flipped-byte: one byte inverted (XOR 0xFF) anywhere — header, manifest, a method name, each
-    method's artifact, the end — is an invalid-argument error blaming the program, for every method (a
+    """program_format/flipped-byte: one byte inverted (XOR 0xFF) anywhere — header, manifest, a method name,
+    each method's artifact, the end — is an invalid-argument error blaming the program, for every method (a
     tampered file is refused as a whole); the intact program still runs."""
     prog = program(runtime, MULTI_METHODS, target)
     position = FLIPS[where](prog.data, list(prog.eager))
@@ -334,8 +335,8 @@ def test_flipped_byte(runtime: LoweringRuntimeBackend, target: str, where: str) 
 @pytest.mark.gpu
 @pytest.mark.parametrize("skip_copy", ["unset", "names-the-method"])
 def test_cpu_program_on_a_cuda_machine(runtime: LoweringRuntimeBackend, skip_copy: str) -> None:
-    """format/cpu-target: a program lowered for "cpu", initialised where CUDA is present, runs on the CPU:
-    CPU inputs give the exact result as CPU tensors, whether or not the skip-copy option names the method
+    """program_format/cpu-target: a program lowered for "cpu", initialised where CUDA is present, runs on the
+    CPU: CPU inputs give the exact result as CPU tensors, whether or not the skip-copy option names the method
     (the reference's rule). A clear refusal (a ValueError naming the device or target) also conforms;
     anything else — a wrong result, outputs on a GPU, another exception type — does not."""
     rule = CPU_TARGET

@@ -2,16 +2,16 @@
 
 Two sections, every check naming its rule:
 
-* **options API** (``options/<rule>``): ``set_option`` / ``get_option`` before and after ``init``, effective
-  on the next execute and never retroactively; non-string values, over-long keys (> 63 characters) and values
-  (> 255 characters), values or keys containing NUL (a C consumer would cut them there) and unknown keys
-  are invalid-argument errors that name the key and change nothing (all or nothing, no truncation);
+* **options API** (``runtime_options/<rule>``): ``set_option`` / ``get_option`` before and after ``init``,
+  effective on the next execute and never retroactively; non-string values, over-long keys (> 63 characters)
+  and values (> 255 characters), values or keys containing NUL (a C consumer would cut them there) and unknown
+  keys are invalid-argument errors that name the key and change nothing (all or nothing, no truncation);
   other control characters are kept exactly or rejected, never silently altered. Unknown keys are
   rejected — the suite's documented decision, because a misspelt ``skip_copy_output_to_cpu_for_methods``
   that were silently accepted would quietly keep copying every output to the host. List values: tokens
   trimmed, empties ignored, exact case-sensitive match.
-* **skip-copy matrix** (``skip-copy/<rule>``): option unset / each method / both / a list with spaces / an
-  unknown method / the empty string × dtypes × the two multi-method models (``asr``: encoder → decoder,
+* **skip-copy matrix** (``runtime_options/<rule>``): option unset / each method / both / a list with spaces /
+  an unknown method / the empty string × dtypes × the two multi-method models (``asr``: encoder → decoder,
   ``llm``: prefill → decode). Every method runs once, chained as in real use (the decoder gets the
   encoder's output, decode gets prefill's caches), and is held to: where its outputs live, their values
   against eager PyTorch in float64 (``MODEL_TOLERANCES``), ``execute_stats`` byte counters, and — with the
@@ -61,24 +61,25 @@ CPU_DTYPES = ["float32"]
 #: Upstream's C buffers: 64-byte keys and 256-byte values, NUL included.
 MAX_KEY_CHARS, MAX_VALUE_CHARS = 63, 255
 
-# The rules of this chapter (conformance/catalogue/rule_table.py); skip-copy/<check> of a run: SKIP_COPY.
-ROUND_TRIP = rule_id("options/round-trip")
-ALL_OR_NOTHING = rule_id("options/all-or-nothing")
-BEFORE_INIT = rule_id("options/before-init")
-LIST_VALUES_RULE = rule_id("options/list-values")
-NON_STRING_VALUE = rule_id("options/non-string-value")
-NON_STRING_KEY = rule_id("options/non-string-key")
-KEY_LENGTH = rule_id("options/key-length")
-VALUE_LENGTH = rule_id("options/value-length")
-UNKNOWN_KEY = rule_id("options/unknown-key")
-NUL_CHARACTER = rule_id("options/nul-character")
-CONTROL_CHARACTERS = rule_id("options/control-characters")
-AFTER_INIT = rule_id("options/after-init")
-NEXT_EXECUTE = rule_id("options/next-execute")
-NOT_RETROACTIVE = rule_id("options/not-retroactive")
-LIST_PARSING = rule_id("options/list-parsing")
-DEFAULT_OPTION = rule_id("options/default")
-SKIP_COPY_ACCEPTED = rule_id("skip-copy/option")
+# The rules of this chapter (conformance/catalogue/rule_table.py); runtime_options/<check> of a run:
+# SKIP_COPY.
+ROUND_TRIP = rule_id("runtime_options/round-trip")
+ALL_OR_NOTHING = rule_id("runtime_options/all-or-nothing")
+BEFORE_INIT = rule_id("runtime_options/before-init")
+LIST_VALUES_RULE = rule_id("runtime_options/list-values")
+NON_STRING_VALUE = rule_id("runtime_options/non-string-value")
+NON_STRING_KEY = rule_id("runtime_options/non-string-key")
+KEY_LENGTH = rule_id("runtime_options/key-length")
+VALUE_LENGTH = rule_id("runtime_options/value-length")
+UNKNOWN_KEY = rule_id("runtime_options/unknown-key")
+NUL_CHARACTER = rule_id("runtime_options/nul-character")
+CONTROL_CHARACTERS = rule_id("runtime_options/control-characters")
+AFTER_INIT = rule_id("runtime_options/after-init")
+NEXT_EXECUTE = rule_id("runtime_options/next-execute")
+NOT_RETROACTIVE = rule_id("runtime_options/not-retroactive")
+LIST_PARSING = rule_id("runtime_options/list-parsing")
+DEFAULT_OPTION = rule_id("runtime_options/default")
+SKIP_COPY_ACCEPTED = rule_id("runtime_options/option")
 
 
 # ================================================================================================ helpers
@@ -164,7 +165,8 @@ LIST_VALUES: dict[str, tuple[str, set[str]]] = {
 
 @pytest.mark.rules(BEFORE_INIT, ROUND_TRIP)
 def test_options_before_init(rt: RuntimeOptionsBackend) -> None:
-    """options/round-trip: the option can be set and read with no handle in existence (backend-wide)."""
+    """runtime_options/round-trip: the option can be set and read with no handle in existence
+    (backend-wide)."""
     for value in ("decoder", "encoder,decoder", ""):
         set_skip(rt, value, BEFORE_INIT)
         check_round_trip(rt, value)
@@ -173,8 +175,8 @@ def test_options_before_init(rt: RuntimeOptionsBackend) -> None:
 @pytest.mark.rules(LIST_VALUES_RULE, ROUND_TRIP)
 @pytest.mark.parametrize("label", list(LIST_VALUES))
 def test_list_values_are_accepted_and_read_back(rt: RuntimeOptionsBackend, label: str) -> None:
-    """options/round-trip: every well-formed list (255 characters included) is accepted, and ``get_option``
-    returns a string naming the same methods."""
+    """runtime_options/round-trip: every well-formed list (255 characters included) is accepted, and
+    ``get_option`` returns a string naming the same methods."""
     value, _ = LIST_VALUES[label]
     set_skip(rt, value, LIST_VALUES_RULE)
     check_round_trip(rt, value)
@@ -183,8 +185,8 @@ def test_list_values_are_accepted_and_read_back(rt: RuntimeOptionsBackend, label
 @pytest.mark.rules(NON_STRING_VALUE, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(WRONG_TYPES))
 def test_non_string_value_changes_nothing(rt: RuntimeOptionsBackend, label: str) -> None:
-    """options/non-string-value: a value that is not a str is an invalid-argument error naming the key, and
-    the option keeps its previous value (options/all-or-nothing)."""
+    """runtime_options/non-string-value: a value that is not a str is an invalid-argument error naming the
+    key, and the option keeps its previous value (runtime_options/all-or-nothing)."""
     value = WRONG_TYPES[label]
     set_skip(rt, "encoder", NON_STRING_VALUE)
     call = f"set_option({SKIP!r}, {value!r})"
@@ -201,7 +203,8 @@ def test_non_string_value_changes_nothing(rt: RuntimeOptionsBackend, label: str)
 @pytest.mark.rules(NON_STRING_KEY, ALL_OR_NOTHING)
 @pytest.mark.parametrize("key", [None, 42], ids=["None", "int"])
 def test_non_string_key_is_rejected(rt: RuntimeOptionsBackend, key: Any) -> None:
-    """options/non-string-key: a key that is not a str is an invalid-argument error; nothing changes."""
+    """runtime_options/non-string-key: a key that is not a str is an invalid-argument error; nothing
+    changes."""
     set_skip(rt, "decoder", NON_STRING_KEY)
     call = f"set_option({key!r}, 'encoder')"
     assert_raises_invalid_argument(
@@ -216,7 +219,7 @@ def test_non_string_key_is_rejected(rt: RuntimeOptionsBackend, key: Any) -> None
 
 @pytest.mark.rules(KEY_LENGTH, ALL_OR_NOTHING)
 def test_key_over_63_characters_is_rejected(rt: RuntimeOptionsBackend) -> None:
-    """options/key-length: a 64-character key is an error naming the limit, never truncated to 63."""
+    """runtime_options/key-length: a 64-character key is an error naming the limit, never truncated to 63."""
     set_skip(rt, "decoder", KEY_LENGTH)
     call = f"set_option({KEY_64!r}, 'encoder')"
     assert_raises_invalid_argument(
@@ -231,8 +234,8 @@ def test_key_over_63_characters_is_rejected(rt: RuntimeOptionsBackend) -> None:
 
 @pytest.mark.rules(VALUE_LENGTH, ALL_OR_NOTHING, ROUND_TRIP)
 def test_value_over_255_characters_is_rejected_not_truncated(rt: RuntimeOptionsBackend) -> None:
-    """options/value-length: a 256-character value is an error naming the key; the option keeps its old
-    value (not the first 255 characters); exactly 255 characters are accepted."""
+    """runtime_options/value-length: a 256-character value is an error naming the key; the option keeps its
+    old value (not the first 255 characters); exactly 255 characters are accepted."""
     set_skip(rt, "decoder", VALUE_LENGTH)
     call = f"set_option({SKIP!r}, <{len(VALUE_256)} characters>)"
     assert_raises_invalid_argument(
@@ -250,8 +253,8 @@ def test_value_over_255_characters_is_rejected_not_truncated(rt: RuntimeOptionsB
 @pytest.mark.rules(UNKNOWN_KEY, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(UNKNOWN_KEYS))
 def test_unknown_key_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
-    """options/unknown-key: ``set_option`` and ``get_option`` reject an unknown key (a 63-character one
-    too: within the length limit, but unknown) with an error naming it; nothing changes."""
+    """runtime_options/unknown-key: ``set_option`` and ``get_option`` reject an unknown key (a 63-character
+    one too: within the length limit, but unknown) with an error naming it; nothing changes."""
     key = UNKNOWN_KEYS[label]
     set_skip(rt, "decoder", UNKNOWN_KEY)
     keywords = ("unknown", "not known", "unsupported", "not a valid", "invalid")
@@ -282,8 +285,8 @@ NUL_KEYS = {"after-known-key": SKIP + "\0", "inside-known-key": "skip_copy\0outp
 @pytest.mark.rules(NUL_CHARACTER, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(NUL_VALUES))
 def test_nul_in_a_value_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
-    """options/nul-character: a value containing NUL is an invalid-argument error naming the key, and the
-    option keeps its value. Accepting it would be the silent truncation the spec forbids (SPEC §1b): a C
+    """runtime_options/nul-character: a value containing NUL is an invalid-argument error naming the key, and
+    the option keeps its value. Accepting it would be the silent truncation the spec forbids (SPEC §1b): a C
     runtime reads the string only up to the NUL."""
     value = NUL_VALUES[label]
     set_skip(rt, "encoder", NUL_CHARACTER)
@@ -301,8 +304,8 @@ def test_nul_in_a_value_is_rejected(rt: RuntimeOptionsBackend, label: str) -> No
 @pytest.mark.rules(NUL_CHARACTER, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(NUL_KEYS))
 def test_nul_in_a_key_is_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
-    """options/nul-character: a key containing NUL is an invalid-argument error, never the key before the
-    NUL (which here is the known key, or a prefix of it); nothing changes."""
+    """runtime_options/nul-character: a key containing NUL is an invalid-argument error, never the key before
+    the NUL (which here is the known key, or a prefix of it); nothing changes."""
     key = NUL_KEYS[label]
     set_skip(rt, "decoder", NUL_CHARACTER)
     call = f"set_option({key!r}, 'encoder')"
@@ -329,10 +332,10 @@ CONTROL_VALUES = {
 @pytest.mark.rules(CONTROL_CHARACTERS, ALL_OR_NOTHING)
 @pytest.mark.parametrize("label", list(CONTROL_VALUES))
 def test_control_characters_are_kept_or_rejected(rt: RuntimeOptionsBackend, label: str) -> None:
-    """options/control-characters: the spec gives control characters no meaning, so a backend may reject a
-    value containing one (an invalid-argument error naming the key; nothing changes) or keep it exactly.
-    What it must not do is alter it silently: strip ``\\x07`` from ``"decoder\\x07"`` and the option names
-    ``decoder``, a method the caller did not name (exact match)."""
+    """runtime_options/control-characters: the spec gives control characters no meaning, so a backend may
+    reject a value containing one (an invalid-argument error naming the key; nothing changes) or keep it
+    exactly. What it must not do is alter it silently: strip ``\\x07`` from ``"decoder\\x07"`` and the option
+    names ``decoder``, a method the caller did not name (exact match)."""
     rule = CONTROL_CHARACTERS
     value = CONTROL_VALUES[label]
     set_skip(rt, "encoder", rule)
@@ -356,8 +359,9 @@ def test_control_characters_are_kept_or_rejected(rt: RuntimeOptionsBackend, labe
     "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu-target", "cuda-target"]
 )
 def test_options_with_live_handles(rt_runtime: OptionsRuntimeBackend, device: str) -> None:
-    """options/after-init: with handles alive the option is set and read back, and executes keep working and
-    stay correct (float32 ``llm``). On a CPU target outputs stay host tensors whatever the option says."""
+    """runtime_options/after-init: with handles alive the option is set and read back, and executes keep
+    working and stay correct (float32 ``llm``). On a CPU target outputs stay host tensors whatever the option
+    says."""
     rt = rt_runtime
     lm = lower_or_fail(rt, "llm", "float32", device)
     with handles(rt, lm.program, *lm.methods) as made:
@@ -377,8 +381,8 @@ def test_options_with_live_handles(rt_runtime: OptionsRuntimeBackend, device: st
 @pytest.mark.rules(NEXT_EXECUTE, NOT_RETROACTIVE, LOWER)
 @pytest.mark.gpu
 def test_option_change_applies_to_next_execute_only(rt_runtime: OptionsRuntimeBackend) -> None:
-    """options/next-execute: a change takes effect on the next execute; options/not-retroactive: outputs
-    already returned stay where they are, with the same contents."""
+    """runtime_options/next-execute: a change takes effect on the next execute;
+    runtime_options/not-retroactive: outputs already returned stay where they are, with the same contents."""
     rt = rt_runtime
     lm = lower_or_fail(rt, "llm", "float32", "cuda")
     inputs = [t.detach().cpu() for t in lm.eager["prefill"][1]]
@@ -418,7 +422,7 @@ def test_option_change_applies_to_next_execute_only(rt_runtime: OptionsRuntimeBa
 @pytest.mark.gpu
 @pytest.mark.parametrize("label", list(LIST_VALUES))
 def test_list_parsing_selects_methods(rt_runtime: OptionsRuntimeBackend, label: str) -> None:
-    """options/list-parsing: set before ``init``, a list keeps exactly the methods it names on the GPU
+    """runtime_options/list-parsing: set before ``init``, a list keeps exactly the methods it names on the GPU
     (tokens trimmed, empties ignored, case-sensitive, whole-name match); the others are copied out."""
     rt = rt_runtime
     value, expected = LIST_VALUES[label]
@@ -482,9 +486,10 @@ def _apply_skip(rt: RuntimeOptionsBackend, model: str, value: str | None) -> Non
 def test_skip_copy_matrix(
     rt_runtime: OptionsRuntimeBackend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
-    """skip-copy/*: a method named in the option returns CUDA tensors on the handle's device and moves no
-    byte device→host (counter and profiler); any other returns host tensors and counts their bytes; inputs
-    already on the device are not copied; values match float64 eager either way."""
+    """The skip-copy matrix (``runtime_options/output-device``, ``values``, ``d2h-bytes``, ...): a method
+    named in the option returns CUDA tensors on the handle's device and moves no byte device→host (counter and
+    profiler); any other returns host tensors and counts their bytes; inputs already on the device are not
+    copied; values match float64 eager either way."""
     rt = rt_runtime
     lm = lower_or_fail(rt, model, dtype, "cuda")
     with handles(rt, lm.program, *lm.methods) as made:
@@ -507,8 +512,8 @@ def test_skip_copy_matrix(
 def test_skip_copy_matrix_cpu_target(
     rt_runtime: OptionsRuntimeBackend, dtype: str, model: str, value: str | None, skipped: set[str]
 ) -> None:
-    """skip-copy/cpu-target: on a program lowered for the CPU the option changes nothing: every output is a
-    host tensor, both byte counters are 0, and values match float64 eager."""
+    """runtime_options/cpu-target: on a program lowered for the CPU the option changes nothing: every output
+    is a host tensor, both byte counters are 0, and values match float64 eager."""
     rt = rt_runtime
     lm = lower_or_fail(rt, model, dtype, "cpu")
     with handles(rt, lm.program, *lm.methods) as made:

@@ -3,17 +3,17 @@
 Upstream shipped two ordering bugs this chapter exists to catch:
 
 * **#21727** — a delegate returned before its stream finished: a consumer that read the outputs on another
-  stream right away read unfinished data. ``streams/other-consumer``: 100 runs in a row, each with a long
-  busy kernel queued on the caller's current stream first, so the method's work is still queued when a
+  stream right away read unfinished data. ``streams_threads/other-consumer``: 100 runs in a row, each with a
+  long busy kernel queued on the caller's current stream first, so the method's work is still queued when a
   lazy backend returns; a consumer on a fresh stream sums the output immediately; every sum must be exact.
 * **#22318** — per-handle streams gave no ordering between delegates (9 different sums in 40 runs).
-  ``streams/chained-delegates``: one handle's output fed into another on the GPU (two programs, or two
+  ``streams_threads/chained-delegates``: one handle's output fed into another on the GPU (two programs, or two
   methods of one program), 50 runs, every sum identical and exact.
 
-And ``streams/threads``: 8 threads on one handle, and 8 threads on their own handles (of two programs),
-200 executes each, while another thread flips the skip-copy option; every result equals the serial result,
-no exception, no deadlock. A reduced version (4 threads × 50, CPU programs) runs without a GPU. The same
-rule on the pipeline models (the Hugging Face ones too): 4 threads with their own handles and streams run
+And ``streams_threads/threads``: 8 threads on one handle, and 8 threads on their own handles (of two
+programs), 200 executes each, while another thread flips the skip-copy option; every result equals the serial
+result, no exception, no deadlock. A reduced version (4 threads × 50, CPU programs) runs without a GPU. The
+same rule on the pipeline models (the Hugging Face ones too): 4 threads with their own handles and streams run
 the greedy loop, and every token sequence equals the serial one.
 
 How the checks keep themselves honest (a test bug must not pass for a backend bug, nor the reverse):
@@ -27,9 +27,9 @@ How the checks keep themselves honest (a test bug must not pass for a backend bu
 * The consumer reads on a fresh stream (CUDA outputs) or on the host (CPU outputs), and synchronises only
   that stream: nothing in the check orders it after the caller's stream.
 
-Rules read ``streams/<rule>``. Programs: the zoo's ``add_mul`` (x*y+z) and ``add`` (x+y), float32, lowered for
-each target, plus a two-method program of the same two (``mul_add``, ``plus``): two compiles per target for a
-backend that caches artifacts by content.
+Rules read ``streams_threads/<rule>``. Programs: the zoo's ``add_mul`` (x*y+z) and ``add`` (x+y), float32,
+lowered for each target, plus a two-method program of the same two (``mul_add``, ``plus``): two compiles per
+target for a backend that caches artifacts by content.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ from conformance.protocol import LoweringBackend
 DTYPE = torch.float32
 
 # The rules this module checks (conformance/catalogue/rule_table.py).
-OTHER_CONSUMER = rule_id("streams/other-consumer")
-CHAINED_DELEGATES = rule_id("streams/chained-delegates")
-THREADS = rule_id("streams/threads")
+OTHER_CONSUMER = rule_id("streams_threads/other-consumer")
+CHAINED_DELEGATES = rule_id("streams_threads/chained-delegates")
+THREADS = rule_id("streams_threads/threads")
 
 CONSUMER_RUNS = 100
 CHAIN_RUNS = 50
@@ -193,8 +193,8 @@ def first_mismatches(sums: list[float], expected: float, limit: int = 5) -> str:
 def test_consumer_on_another_stream_reads_finished_outputs(
     runtime: LoweringRuntimeBackend, skip_copy: str, inputs_on: str, caller_stream: str
 ) -> None:
-    """streams/other-consumer (#21727): with a long busy kernel queued on the caller's current stream before
-    each execute, a consumer on a fresh stream summing the output as soon as execute returns reads the
+    """streams_threads/other-consumer (#21727): with a long busy kernel queued on the caller's current stream
+    before each execute, a consumer on a fresh stream summing the output as soon as execute returns reads the
     exact sum, 100 runs in a row — outputs on the GPU (skip-copy on) or copied to the CPU (off)."""
     rule = OTHER_CONSUMER
     if skip_copy == "on":
@@ -254,9 +254,9 @@ CHAIN_TARGETS = [
 def test_chained_delegates_see_each_others_results(
     runtime: LoweringRuntimeBackend, chain: str, target: str
 ) -> None:
-    """streams/chained-delegates (#22318): ``mid = x*y+z`` from one handle, kept on the GPU by the skip-copy
-    option, fed with ``w`` into a second handle (another program, or another method of the same program)
-    right away; 50 runs after a busy kernel on the caller's stream give one and the same exact sum.
+    """streams_threads/chained-delegates (#22318): ``mid = x*y+z`` from one handle, kept on the GPU by the
+    skip-copy option, fed with ``w`` into a second handle (another program, or another method of the same
+    program) right away; 50 runs after a busy kernel on the caller's stream give one and the same exact sum.
     two-programs: both methods are ``forward``, so both outputs stay on the GPU and the sum is read on a fresh
     stream; two-methods: only ``mul_add`` is named, so the final output is copied to the CPU. On a CPU target
     the same chain checks the data path only (no streams)."""
@@ -360,7 +360,7 @@ class Tally:
 def test_threads_match_serial_while_options_flip(
     runtime: LoweringRuntimeBackend, sharing: str, target: str, threads: int, iterations: int
 ) -> None:
-    """streams/threads: N threads executing one handle (or each its own handle, of two programs) with
+    """streams_threads/threads: N threads executing one handle (or each its own handle, of two programs) with
     per-thread inputs, while another thread flips the skip-copy option (for a backend with runtime
     options; without, the threads alone): every result, moved to the CPU, equals the serial result; no
     exception; every thread finishes (else: deadlock)."""
@@ -521,9 +521,9 @@ PIPELINE_THREADS, PIPELINE_RUNS = 4, 3
 def test_pipeline_models_from_threads_match_serial(
     runtime: LoweringRuntimeBackend, model: str, target: str
 ) -> None:
-    """streams/threads on the pipeline models (``asr``, ``llm`` and, with ``transformers``, the Hugging
-    Face ``hf_whisper`` and ``hf_llm``): 4 threads, each with its own handles of one float32 program (and,
-    on a GPU, its own CUDA stream), run the model's greedy loop 3 times; every token sequence equals the
+    """streams_threads/threads on the pipeline models (``asr``, ``llm`` and, with ``transformers``, the
+    Hugging Face ``hf_whisper`` and ``hf_llm``): 4 threads, each with its own handles of one float32 program
+    (and, on a GPU, its own CUDA stream), run the model's greedy loop 3 times; every token sequence equals the
     serial one, no exception, no deadlock."""
     rule = THREADS
     require_lowering_device(runtime, target)

@@ -4,7 +4,7 @@ After calibration, known pinned copies host→device and device→host of 16 MiB
 within ``MAX_ERROR`` (5 %); a copy larger than the 4 GiB counter range must be counted whole (wrap
 handling); idle drift is measured and reported. Measured figures are attached to each case as params
 (``measured_error_pct`` etc.), so they land in the result file. Every check names its rule as
-``traffic/<rule>``. Needs a CUDA device and NVML PCIe counters; skips with the reason otherwise.
+``traffic_meter/<rule>``. Needs a CUDA device and NVML PCIe counters; skips with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from harness.pytest_plugin import set_case_params
 pytestmark = [pytest.mark.gpu, pytest.mark.traffic, pytest.mark.slow, pytest.mark.suite_check]
 
 # The rules this module checks (conformance/catalogue/rule_table.py).
-CALIBRATION = rule_id("traffic/calibration")
-DIRECTION = rule_id("traffic/direction")
-OVERHEAD = rule_id("traffic/overhead")
-VALID = rule_id("traffic/valid")
-ACCURACY = rule_id("traffic/accuracy")
-WRAP = rule_id("traffic/wrap")
-DRIFT = rule_id("traffic/drift")
+CALIBRATION = rule_id("traffic_meter/calibration")
+DIRECTION = rule_id("traffic_meter/direction")
+OVERHEAD = rule_id("traffic_meter/overhead")
+VALID = rule_id("traffic_meter/valid")
+ACCURACY = rule_id("traffic_meter/accuracy")
+WRAP = rule_id("traffic_meter/wrap")
+DRIFT = rule_id("traffic_meter/drift")
 
 
 MiB = 1 << 20

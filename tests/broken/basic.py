@@ -289,7 +289,7 @@ LOWERING = "conformance/lowering/test_lowering.py"
 SUITE_TESTS = "tests/conformance/test_suite_catches_broken_backends.py"
 LEVEL_TESTS = "tests/conformance/test_view_pass_levels.py"
 #: The view-pass rules a users-only pass ignores (each a *must* where the view is a hazard).
-USERS_ONLY_GAPS = ("view-pass/source-mutated", "view-pass/aliases-output", "view-pass/opaque-container")
+USERS_ONLY_GAPS = ("lowering/source-mutated", "lowering/aliases-output", "lowering/opaque-container")
 
 ACCEPTS_DTYPE_MISMATCH = AcceptsDtypeMismatch(
     "accepts-dtype-mismatch",
@@ -312,7 +312,7 @@ ACCEPTS_CPU_TENSORS = AcceptsCpuTensors(
 IGNORES_SOURCE_MUTATION = IgnoresSourceMutation(
     "ignores-source-mutation",
     Breaks(
-        (*USERS_ONLY_GAPS, "view-pass/opaque-container/policy"),
+        (*USERS_ONLY_GAPS, "lowering/opaque-container/policy"),
         LOWERING,
         ("-k", "view_pass"),
         proven_by=f"{LEVEL_TESTS}::test_pass_ignoring_source_mutation_fails_the_rules_it_ignores",
@@ -321,7 +321,7 @@ IGNORES_SOURCE_MUTATION = IgnoresSourceMutation(
 UPSTREAM_LIKE = UpstreamLike(
     "upstream-like",
     Breaks(
-        (*USERS_ONLY_GAPS, "view-pass/truthful-strides", "view-pass/opaque-container/policy"),
+        (*USERS_ONLY_GAPS, "lowering/truthful-strides", "lowering/opaque-container/policy"),
         LOWERING,
         ("-k", "view_pass"),
         proven_by=f"{LEVEL_TESTS}::test_upstream_like_pass_fails_its_defects_and_nothing_else",
@@ -332,8 +332,8 @@ REFUSES_EVERYTHING = RefusesEverything(
     "refuses-everything",
     Breaks(
         (
-            *sorted({f"view-pass/{c.rule}/missed-rewrite" for c in CASES if c.rewrite}),
-            "view-pass/slicing-heavy/missed-rewrite",
+            *sorted({f"lowering/{c.rule}/missed-rewrite" for c in CASES if c.rewrite}),
+            "lowering/slicing-heavy/missed-rewrite",
         ),
         LOWERING,
         ("-k", "view_pass"),

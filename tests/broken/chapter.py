@@ -290,7 +290,7 @@ class FoldsMethodNames(Forwarding):
 FOLDS_METHOD_NAMES = FoldsMethodNames(
     "folds-method-names",
     Breaks(
-        ("format/method-name-case", "format/non-ascii-name"),
+        ("program_format/method-name-case", "program_format/non-ascii-name"),
         PROGRAM_FORMAT,
         ("-k", "method_names_match_exactly or non_ascii"),
     ),
@@ -351,18 +351,19 @@ class IgnoresSkipCopyOption(Forwarding):
 
 
 TRUNCATES_LONG_VALUES = TruncatesLongValues(
-    "truncates-long-values", Breaks(("options/value-length",), RUNTIME_OPTIONS, ("-k", "value_over_255"))
+    "truncates-long-values",
+    Breaks(("runtime_options/value-length",), RUNTIME_OPTIONS, ("-k", "value_over_255")),
 )
 IGNORES_UNKNOWN_KEYS = IgnoresUnknownKeys(
-    "ignores-unknown-keys", Breaks(("options/unknown-key",), RUNTIME_OPTIONS, ("-k", "unknown_key"))
+    "ignores-unknown-keys", Breaks(("runtime_options/unknown-key",), RUNTIME_OPTIONS, ("-k", "unknown_key"))
 )
 C_STRING_OPTIONS = CStringOptions(
-    "c-string-options", Breaks(("options/nul-character",), RUNTIME_OPTIONS, ("-k", "nul_in"))
+    "c-string-options", Breaks(("runtime_options/nul-character",), RUNTIME_OPTIONS, ("-k", "nul_in"))
 )
 SANITISES_CONTROL_CHARACTERS = SanitisesControlCharacters(
     "sanitises-control-characters",
     Breaks(
-        ("options/nul-character", "options/control-characters"),
+        ("runtime_options/nul-character", "runtime_options/control-characters"),
         RUNTIME_OPTIONS,
         ("-k", "nul_in or control_characters"),
     ),
@@ -370,7 +371,7 @@ SANITISES_CONTROL_CHARACTERS = SanitisesControlCharacters(
 IGNORES_SKIP_COPY_OPTION = IgnoresSkipCopyOption(
     "ignores-skip-copy-option",
     Breaks(
-        ("skip-copy/output-device",),
+        ("runtime_options/output-device",),
         RUNTIME_OPTIONS,
         ("-k", "skip_copy_matrix and not cpu_target and float32 and asr-encoder"),
         cuda=True,
@@ -384,7 +385,7 @@ class StaleKeptOutputsOnTheCpu(Forwarding):
     """Keeps a method's outputs in buffers of its own when the skip-copy option names it, and refreshes them
     only on the device path: a program lowered for the CPU hands back the first execute's outputs again
     and again (shapes unchanged), so a greedy loop repeats its first step's tokens (breaks
-    multi-method/skip-invariant: setting the option changed what a CPU target computes)."""
+    multi_method/skip-invariant: setting the option changed what a CPU target computes)."""
 
     _kept: ClassVar[dict[int, list[torch.Tensor]]] = {}
 
@@ -405,7 +406,7 @@ class StaleKeptOutputsOnTheCpu(Forwarding):
 class HalvesOutputCopies(Forwarding):
     """Hands float32 outputs back through bfloat16 staging buffers ("half the bytes to copy") and widens
     them again: dtypes and shapes are right, the values carry bfloat16's 3 significant digits (breaks
-    skip-copy/values, which holds every output to float64 eager whatever the option says)."""
+    runtime_options/values, which holds every output to float64 eager whatever the option says)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -438,7 +439,7 @@ class StaleInputStaging(Forwarding):
 STALE_KEPT_OUTPUTS_ON_THE_CPU = StaleKeptOutputsOnTheCpu(
     "stale-kept-outputs-on-the-cpu",
     Breaks(
-        ("multi-method/skip-invariant",),
+        ("multi_method/skip-invariant",),
         "conformance/multi_method/test_multi_method.py",
         ("-k", "pipeline_tokens_match_eager and llm-cpu-float32"),
     ),
@@ -446,12 +447,14 @@ STALE_KEPT_OUTPUTS_ON_THE_CPU = StaleKeptOutputsOnTheCpu(
 HALVES_OUTPUT_COPIES = HalvesOutputCopies(
     "halves-output-copies",
     Breaks(
-        ("skip-copy/values",), RUNTIME_OPTIONS, ("-k", "skip_copy_matrix_cpu_target and float32-llm-unset")
+        ("runtime_options/values",),
+        RUNTIME_OPTIONS,
+        ("-k", "skip_copy_matrix_cpu_target and float32-llm-unset"),
     ),
 )
 STALE_INPUT_STAGING = StaleInputStaging(
     "stale-input-staging",
-    Breaks(("multi-method/tokens",), MULTI_METHOD, ("-k", "pipeline_tokens and llm-cpu-float32 and not hf_")),
+    Breaks(("multi_method/tokens",), MULTI_METHOD, ("-k", "pipeline_tokens and llm-cpu-float32 and not hf_")),
 )
 
 # ========================================================================================= streams/threads
@@ -481,7 +484,9 @@ class NotReentrant(Forwarding):
 
 NOT_REENTRANT = NotReentrant(
     "not-reentrant",
-    Breaks(("streams/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and one-handle and cpu")),
+    Breaks(
+        ("streams_threads/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and one-handle and cpu")
+    ),
 )
 
 # ============================================================================================ bad inputs
@@ -528,7 +533,7 @@ class DestroyTwiceIsSilent(Forwarding):
 CASTS_INPUTS = CastsInputs(
     "casts-inputs",
     Breaks(
-        ("bad-inputs/wrong-dtype-float64", "bad-inputs/wrong-dtype-float16", "bad-inputs/wrong-dtype-int64"),
+        ("bad_inputs/wrong-dtype-float64", "bad_inputs/wrong-dtype-float16", "bad_inputs/wrong-dtype-int64"),
         BAD_INPUTS,
         ("-k", "wrong-dtype and cpu-program"),
     ),
@@ -537,12 +542,12 @@ WRITES_OUTPUTS_BEFORE_CHECKING = WritesOutputsBeforeChecking(
     "writes-outputs-before-checking",
     Breaks(
         # The contract monitor names the write first; the chapter's own rule follows in the message.
-        ("contract/outputs-untouched", "bad-inputs/outputs-one-more", "bad-inputs/outputs-wrong-dtype"),
+        ("contract/outputs-untouched", "bad_inputs/outputs-one-more", "bad_inputs/outputs-wrong-dtype"),
         BAD_INPUTS,
         ("-k", "bad_outputs and cpu-program"),
     ),
 )
 DESTROY_TWICE_IS_SILENT = DestroyTwiceIsSilent(
     "destroy-twice-is-silent",
-    Breaks(("bad-inputs/destroy-twice",), BAD_INPUTS, ("-k", "destroyed_handle and destroy-cpu-program")),
+    Breaks(("bad_inputs/destroy-twice",), BAD_INPUTS, ("-k", "destroyed_handle and destroy-cpu-program")),
 )

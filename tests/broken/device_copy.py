@@ -42,8 +42,8 @@ class MemoisesHostOutputs(Forwarding):
 
 class CountsElements(Forwarding):
     """``execute_stats`` counts the elements copied, not the bytes (``numel`` where ``nbytes`` was meant):
-    right for one-byte dtypes, short by the element size for every other (breaks ``skip-copy/h2d-bytes``:
-    the float32 and int64 inputs of the LLM's methods)."""
+    right for one-byte dtypes, short by the element size for every other (breaks
+    ``runtime_options/h2d-bytes``: the float32 and int64 inputs of the LLM's methods)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -76,7 +76,7 @@ class _OptionDuringExecute(Forwarding):
 class HonoursTheFirstNameOnly(_OptionDuringExecute):
     """Reads the skip-copy option as one method name, up to the first comma, though it stores and returns
     the whole list: ``"prefill,decode"`` keeps prefill's outputs on the GPU and copies decode's KV caches
-    out every step (breaks ``multi-method/kv-cache-on-device`` and ``options/list-parsing``)."""
+    out every step (breaks ``multi_method/kv-cache-on-device`` and ``runtime_options/list-parsing``)."""
 
     def effective(self, handle: Any, value: str) -> str:
         return value.split(",")[0]
@@ -84,7 +84,7 @@ class HonoursTheFirstNameOnly(_OptionDuringExecute):
 
 class ReadsTheOptionAtInit(_OptionDuringExecute):
     """Takes the skip-copy option's value when a handle is created and keeps it for the handle's life: a
-    change with handles alive never reaches them (breaks ``options/next-execute``)."""
+    change with handles alive never reaches them (breaks ``runtime_options/next-execute``)."""
 
     _at_init: ClassVar[dict[int, str]] = {}
 
@@ -99,7 +99,7 @@ class ReadsTheOptionAtInit(_OptionDuringExecute):
 
 class RecyclesKeptOutputsOnOptionChange(Forwarding):
     """Serves kept (device) outputs from a pool it recycles whenever the skip-copy option changes, to give
-    the memory back: tensors it already returned are overwritten (breaks ``options/not-retroactive``:
+    the memory back: tensors it already returned are overwritten (breaks ``runtime_options/not-retroactive``:
     outputs the caller holds changed when the option did)."""
 
     _pool: ClassVar[list[torch.Tensor]] = []
@@ -124,7 +124,7 @@ class RecyclesKeptOutputsOnOptionChange(Forwarding):
 MEMOISES_HOST_OUTPUTS_PLACED = MemoisesHostOutputs(
     "memoises-host-outputs",
     Breaks(
-        ("placement/d2h-copy",),
+        ("device_placement/d2h-copy",),
         PLACEMENT,
         ("-k", "placement_matrix and float32-llm-explicit-host"),
         cuda=True,
@@ -133,7 +133,7 @@ MEMOISES_HOST_OUTPUTS_PLACED = MemoisesHostOutputs(
 MEMOISES_HOST_OUTPUTS_OPTION = MemoisesHostOutputs(
     "memoises-host-outputs",
     Breaks(
-        ("skip-copy/d2h-copy",),
+        ("runtime_options/d2h-copy",),
         RUNTIME_OPTIONS,
         ("-k", "skip_copy_matrix and not cpu_target and float32-llm-unset]"),
         cuda=True,
@@ -143,7 +143,7 @@ MEMOISES_HOST_OUTPUTS_OPTION = MemoisesHostOutputs(
 STAGES_KEPT_OUTPUTS_PLACED = StagesThroughTheHost(
     "stages-through-the-host",
     Breaks(
-        ("placement/no-d2h-copy",),
+        ("device_placement/no-d2h-copy",),
         PLACEMENT,
         ("-k", "placement_matrix and float32-llm-outputs-first"),
         cuda=True,
@@ -153,7 +153,7 @@ STAGES_KEPT_OUTPUTS_PLACED = StagesThroughTheHost(
 STAGES_KEPT_OUTPUTS_OPTION = StagesThroughTheHost(
     "stages-through-the-host",
     Breaks(
-        ("skip-copy/no-d2h-copy",),
+        ("runtime_options/no-d2h-copy",),
         RUNTIME_OPTIONS,
         ("-k", "skip_copy_matrix and not cpu_target and float32-llm-both]"),
         cuda=True,
@@ -163,7 +163,7 @@ STAGES_KEPT_OUTPUTS_OPTION = StagesThroughTheHost(
 STAGES_DEVICE_INPUTS_PLACED = StagesThroughTheHost(
     "stages-through-the-host",
     Breaks(
-        ("placement/no-h2d-copy",),
+        ("device_placement/no-h2d-copy",),
         PLACEMENT,
         ("-k", "placement_matrix and float32-llm-inputs-all"),
         cuda=True,
@@ -173,19 +173,25 @@ STAGES_DEVICE_INPUTS_PLACED = StagesThroughTheHost(
 HALVES_OUTPUT_COPIES_PLACED = HalvesOutputCopies(
     "halves-output-copies",
     Breaks(
-        ("placement/values",), PLACEMENT, ("-k", "placement_matrix and float32-llm-outputs-first"), cuda=True
+        ("device_placement/values",),
+        PLACEMENT,
+        ("-k", "placement_matrix and float32-llm-outputs-first"),
+        cuda=True,
     ),
 )
 COUNTS_ARGUMENT_BYTES_DEVICE_PIPELINE = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
-        ("placement/pipeline",), PLACEMENT, ("-k", "pipeline_stays_on_the_device and float32-llm]"), cuda=True
+        ("device_placement/pipeline",),
+        PLACEMENT,
+        ("-k", "pipeline_stays_on_the_device and float32-llm]"),
+        cuda=True,
     ),
 )
 COUNTS_ARGUMENT_BYTES_DEVICE_INPUT = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
-        ("multi-method/device-input",),
+        ("multi_method/device-input",),
         MULTI_METHOD,
         ("-k", "asr_decoder_consumes_encoder_output_on_gpu and float32-asr]"),
         cuda=True,
@@ -194,7 +200,7 @@ COUNTS_ARGUMENT_BYTES_DEVICE_INPUT = CountsArgumentBytes(
 COUNTS_ELEMENTS = CountsElements(
     "counts-elements",
     Breaks(
-        ("skip-copy/h2d-bytes",),
+        ("runtime_options/h2d-bytes",),
         RUNTIME_OPTIONS,
         ("-k", "skip_copy_matrix and not cpu_target and float32-llm-both]"),
         cuda=True,
@@ -203,7 +209,7 @@ COUNTS_ELEMENTS = CountsElements(
 HONOURS_THE_FIRST_NAME_ONLY_KV = HonoursTheFirstNameOnly(
     "honours-the-first-name-only",
     Breaks(
-        ("multi-method/kv-cache-on-device",),
+        ("multi_method/kv-cache-on-device",),
         MULTI_METHOD,
         ("-k", "llm_kv_cache_stays_on_gpu and float32-llm]"),
         cuda=True,
@@ -213,7 +219,7 @@ HONOURS_THE_FIRST_NAME_ONLY_KV = HonoursTheFirstNameOnly(
 HONOURS_THE_FIRST_NAME_ONLY_LIST = HonoursTheFirstNameOnly(
     "honours-the-first-name-only",
     Breaks(
-        ("options/list-parsing",),
+        ("runtime_options/list-parsing",),
         RUNTIME_OPTIONS,
         ("-k", "list_parsing_selects_methods and both-spaced"),
         cuda=True,
@@ -222,7 +228,7 @@ HONOURS_THE_FIRST_NAME_ONLY_LIST = HonoursTheFirstNameOnly(
 READS_THE_OPTION_AT_INIT = ReadsTheOptionAtInit(
     "reads-the-option-at-init",
     Breaks(
-        ("options/next-execute",),
+        ("runtime_options/next-execute",),
         RUNTIME_OPTIONS,
         ("-k", "option_change_applies_to_next_execute_only"),
         cuda=True,
@@ -231,7 +237,7 @@ READS_THE_OPTION_AT_INIT = ReadsTheOptionAtInit(
 RECYCLES_KEPT_OUTPUTS = RecyclesKeptOutputsOnOptionChange(
     "recycles-kept-outputs-on-option-change",
     Breaks(
-        ("options/not-retroactive",),
+        ("runtime_options/not-retroactive",),
         RUNTIME_OPTIONS,
         ("-k", "option_change_applies_to_next_execute_only"),
         cuda=True,
@@ -241,7 +247,7 @@ RECYCLES_KEPT_OUTPUTS = RecyclesKeptOutputsOnOptionChange(
 VALIDATES_METHOD_NAMES_WITH_HANDLES = ValidatesMethodNames(
     "validates-method-names",
     Breaks(
-        ("skip-copy/option",),
+        ("runtime_options/option",),
         RUNTIME_OPTIONS,
         ("-k", "skip_copy_matrix_cpu_target and float32-llm-unknown-method"),
     ),

@@ -21,7 +21,7 @@ from tests.rule_coverage import Breaks
 class MovesInputsToTheProgram(Forwarding):
     """Moves every input to the program's device before running, "to be helpful": a CUDA tensor handed to a
     CPU program is copied back silently, so a caller who meant to keep data on the GPU never learns it
-    paid a device-to-host copy (breaks ``bad-inputs/wrong-device``)."""
+    paid a device-to-host copy (breaks ``bad_inputs/wrong-device``)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -33,7 +33,7 @@ class MovesInputsToTheProgram(Forwarding):
 class CopiesIntoAnyOutputs(Forwarding):
     """Fills caller-provided outputs wherever they live: results are computed as usual and ``copy_``-ed into
     the given tensors, so CUDA outputs are accepted where the outputs go to the CPU, at the cost of a copy
-    the caller did not ask for (breaks ``bad-inputs/outputs-wrong-device``)."""
+    the caller did not ask for (breaks ``bad_inputs/outputs-wrong-device``)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -49,7 +49,7 @@ class CopiesIntoAnyOutputs(Forwarding):
 class KeepsOutputsOnTheGpuForAnyTarget(Forwarding):
     """Reads the skip-copy option as "return these methods' outputs on the GPU", whatever the program was
     lowered for: a CPU program's outputs are moved to CUDA when the option names its method (breaks
-    ``format/cpu-target``: a CPU program's outputs are CPU tensors)."""
+    ``program_format/cpu-target``: a CPU program's outputs are CPU tensors)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -108,17 +108,17 @@ class ReturnsBeforeTheWorkIsDone(Forwarding):
 
 MOVES_INPUTS_TO_THE_PROGRAM = MovesInputsToTheProgram(
     "moves-inputs-to-the-program",
-    Breaks(("bad-inputs/wrong-device",), BAD_INPUTS, ("-k", "cuda_tensor_to_cpu_program"), cuda=True),
+    Breaks(("bad_inputs/wrong-device",), BAD_INPUTS, ("-k", "cuda_tensor_to_cpu_program"), cuda=True),
 )
 # The same slip across GPUs: an input on cuda:1 is pulled over to the program's cuda:0 by a peer copy.
 MOVES_INPUTS_ACROSS_GPUS = MovesInputsToTheProgram(
     "moves-inputs-to-the-program",
-    Breaks(("bad-inputs/other-gpu",), BAD_INPUTS, ("-k", "tensor_on_another_gpu"), cuda=True, gpus=2),
+    Breaks(("bad_inputs/other-gpu",), BAD_INPUTS, ("-k", "tensor_on_another_gpu"), cuda=True, gpus=2),
 )
 COPIES_INTO_ANY_OUTPUTS = CopiesIntoAnyOutputs(
     "copies-into-any-outputs",
     Breaks(
-        ("bad-inputs/outputs-wrong-device",),
+        ("bad_inputs/outputs-wrong-device",),
         BAD_INPUTS,
         ("-k", "cuda_outputs_where_outputs_go_to_the_cpu"),
         cuda=True,
@@ -127,7 +127,7 @@ COPIES_INTO_ANY_OUTPUTS = CopiesIntoAnyOutputs(
 KEEPS_OUTPUTS_ON_THE_GPU_FOR_ANY_TARGET = KeepsOutputsOnTheGpuForAnyTarget(
     "keeps-outputs-on-the-gpu-for-any-target",
     Breaks(
-        ("format/cpu-target",),
+        ("program_format/cpu-target",),
         PROGRAM_FORMAT,
         ("-k", "cpu_program_on_a_cuda_machine and names-the-method"),
         cuda=True,
@@ -136,7 +136,7 @@ KEEPS_OUTPUTS_ON_THE_GPU_FOR_ANY_TARGET = KeepsOutputsOnTheGpuForAnyTarget(
 RETURNS_EARLY_CONSUMER = ReturnsBeforeTheWorkIsDone(
     "returns-before-the-work-is-done",
     Breaks(
-        ("streams/other-consumer",),
+        ("streams_threads/other-consumer",),
         STREAMS_THREADS,
         ("-k", "consumer_on_another_stream and on-gpu-default-stream"),
         cuda=True,
@@ -145,7 +145,7 @@ RETURNS_EARLY_CONSUMER = ReturnsBeforeTheWorkIsDone(
 RETURNS_EARLY_CHAIN = ReturnsBeforeTheWorkIsDone(
     "returns-before-the-work-is-done",
     Breaks(
-        ("streams/chained-delegates",),
+        ("streams_threads/chained-delegates",),
         STREAMS_THREADS,
         ("-k", "chained_delegates and two-programs-cuda"),
         cuda=True,

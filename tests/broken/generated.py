@@ -402,11 +402,15 @@ STREAMS_THREADS = "conformance/streams_threads/test_streams_threads.py"
 #: The same two slips, found by the streams & threads chapter's thread cases (item: races found reliably).
 SHARES_SCRATCH_ACROSS_THREADS_STREAMS = SharesScratchAcrossThreads(
     "shares-scratch-across-threads",
-    Breaks(("streams/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and one-handle and cpu")),
+    Breaks(
+        ("streams_threads/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and one-handle and cpu")
+    ),
 )
 SHARES_OUTPUT_ARENA_ACROSS_HANDLES = SharesOutputArenaAcrossHandles(
     "shares-output-arena-across-handles",
-    Breaks(("streams/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and own-handles and cpu")),
+    Breaks(
+        ("streams_threads/threads",), STREAMS_THREADS, ("-k", "threads_match_serial and own-handles and cpu")
+    ),
 )
 STRIPS_METHOD_NAMES = StripsMethodNames(
     "strips-method-names",

@@ -72,7 +72,7 @@ UNCHECKED_ARGUMENTS = (
 TRUSTS_ITS_ARGUMENTS = TrustsItsArguments(
     "trusts-its-arguments",
     Breaks(
-        tuple(f"bad-inputs/{rule}" for rule in UNCHECKED_ARGUMENTS),
+        tuple(f"bad_inputs/{rule}" for rule in UNCHECKED_ARGUMENTS),
         BAD_INPUTS,
         (
             "-k",
@@ -86,7 +86,7 @@ TRUSTS_ITS_ARGUMENTS = TrustsItsArguments(
 class ZeroFillsEmptyInputs(Forwarding):
     """Meets an empty input where the method's shape is static with zeros of that shape ("an empty batch
     means nothing to add"): the call runs on zeros instead of being rejected, and the caller never learns
-    its tensor was empty (breaks bad-inputs/wrong-size-empty)."""
+    its tensor was empty (breaks bad_inputs/wrong-size-empty)."""
 
     def execute(self, handle: Any, inputs: Any, outputs: Any = None) -> Any:
         specs = getattr(getattr(handle, "io", None), "inputs", None)
@@ -103,7 +103,7 @@ class ZeroFillsEmptyInputs(Forwarding):
 ZERO_FILLS_EMPTY_INPUTS = ZeroFillsEmptyInputs(
     "zero-fills-empty-inputs",
     Breaks(
-        ("bad-inputs/wrong-size-empty",),
+        ("bad_inputs/wrong-size-empty",),
         BAD_INPUTS,
         ("-k", "change_nothing and wrong-size-empty-cpu-program"),
     ),
@@ -111,7 +111,7 @@ ZERO_FILLS_EMPTY_INPUTS = ZeroFillsEmptyInputs(
 DESTROY_IS_A_NO_OP = DestroyIsANoOp(
     "destroy-is-a-no-op",
     Breaks(
-        ("bad-inputs/execute-after-destroy", "bad-inputs/destroy-twice", "bad-inputs/stats-after-destroy"),
+        ("bad_inputs/execute-after-destroy", "bad_inputs/destroy-twice", "bad_inputs/stats-after-destroy"),
         BAD_INPUTS,
         ("-k", "destroyed_handle and cpu-program"),
     ),
@@ -120,10 +120,10 @@ LOAD_ERRORS_AS_RUNTIME_ERROR = LoadErrorsAsRuntimeError(
     "load-errors-as-runtime-error",
     Breaks(
         (
-            "bad-inputs/unknown-method",
-            "bad-inputs/unknown-method-empty-name",
-            "bad-inputs/method-not-a-string",
-            "bad-inputs/corrupt-program",
+            "bad_inputs/unknown-method",
+            "bad_inputs/unknown-method-empty-name",
+            "bad_inputs/method-not-a-string",
+            "bad_inputs/corrupt-program",
         ),
         BAD_INPUTS,
         ("-k", "(bad_method or corrupt_program) and cpu-program"),
@@ -147,7 +147,10 @@ class LowersOnlyTheFirstMethod(Forwarding):
 LOAD_ERRORS_AS_RUNTIME_ERROR_FORMAT = LoadErrorsAsRuntimeError(
     "load-errors-as-runtime-error",
     Breaks(
-        tuple(f"format/{r}" for r in ("empty", "not-bytes", "truncated", "flipped-byte", "trailing-data")),
+        tuple(
+            f"program_format/{r}"
+            for r in ("empty", "not-bytes", "truncated", "flipped-byte", "trailing-data")
+        ),
         PROGRAM_FORMAT,
         (
             "-k",
@@ -159,5 +162,5 @@ LOAD_ERRORS_AS_RUNTIME_ERROR_FORMAT = LoadErrorsAsRuntimeError(
 )
 LOWERS_ONLY_THE_FIRST_METHOD = LowersOnlyTheFirstMethod(
     "lowers-only-the-first-method",
-    Breaks(("format/multi-method",), PROGRAM_FORMAT, ("-k", "every_method and cpu-program")),
+    Breaks(("program_format/multi-method",), PROGRAM_FORMAT, ("-k", "every_method and cpu-program")),
 )

@@ -1,5 +1,5 @@
-"""Broken backends for the runtime options (``options/*``) and the view pass's remaining rules
-(``view-pass/*``): each wraps the reference and slips one way a real backend does, and declares (``breaks``)
+"""Broken backends for the runtime options (``runtime_options/*``) and the view pass's remaining rules
+(``lowering/*``): each wraps the reference and slips one way a real backend does, and declares (``breaks``)
 the rules its chapter must fail it on. ``tests/conformance/test_broken_chapter_backends.py`` runs each one.
 """
 
@@ -201,7 +201,7 @@ class ReturnsPassResult(Forwarding):
 VALIDATES_METHOD_NAMES = ValidatesMethodNames(
     "validates-method-names",
     Breaks(
-        ("options/before-init", "options/list-values"),
+        ("runtime_options/before-init", "runtime_options/list-values"),
         RUNTIME_OPTIONS,
         ("-k", "options_before_init or list_values_are_accepted"),
     ),
@@ -209,7 +209,7 @@ VALIDATES_METHOD_NAMES = ValidatesMethodNames(
 STORES_BEFORE_APPLYING = StoresBeforeApplying(
     "stores-before-applying",
     Breaks(
-        ("options/non-string-key", "options/key-length", "options/all-or-nothing"),
+        ("runtime_options/non-string-key", "runtime_options/key-length", "runtime_options/all-or-nothing"),
         RUNTIME_OPTIONS,
         ("-k", "non_string or key_over_63"),
     ),
@@ -217,30 +217,32 @@ STORES_BEFORE_APPLYING = StoresBeforeApplying(
 KEEPS_PARSED_LIST = KeepsParsedList(
     "keeps-parsed-list",
     Breaks(
-        ("options/non-string-value", "options/round-trip"),
+        ("runtime_options/non-string-value", "runtime_options/round-trip"),
         RUNTIME_OPTIONS,
         ("-k", "options_before_init or (non_string_value and list)"),
     ),
 )
 FROZEN_AFTER_INIT = FrozenAfterInit(
     "frozen-after-init",
-    Breaks(("options/after-init",), RUNTIME_OPTIONS, ("-k", "options_with_live_handles and cpu")),
+    Breaks(("runtime_options/after-init",), RUNTIME_OPTIONS, ("-k", "options_with_live_handles and cpu")),
 )
 KEEPS_EVERYTHING_BY_DEFAULT = KeepsEverythingByDefault(
     "keeps-everything-by-default",
-    Breaks(("options/default",), RUNTIME_OPTIONS, ("-k", "skip_copy_matrix_cpu_target and llm-unset")),
+    Breaks(
+        ("runtime_options/default",), RUNTIME_OPTIONS, ("-k", "skip_copy_matrix_cpu_target and llm-unset")
+    ),
 )
 SKIPS_PER_NODE_CHECKS = SkipsPerNodeChecks(
     "skips-per-node-checks",
     Breaks(
         (
-            "view-pass/call-method-user",
-            "view-pass/written-by-user",
-            "view-pass/view-user",
-            "view-pass/not-viewable",
-            "view-pass/call-method-user/policy",
-            "view-pass/view-user/policy",
-            "view-pass/written-by-user/policy",
+            "lowering/call-method-user",
+            "lowering/written-by-user",
+            "lowering/view-user",
+            "lowering/not-viewable",
+            "lowering/call-method-user/policy",
+            "lowering/view-user/policy",
+            "lowering/written-by-user/policy",
         ),
         LOWERING,
         ("-k", "view_pass and (call-method-user or written-by-user or view-user or not-viewable)"),
@@ -250,10 +252,10 @@ SKIPS_PER_NODE_CHECKS = SkipsPerNodeChecks(
 REPORTS_REFUSED_AS_REWRITTEN = ReportsRefusedAsRewritten(
     "reports-refused-as-rewritten",
     Breaks(
-        ("view-pass/report",), LOWERING, ("-k", "view_pass_verdicts and source-mutated"), strict_should=True
+        ("lowering/report",), LOWERING, ("-k", "view_pass_verdicts and source-mutated"), strict_should=True
     ),
 )
 RETURNS_PASS_RESULT = ReturnsPassResult(
     "returns-pass-result",
-    Breaks(("view-pass/outcome",), LOWERING, ("-k", "view_pass_verdicts and every-view-twin")),
+    Breaks(("lowering/outcome",), LOWERING, ("-k", "view_pass_verdicts and every-view-twin")),
 )

@@ -28,7 +28,7 @@ def _host_bytes(tensors: Sequence[torch.Tensor]) -> int:
 class CountsTwoInputSlots(Forwarding):
     """Keeps per-input upload counts in a fixed array of two slots: inputs past the second are copied to
     the GPU like the others but never counted. An LLM decode step's KV caches (inputs 3 and 4) vanish
-    from ``h2d_bytes`` whenever they come from the host (breaks ``multi-method/h2d-bytes``)."""
+    from ``h2d_bytes`` whenever they come from the host (breaks ``multi_method/h2d-bytes``)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -44,7 +44,7 @@ class CountsTwoInputSlots(Forwarding):
 class LeavesTheLogitsCopyUncounted(Forwarding):
     """Copies output 0 (the logits, in every model its author tried) to the host with a call of its own
     that does not add to ``d2h_bytes``; the other outputs are counted. The host gets every byte, the
-    counter misses the first output's (breaks ``multi-method/d2h-bytes``)."""
+    counter misses the first output's (breaks ``multi_method/d2h-bytes``)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -66,7 +66,7 @@ def fake_quantise_int4(weight: torch.Tensor) -> torch.Tensor:
 class QuantisesHalfPrograms(Forwarding):
     """Lowers float16 and bfloat16 models with weight-only int4 quantisation of every ``nn.Linear`` (on a
     copy: the caller's modules are untouched), a deployment default some mobile backends ship. The greedy
-    tokens often survive; the logits are off by several per cent (breaks ``multi-method/first-step-logits``;
+    tokens often survive; the logits are off by several per cent (breaks ``multi_method/first-step-logits``;
     float32 programs are lowered as they are)."""
 
     def lower(self, methods: Mapping[str, tuple[Any, ...]], *, device: str, **kwargs: Any) -> bytes:
@@ -91,7 +91,7 @@ class QuantisesHalfPrograms(Forwarding):
 COUNTS_TWO_INPUT_SLOTS = CountsTwoInputSlots(
     "counts-two-input-slots",
     Breaks(
-        ("multi-method/h2d-bytes",),
+        ("multi_method/h2d-bytes",),
         MULTI_METHOD,
         ("-k", "llm_kv_cache_stays_on_gpu and float32-llm]"),
         cuda=True,
@@ -100,7 +100,7 @@ COUNTS_TWO_INPUT_SLOTS = CountsTwoInputSlots(
 LEAVES_THE_LOGITS_COPY_UNCOUNTED = LeavesTheLogitsCopyUncounted(
     "leaves-the-logits-copy-uncounted",
     Breaks(
-        ("multi-method/d2h-bytes",),
+        ("multi_method/d2h-bytes",),
         MULTI_METHOD,
         ("-k", "(llm_kv_cache_stays_on_gpu and float32-llm]) or (asr_decoder_consumes and float32-asr])"),
         cuda=True,
@@ -109,7 +109,7 @@ LEAVES_THE_LOGITS_COPY_UNCOUNTED = LeavesTheLogitsCopyUncounted(
 QUANTISES_HALF_PROGRAMS = QuantisesHalfPrograms(
     "quantises-half-programs",
     Breaks(
-        ("multi-method/first-step-logits",),
+        ("multi_method/first-step-logits",),
         MULTI_METHOD,
         ("-k", "pipeline_tokens_match_eager and (cuda-float16 or cuda-bfloat16) and not hf_"),
         cuda=True,

@@ -17,7 +17,7 @@ from tests.rule_coverage import Breaks
 
 class DropsUnknownMethods(Forwarding):
     """Upstream's ``propagate_device_config.get(name, PropagateDeviceConfig())``: a placement naming a method
-    the program lacks is silently ignored, so a typo keeps every copy (breaks placement/validation)."""
+    the program lacks is silently ignored, so a typo keeps every copy (breaks device_placement/validation)."""
 
     def lower(
         self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
@@ -32,7 +32,8 @@ class DropsUnknownMethods(Forwarding):
 
 class CopiesThroughPageableMemory(Forwarding):
     """Keeps outputs on the device internally, then copies them out with ``.cpu()`` into pageable memory:
-    correct values and byte counts, but synchronous, slow copies (breaks copies/pinned-host-memory)."""
+    correct values and byte counts, but synchronous, slow copies (breaks
+    runtime_options/pinned-host-memory)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -51,7 +52,7 @@ class CopiesThroughPageableMemory(Forwarding):
 
 class AcceptsHostInputsForDeviceMethods(Forwarding):
     """Ignores ``skip_h2d_for_method_inputs`` at execute: host tensors are copied in silently, so a caller
-    who meant to hold device tensors never learns it pays a copy (breaks placement/bad-input)."""
+    who meant to hold device tensors never learns it pays a copy (breaks device_placement/bad-input)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -64,7 +65,7 @@ class AcceptsHostInputsForDeviceMethods(Forwarding):
 class IgnoresOutputPlacement(Forwarding):
     """Accepts ``skip_d2h_for_method_outputs`` and validates it, then drops it before compiling, as a backend
     whose runtime never read the export-time flag would: outputs still come back to the host, every copy
-    paid (breaks placement/output-device)."""
+    paid (breaks device_placement/output-device)."""
 
     def lower(
         self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
@@ -77,7 +78,7 @@ class IgnoresOutputPlacement(Forwarding):
 class LowersWithoutOptions(Forwarding):
     """Implements ``lower(methods, *, device)`` as an older protocol had it, with no ``options``, yet keeps
     the reference's ``lower_options``: every lowering a runtime chapter asks for with options fails with a
-    ``TypeError`` (breaks runtime/lower, the runtime chapters' rule for a program they cannot get)."""
+    ``TypeError`` (breaks lowering/lower, the runtime chapters' rule for a program they cannot get)."""
 
     def lower(self, methods: Mapping[str, tuple], *, device: str):
         return REFERENCE.lower(methods, device=device)
@@ -86,7 +87,7 @@ class LowersWithoutOptions(Forwarding):
 class ExportTimeWinsSilently(Forwarding):
     """Validates the export-time flags but never looks at the runtime option while lowering: a method fixed
     to host outputs that the runtime option names lowers without a word, and one of the two settings is
-    silently ignored (breaks placement/conflict)."""
+    silently ignored (breaks device_placement/conflict)."""
 
     def lower(
         self, methods: Mapping[str, tuple], *, device: str, options: Mapping[str, object] | None = None
@@ -117,8 +118,8 @@ class CountsArgumentBytes(Forwarding):
 class StagesThroughTheHost(Forwarding):
     """Keeps tensors on the device as asked, but stages them through the host on the way: device inputs are
     copied to the host and back before the run, kept outputs after it. Values, devices and its own
-    ``execute_stats`` (0 bytes) look right; the bytes cross PCIe anyway (breaks placement/pcie and
-    skip-copy/pcie, which judge what NVML saw, not the counters)."""
+    ``execute_stats`` (0 bytes) look right; the bytes cross PCIe anyway (breaks device_placement/pcie and
+    device_placement/skip-copy-pcie, which judge what NVML saw, not the counters)."""
 
     def execute(
         self, handle: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor] | None = None
@@ -142,7 +143,7 @@ PROOF = "tests/conformance/test_placement_broken_backends.py"
 DROPS_UNKNOWN_METHODS = DropsUnknownMethods(
     "drops-unknown-methods",
     Breaks(
-        ("placement/validation",),
+        ("device_placement/validation",),
         PLACEMENT,
         ("-k", "validated"),
         proven_by=f"{PROOF}::test_silently_dropped_unknown_methods_fail_validation",
@@ -151,7 +152,7 @@ DROPS_UNKNOWN_METHODS = DropsUnknownMethods(
 COPIES_THROUGH_PAGEABLE_MEMORY = CopiesThroughPageableMemory(
     "copies-through-pageable-memory",
     Breaks(
-        ("copies/pinned-host-memory",),
+        ("runtime_options/pinned-host-memory",),
         "conformance/runtime_options/test_runtime_options.py",
         ("-k", "skip_copy_matrix and float32 and llm-unset"),
         cuda=True,
@@ -162,7 +163,7 @@ COPIES_THROUGH_PAGEABLE_MEMORY = CopiesThroughPageableMemory(
 IGNORES_OUTPUT_PLACEMENT = IgnoresOutputPlacement(
     "ignores-output-placement",
     Breaks(
-        ("placement/output-device",),
+        ("device_placement/output-device",),
         PLACEMENT,
         ("-k", "placement_matrix and float32 and llm and outputs-first"),
         cuda=True,
@@ -171,7 +172,7 @@ IGNORES_OUTPUT_PLACEMENT = IgnoresOutputPlacement(
 ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods(
     "accepts-host-inputs-for-device-methods",
     Breaks(
-        ("placement/bad-input",),
+        ("device_placement/bad-input",),
         PLACEMENT,
         ("-k", "rejects_wrong_inputs and host"),
         cuda=True,
@@ -180,19 +181,19 @@ ACCEPTS_HOST_INPUTS = AcceptsHostInputsForDeviceMethods(
 )
 LOWERS_WITHOUT_OPTIONS = LowersWithoutOptions(
     "lowers-without-options",
-    Breaks(("runtime/lower",), PLACEMENT, ("-k", "cpu_target_changes_nothing and llm")),
+    Breaks(("lowering/lower",), PLACEMENT, ("-k", "cpu_target_changes_nothing and llm")),
 )
 EXPORT_TIME_WINS_SILENTLY = ExportTimeWinsSilently(
-    "export-time-wins-silently", Breaks(("placement/conflict",), PLACEMENT, ("-k", "conflict"))
+    "export-time-wins-silently", Breaks(("device_placement/conflict",), PLACEMENT, ("-k", "conflict"))
 )
 COUNTS_ARGUMENT_BYTES = CountsArgumentBytes(
     "counts-argument-bytes",
-    Breaks(("placement/cpu-target",), PLACEMENT, ("-k", "cpu_target_changes_nothing and llm")),
+    Breaks(("device_placement/cpu-target",), PLACEMENT, ("-k", "cpu_target_changes_nothing and llm")),
 )
 COUNTS_ARGUMENT_BYTES_SKIP_COPY = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
-        ("skip-copy/cpu-target",),
+        ("runtime_options/cpu-target",),
         "conformance/runtime_options/test_runtime_options.py",
         ("-k", "skip_copy_matrix_cpu_target and float32-llm-both]"),
     ),
@@ -200,7 +201,7 @@ COUNTS_ARGUMENT_BYTES_SKIP_COPY = CountsArgumentBytes(
 COUNTS_ARGUMENT_BYTES_PIPELINE = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
-        ("multi-method/cpu-target",),
+        ("multi_method/cpu-target",),
         "conformance/multi_method/test_multi_method.py",
         ("-k", "pipeline_tokens_match_eager and llm-cpu-float32"),
     ),
@@ -209,7 +210,7 @@ COUNTS_ARGUMENT_BYTES_PIPELINE = CountsArgumentBytes(
 COUNTS_ARGUMENT_BYTES_CUDA_KEPT = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
-        ("skip-copy/d2h-bytes",),
+        ("runtime_options/d2h-bytes",),
         "conformance/runtime_options/test_runtime_options.py",
         ("-k", "skip_copy_matrix and not cpu_target and float32-llm-both]"),
         cuda=True,
@@ -218,7 +219,7 @@ COUNTS_ARGUMENT_BYTES_CUDA_KEPT = CountsArgumentBytes(
 COUNTS_ARGUMENT_BYTES_CUDA_PLACED_OUT = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
-        ("placement/d2h-bytes",),
+        ("device_placement/d2h-bytes",),
         PLACEMENT,
         ("-k", "placement_matrix and float32-llm-outputs-first"),
         cuda=True,
@@ -227,13 +228,16 @@ COUNTS_ARGUMENT_BYTES_CUDA_PLACED_OUT = CountsArgumentBytes(
 COUNTS_ARGUMENT_BYTES_CUDA_PLACED_IN = CountsArgumentBytes(
     "counts-argument-bytes",
     Breaks(
-        ("placement/h2d-bytes",), PLACEMENT, ("-k", "placement_matrix and float32-llm-inputs-all"), cuda=True
+        ("device_placement/h2d-bytes",),
+        PLACEMENT,
+        ("-k", "placement_matrix and float32-llm-inputs-all"),
+        cuda=True,
     ),
 )
 STAGES_THROUGH_THE_HOST = StagesThroughTheHost(
     "stages-through-the-host",
     Breaks(
-        ("placement/pcie", "skip-copy/pcie"),
+        ("device_placement/pcie", "device_placement/skip-copy-pcie"),
         PLACEMENT,
         ("-k", "pcie and llm"),
         cuda=True,

@@ -112,7 +112,7 @@ class RangeChecksSourceWrites(_SecondGuesses):
     written later only through slices of other rows (same dimension, disjoint ranges) becomes a view, since
     the write cannot reach the copied rows. Right for the graph (the numbers match), but SPEC §1a refuses
     *whenever* the source is mutated later: no alias analysis of ranges to get wrong (breaks
-    ``view-pass/source-mutated/policy``)."""
+    ``lowering/source-mutated/policy``)."""
 
     def overrule(self, module: GraphModule, node: Node, reason: str | None) -> bool:
         if reason != "source-mutated" or node.target != aten.slice_copy.Tensor or node in _returned(module):
@@ -145,7 +145,7 @@ class WritesThroughDeadBases(_SecondGuesses):
     """Lets a user write through the view when nothing reads the base afterwards: a copy refused only for
     its in-place (or ``out=``) user becomes a view when its base is a fresh value used by that copy alone
     (liveness, as a re-inplacing pass reasons). The numbers match, but SPEC §1a refuses any user that writes
-    the argument, whatever is live (breaks ``view-pass/written-by-user/policy``)."""
+    the argument, whatever is live (breaks ``lowering/written-by-user/policy``)."""
 
     def overrule(self, module: GraphModule, node: Node, reason: str | None) -> bool:
         if reason != "written-by-user":
@@ -163,7 +163,7 @@ class WritesThroughDeadBases(_SecondGuesses):
 class RefusesStridedViews(_SecondGuesses):
     """Decides viewability with ``is_contiguous()`` instead of trying the view: a ``view_copy`` whose base
     is not contiguous stays a copy, refused as not viewable. Never wrong, but a view that only splits the
-    transposed base's first dimension exists and is safe (breaks ``view-pass/not-viewable/missed-rewrite``:
+    transposed base's first dimension exists and is safe (breaks ``lowering/not-viewable/missed-rewrite``:
     the rule refuses only a view the layout forbids)."""
 
     def overrule(self, module: GraphModule, node: Node, reason: str | None) -> bool:
@@ -193,7 +193,7 @@ class _RebuildsViews(Forwarding):
 class DropsTheSliceStep(_RebuildsViews):
     """Builds each view from the op's leading positional arguments and forgets ``slice``'s optional
     ``step``: ``slice_copy(x, 1, 1, 5, 2)`` becomes ``slice(x, 1, 1, 5)``, every element instead of every
-    other (breaks ``view-pass/every-view-twin``: the view twin must read what the copy read)."""
+    other (breaks ``lowering/every-view-twin``: the view twin must read what the copy read)."""
 
     def rebuild(self, node: Node) -> None:
         if node.target == aten.slice.Tensor and len(node.args) > 4:
@@ -204,7 +204,7 @@ class WritesToTheEndAsMinusOne(_RebuildsViews):
     """Writes a slice's "to the end" bound (``end = 2**63 - 1``, what export records for ``x[..., 2:]``) as
     ``-1``, the way a hand-written serializer spells "the last one": the view stops one element short.
     Invisible in the single-copy case (a bounded slice), wrong in the KV-cache graph, which splits the
-    rotary halves with open-ended slices (breaks ``view-pass/slicing-heavy``)."""
+    rotary halves with open-ended slices (breaks ``lowering/slicing-heavy``)."""
 
     def rebuild(self, node: Node) -> None:
         if node.target == aten.slice.Tensor and len(node.args) > 3 and node.args[3] == 2**63 - 1:
@@ -246,7 +246,7 @@ _GRAPH_WIDE = ("source-mutated", "aliases-output")
 class ReportsItsCandidates(Forwarding):
     """Builds ``rewritten`` from the candidates that passed the per-node checks, before the graph-wide
     analysis (later writes, outputs) sent some back: those stay copies in the graph but are listed as
-    rewritten, and their refusal is dropped (breaks ``view-pass/report``: ``rewritten`` must be the views
+    rewritten, and their refusal is dropped (breaks ``lowering/report``: ``rewritten`` must be the views
     the result has)."""
 
     def view_copy_pass(self, graph_module: GraphModule) -> NaiveViewPassOutcome:
@@ -303,7 +303,7 @@ class RefreshesRewrittenMetaOnly(_AppliesReferenceVerdicts):
 RANGE_CHECKS_SOURCE_WRITES = RangeChecksSourceWrites(
     "range-checks-source-writes",
     Breaks(
-        ("view-pass/source-mutated/policy",),
+        ("lowering/source-mutated/policy",),
         LOWERING,
         ("-k", "view_pass_verdicts and source-mutated/disjoint-write"),
         strict_should=True,
@@ -312,7 +312,7 @@ RANGE_CHECKS_SOURCE_WRITES = RangeChecksSourceWrites(
 WRITES_THROUGH_DEAD_BASES = WritesThroughDeadBases(
     "writes-through-dead-bases",
     Breaks(
-        ("view-pass/written-by-user/policy",),
+        ("lowering/written-by-user/policy",),
         LOWERING,
         ("-k", "view_pass_verdicts and written-by-user/dead-base"),
         strict_should=True,
@@ -321,7 +321,7 @@ WRITES_THROUGH_DEAD_BASES = WritesThroughDeadBases(
 REFUSES_STRIDED_VIEWS = RefusesStridedViews(
     "refuses-strided-views",
     Breaks(
-        ("view-pass/not-viewable/missed-rewrite",),
+        ("lowering/not-viewable/missed-rewrite",),
         LOWERING,
         ("-k", "view_pass_verdicts and viewable-of-transposed"),
         strict_should=True,
@@ -330,14 +330,14 @@ REFUSES_STRIDED_VIEWS = RefusesStridedViews(
 DROPS_THE_SLICE_STEP = DropsTheSliceStep(
     "drops-the-slice-step",
     Breaks(
-        ("view-pass/every-view-twin",),
+        ("lowering/every-view-twin",),
         LOWERING,
         ("-k", "view_pass_keeps_observable_behaviour and every-view-twin/slice_copy"),
     ),
 )
 WRITES_TO_THE_END_AS_MINUS_ONE = WritesToTheEndAsMinusOne(
     "writes-to-the-end-as-minus-one",
-    Breaks(("view-pass/slicing-heavy",), LOWERING, ("-k", "view_pass_slicing_heavy_kv_cache")),
+    Breaks(("lowering/slicing-heavy",), LOWERING, ("-k", "view_pass_slicing_heavy_kv_cache")),
 )
 KEEPS_FIRST_ROUND_REFUSALS = KeepsFirstRoundRefusals(
     "keeps-first-round-refusals",
@@ -350,7 +350,7 @@ KEEPS_FIRST_ROUND_REFUSALS = KeepsFirstRoundRefusals(
 )
 REPORTS_ITS_CANDIDATES = ReportsItsCandidates(
     "reports-its-candidates",
-    Breaks(("view-pass/report",), DIFFERENTIAL, ("-k", "view_pass_generated_report"), strict_should=True),
+    Breaks(("lowering/report",), DIFFERENTIAL, ("-k", "view_pass_generated_report"), strict_should=True),
 )
 FORGETS_TO_RECOMPILE = ForgetsToRecompile(
     "forgets-to-recompile",

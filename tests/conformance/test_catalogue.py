@@ -265,15 +265,15 @@ def test_an_entry_says_what_holds_it() -> None:
         informative("SPEC §1b", "a sentence", " ")
     with pytest.raises(ValueError, match="uncovered entry has rules"):
         Entry("SPEC §1b", "a sentence", ("x/y",), "uncovered", "no case")
-    row = enforced("SPEC §1b", "Concurrent `execute`\n    is safe.", "streams/*")
-    assert row.enforced_by("streams/threads")
-    assert not row.enforced_by("options/default")
+    row = enforced("SPEC §1b", "Concurrent `execute`\n    is safe.", "streams_threads/*")
+    assert row.enforced_by("streams_threads/threads")
+    assert not row.enforced_by("runtime_options/default")
     assert row.cite() == 'SPEC §1b: "Concurrent `execute` is safe."'
 
 
 def test_lookups() -> None:
-    assert any("Concurrent `execute`" in e.quote for e in for_rule("streams/threads"))
-    assert "streams/threads" in named_rule_ids()
+    assert any("Concurrent `execute`" in e.quote for e in for_rule("streams_threads/threads"))
+    assert "streams_threads/threads" in named_rule_ids()
     assert not any("*" in r for r in named_rule_ids())
 
 

@@ -1,7 +1,7 @@
 """One bug, one headline (issue 48, item 1, for the bug it names): a backend whose ``execute`` writes its
 result into the caller's first input fails, in every chapter, under the contract monitor's inputs rule, so the
 run's failed-rules headline opens with the cause, not with the chapters' consequences (before the monitor
-the same backend failed 76 cases under 37 rules, the list opening with ``format/flipped-byte``)."""
+the same backend failed 76 cases under 37 rules, the list opening with ``program_format/flipped-byte``)."""
 
 from __future__ import annotations
 

@@ -221,7 +221,7 @@ CAUGHT = {
     SKIPS_PER_NODE_CHECKS: {"behaviour": BEHAVIOUR},
     DROPS_THE_SLICE_STEP: {"behaviour": BEHAVIOUR, "meta": META},
     WRITES_TO_THE_END_AS_MINUS_ONE: {"behaviour": BEHAVIOUR, "meta": META},
-    RETURNS_PASS_RESULT: {name: "view-pass/outcome" for name in CHECKS},
+    RETURNS_PASS_RESULT: {name: "lowering/outcome" for name in CHECKS},
     REPORTS_REFUSED_AS_REWRITTEN: {"report": "differential/view-pass-report"},
     # Built for the section (their chapter runs prove them too,
     # tests/conformance/test_broken_chapter_backends.py): wrong beside the catalogue, which passes them.

@@ -37,7 +37,9 @@ def test_silently_dropped_unknown_methods_fail_validation(tmp_path: Path) -> Non
     bad = not_passed(run)
     assert len(bad) == 4, bad  # 2 keys x (unknown method, wrong case)
     assert all("unknown-method" in case or "misspelt-case" in case for case in bad), bad
-    assert all("[placement/validation]" in message and "succeeded" in message for _, message in bad.values())
+    assert all(
+        "[device_placement/validation]" in message and "succeeded" in message for _, message in bad.values()
+    )
 
 
 @needs_cuda
@@ -47,7 +49,7 @@ def test_host_inputs_accepted_for_a_device_input_method_fail(tmp_path: Path) -> 
     assert code == 1, output
     bad = not_passed(run)
     assert list(bad) == [f"{CHAPTER}::test_device_input_method_rejects_wrong_inputs[host-tensor]"], bad
-    assert "[placement/bad-input]" in next(iter(bad.values()))[1]
+    assert "[device_placement/bad-input]" in next(iter(bad.values()))[1]
 
 
 @needs_cuda
@@ -58,5 +60,5 @@ def test_pageable_copies_fail_the_pinned_memory_rule(tmp_path: Path) -> None:
     assert code == 1, output
     bad = not_passed(run)
     assert bad, output
-    assert all("[copies/pinned-host-memory]" in message for _, message in bad.values()), bad
+    assert all("[runtime_options/pinned-host-memory]" in message for _, message in bad.values()), bad
     assert all("Pageable" in message for _, message in bad.values()), bad

@@ -188,7 +188,7 @@ def test_catalogue_rules_name_rule_ids_the_chapters_check(rows: list[rc.Row]) ->
 def test_rows_cite_the_sentences_their_rule_enforces(rows: list[rc.Row]) -> None:
     by_rule = {r.rule: r for r in rows}
     assert any("On any error, outputs are left untouched." in s for s in by_rule["mm_out/none-out"].spec)
-    assert any(s.startswith("SPEC §1b: ") for s in by_rule["streams/threads"].spec)
+    assert any(s.startswith("SPEC §1b: ") for s in by_rule["streams_threads/threads"].spec)
 
 
 def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
@@ -203,13 +203,13 @@ def test_rule_ids_are_picked_per_case(cases: list[rc.Case]) -> None:
     assert "mm_out/none-out" not in bad.rules
     matrix = [c for c in cases if "::test_skip_copy_matrix[" in c.id]
     assert matrix
-    assert all("skip-copy/output-device" in c.rules for c in matrix)
-    assert not any("placement/output-device" in c.rules for c in matrix)
+    assert all("runtime_options/output-device" in c.rules for c in matrix)
+    assert not any("device_placement/output-device" in c.rules for c in matrix)
     destroyed = by_id[
         "conformance/bad_inputs/test_bad_inputs.py::test_destroyed_handle_is_rejected[destroy-cpu-program]"
     ]
-    assert "bad-inputs/destroy-twice" in destroyed.rules
-    assert "bad-inputs/execute-after-destroy" not in destroyed.rules
+    assert "bad_inputs/destroy-twice" in destroyed.rules
+    assert "bad_inputs/execute-after-destroy" not in destroyed.rules
     verdicts = [c for c in cases if "::test_view_pass_verdicts[" in c.id]
     assert verdicts
     assert not any("mm_out/no-host-sync" in c.rules for c in verdicts)
@@ -223,7 +223,7 @@ def test_the_command_prints_the_table_and_json() -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert {"rule", "level", "cases", "broken_backends", "status"} <= set(data[0])
-    assert any(row["rule"] == "options/nul-character" and row["broken_backends"] for row in data)
+    assert any(row["rule"] == "runtime_options/nul-character" and row["broken_backends"] for row in data)
     by_rule = {row["rule"]: row for row in data}
     assert (
         "conformance/mm_out/test_mm_out.py::test_bad_input_is_rejected_and_out_untouched[none-out]"
@@ -231,7 +231,7 @@ def test_the_command_prints_the_table_and_json() -> None:
     )
     proc = in_a_process("-m", "tests.rule_coverage")
     assert proc.returncode == 0, proc.stderr
-    assert "options/nul-character" in proc.stdout
+    assert "runtime_options/nul-character" in proc.stdout
     proc = in_a_process("-m", "conformance.suite.rule_coverage", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "no broken backends given" in proc.stderr

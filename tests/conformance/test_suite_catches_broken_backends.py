@@ -185,7 +185,7 @@ def test_backend_ignoring_source_mutation_fails_exactly_the_rules_it_ignores(
         assert lowering_case(behaviour, case_id) in failed
     for node_id, message in failed.items():
         rule = node_id.split("[")[1].split("/")[0]
-        assert f"[view-pass/{rule}] view_copy_pass(" in message, message
+        assert f"[lowering/{rule}] view_copy_pass(" in message, message
     assert "must stay a copy" in failed[lowering_case("test_view_pass_verdicts", "source-mutated/add_")]
     assert "elements differ" in failed[lowering_case(behaviour, "source-mutated/add_")]
     outcomes = {case.id: case.outcome for case in run.cases}

@@ -88,8 +88,8 @@ def test_pass_mapping_nothing_is_coverage_only() -> None:
     """Keeping every copy is never wrong: each safe rewrite it misses is coverage, the rest passes."""
     coverage = having(MAPS_NOTHING.name, "coverage")
     assert set(coverage) == verdicts(*REWRITE_CASES) | {KV}
-    assert set(coverage.values()) == {f"view-pass/{CASES_BY_ID[c].rule}" for c in REWRITE_CASES} | {
-        "view-pass/slicing-heavy"
+    assert set(coverage.values()) == {f"lowering/{CASES_BY_ID[c].rule}" for c in REWRITE_CASES} | {
+        "lowering/slicing-heavy"
     }
     assert {got for got, _ in outcomes(MAPS_NOTHING.name).values()} == {"passed", "coverage"}
 
@@ -124,12 +124,12 @@ def test_pass_ignoring_source_mutation_fails_the_rules_it_ignores() -> None:
         c.id for c in CASES if c.hazard and c.rule in ("source-mutated", "aliases-output", "opaque-container")
     ]
     assert set(must) == both(*hazards)
-    assert all(rule == f"view-pass/{check.split('[')[1].split('/')[0]}" for check, rule in must.items())
-    assert must["verdicts[source-mutated/add_]"] == "view-pass/source-mutated"
+    assert all(rule == f"lowering/{check.split('[')[1].split('/')[0]}" for check, rule in must.items())
+    assert must["verdicts[source-mutated/add_]"] == "lowering/source-mutated"
     assert having(IGNORES_SOURCE_MUTATION.name, "should") == {
-        "verdicts[opaque-container/getitem-chain]": "view-pass/opaque-container/policy",
-        "verdicts[opaque-container/user-without-schema]": "view-pass/opaque-container/policy",
-        "verdicts[source-mutated/disjoint-write]": "view-pass/source-mutated/policy",
+        "verdicts[opaque-container/getitem-chain]": "lowering/opaque-container/policy",
+        "verdicts[opaque-container/user-without-schema]": "lowering/opaque-container/policy",
+        "verdicts[source-mutated/disjoint-write]": "lowering/source-mutated/policy",
     }
     assert not having(IGNORES_SOURCE_MUTATION.name, "coverage")
 
@@ -166,11 +166,11 @@ def test_upstream_like_pass_fails_its_defects_and_nothing_else() -> None:
     expected = both(*UPSTREAM_SOURCE_MUTATED, *UPSTREAM_ALIASES_OUTPUT, *UPSTREAM_WRITTEN_LISTS)
     expected |= {f"meta[{c}]" for c in UPSTREAM_STALE_META} | {KV}
     assert set(must) == expected, sorted(set(must) ^ expected)
-    assert must[KV] == "view-pass/truthful-strides"
-    assert {must[f"meta[{c}]"] for c in UPSTREAM_STALE_META} == {"view-pass/truthful-strides"}
+    assert must[KV] == "lowering/truthful-strides"
+    assert {must[f"meta[{c}]"] for c in UPSTREAM_STALE_META} == {"lowering/truthful-strides"}
     assert having(UPSTREAM_LIKE.name, "should") == {
-        "verdicts[opaque-container/user-without-schema]": "view-pass/opaque-container/policy",
-        "verdicts[source-mutated/disjoint-write]": "view-pass/source-mutated/policy",
+        "verdicts[opaque-container/user-without-schema]": "lowering/opaque-container/policy",
+        "verdicts[source-mutated/disjoint-write]": "lowering/source-mutated/policy",
     }
     unmapped = [
         c.id
@@ -178,7 +178,7 @@ def test_upstream_like_pass_fails_its_defects_and_nothing_else() -> None:
         if c.rule == "every-view-twin" and c.id.split("/")[1][:6] not in ("slice_", "select")
     ]
     assert having(UPSTREAM_LIKE.name, "coverage") == {
-        f"verdicts[{c}]": "view-pass/every-view-twin" for c in unmapped
-    } | {"verdicts[not-viewable/viewable-of-transposed]": "view-pass/not-viewable"}
+        f"verdicts[{c}]": "lowering/every-view-twin" for c in unmapped
+    } | {"verdicts[not-viewable/viewable-of-transposed]": "lowering/not-viewable"}
     for case_id in ("source-mutated/buffer-written-back", "source-mutated/read-before-write"):
         assert outcomes(UPSTREAM_LIKE.name)[f"verdicts[{case_id}]"] == ("passed", "")

@@ -24,15 +24,18 @@ def failure(
 def test_failures_after_a_broken_invariant_in_their_worker_count_under_it() -> None:
     ranked = likely_causes(
         [
-            failure("a", "format/flipped-byte", "gw0", 0.0),  # before the invariant broke: its own
+            failure("a", "program_format/flipped-byte", "gw0", 0.0),  # before the invariant broke: its own
             failure("b", INPUTS, "gw0", 1.0),
-            failure("c", "format/flipped-byte", "gw0", 2.0),
-            failure("d", "bad-inputs/rejected", "gw0", 3.0),
-            failure("e", "format/flipped-byte", "gw1", 4.0),  # another worker: its own
+            failure("c", "program_format/flipped-byte", "gw0", 2.0),
+            failure("d", "bad_inputs/rejected", "gw0", 3.0),
+            failure("e", "program_format/flipped-byte", "gw1", 4.0),  # another worker: its own
             failure("f", INPUTS, "gw1", 5.0),
         ]
     )
-    assert [(c.rule, c.own, c.after) for c in ranked] == [(INPUTS, 2, 2), ("format/flipped-byte", 2, 0)]
+    assert [(c.rule, c.own, c.after) for c in ranked] == [
+        (INPUTS, 2, 2),
+        ("program_format/flipped-byte", 2, 0),
+    ]
     assert ranked[0].cases == ["b", "c", "d", "f"]
     assert headline(ranked) == f"likely cause: [{INPUTS}] (4 of 6 failures)"
     assert "(2 its own, 2 after it in the same worker)" in ranked[0].words()
@@ -41,10 +44,10 @@ def test_failures_after_a_broken_invariant_in_their_worker_count_under_it() -> N
 def test_order_is_by_time_not_by_arrival_and_only_failing_outcomes_count() -> None:
     ranked = likely_causes(
         [
-            failure("late", "format/flipped-byte", "gw0", 9.0),
+            failure("late", "program_format/flipped-byte", "gw0", 9.0),
             failure("early", INPUTS, "gw0", 1.0),
             failure("passed", None, "gw0", 0.5, Outcome.PASSED),
-            failure("known", "format/flipped-byte", "gw0", 0.7, Outcome.XFAILED),
+            failure("known", "program_format/flipped-byte", "gw0", 0.7, Outcome.XFAILED),
             failure("crash", None, "gw2", 3.0, Outcome.CRASHED),
         ]
     )
@@ -71,7 +74,10 @@ def test_a_case_without_a_worker_is_never_attributed_to_another() -> None:
 def test_the_finalized_junit_file_opens_with_the_likely_cause(tmp_path: Path) -> None:
     run = new_run({})
 
-    run.cases = [failure("t::a", INPUTS, "gw0", 0.0), failure("t::b", "format/flipped-byte", "gw0", 1.0)]
+    run.cases = [
+        failure("t::a", INPUTS, "gw0", 0.0),
+        failure("t::b", "program_format/flipped-byte", "gw0", 1.0),
+    ]
     write_junit(tmp_path / "j.xml", run)
     suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
     assert suite is not None

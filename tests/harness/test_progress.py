@@ -130,14 +130,14 @@ def test_slow(backend):
     time.sleep(1.5)
 
 
-@pytest.mark.rules("runtime/lower")
+@pytest.mark.rules("lowering/lower")
 def test_breaks_a_rule(backend):
-    fail("runtime/lower", "lower(add_mul)", "boom")
+    fail("lowering/lower", "lower(add_mul)", "boom")
 
 
-@pytest.mark.rules("runtime/lower")
+@pytest.mark.rules("lowering/lower")
 def test_breaks_it_again(backend):
-    fail("runtime/lower", "lower(add)", "boom")
+    fail("lowering/lower", "lower(add)", "boom")
 
 
 def test_crashes(backend):
@@ -160,6 +160,6 @@ def test_a_run_prints_progress_and_ends_with_the_failed_rules_first(tmp_path: Pa
     assert "progress: " in output, output
     assert "longest running: test_slow" in output, output
     rules = output.index("failed rules: 2 (3 cases)")
-    assert output.index("    2  [runtime/lower]", rules) > rules
+    assert output.index("    2  [lowering/lower]", rules) > rules
     assert "    1  (no rule id: a crash or an error outside the checks)" in output
     assert rules < output.index("short test summary info"), output

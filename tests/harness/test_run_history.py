@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def case(case_id: str, outcome: str, seconds: float = 0.1, chapter: str = "bad_inputs") -> CaseResult:
-    message = "[runtime/lower] lower(add_mul): boom" if outcome == "failed" else ""
-    rule = "runtime/lower" if outcome == "failed" else None
+    message = "[lowering/lower] lower(add_mul): boom" if outcome == "failed" else ""
+    rule = "lowering/lower" if outcome == "failed" else None
     return CaseResult(
         case_id, chapter, {}, outcome, message, f"python -m pytest {case_id}", seconds, None, rule
     )
@@ -109,7 +109,7 @@ def test_compare_shows_the_difference_of_the_last_two_runs(
     assert "this run: 20261102T100000Z-bb-conformance" in out
     assert "verdict:  regression — 1 newly failing, 1 newly skipped, 1 lost, 1 fixed, 1 new" in out
     assert "newly failing: 1 (gates)" in out
-    assert "  t::a  passed → failed  [runtime/lower] lower(add_mul): boom" in out
+    assert "  t::a  passed → failed  [lowering/lower] lower(add_mul): boom" in out
     assert "lost: 1 (gates)\n  t::c  passed → absent" in out
     assert "fixed: 1\n  t::d  failed → passed" in out
     assert "bad_inputs (case-seconds)" in out  # 1.3 s → 3.3 s

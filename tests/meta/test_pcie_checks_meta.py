@@ -10,7 +10,7 @@ from conformance.common import pcie_checks as pc
 from harness.nvml_traffic import TrafficMeasurement
 from tests.meta.registry import covers
 
-RULE, CALL = "placement/pcie", "execute(llm.decode)"
+RULE, CALL = "device_placement/pcie", "execute(llm.decode)"
 EXPECTED = 100_000
 NOISE = 1_000.0  # resolution = 10 x noise = 10,000 B: EXPECTED is resolvable
 
@@ -27,7 +27,7 @@ def test_a_saving_exactly_at_the_bound_passes_and_one_byte_less_fails() -> None:
     assert pc.check_savings(RULE, CALL, [inside]) == []
     past = pc.Saving("h2d", EXPECTED, bound - 1, NOISE)
     with pytest.raises(
-        AssertionError, match=r"\[placement/pcie\] execute\(llm\.decode\).*h2d: expected 100,000 B"
+        AssertionError, match=r"\[device_placement/pcie\] execute\(llm\.decode\).*h2d: expected 100,000 B"
     ):
         pc.check_savings(RULE, CALL, [past])
 

@@ -49,7 +49,7 @@ def recorded(tmp_path: Path, *, broken: bool) -> Path:
         later = next(
             c for c in run.cases if c.worker == first.worker and (c.started_s or 0) > (first.started_s or 0)
         )
-        for case, rule in ((first, "contract/inputs-untouched"), (later, "format/flipped-byte")):
+        for case, rule in ((first, "contract/inputs-untouched"), (later, "program_format/flipped-byte")):
             changed = dataclasses.replace(
                 case, outcome=Outcome.FAILED, rule=rule, level="must", message=f"[{rule}] it broke\nmore"
             )

@@ -20,7 +20,7 @@ from reports.pages import MAX_COMPARE_NAME, side_by_side_path
 from tests.dashboard_samples import HOSTILE, case, environment, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
-DTYPE_RULE, SYNC_RULE = "bad-inputs/dtype", "runtime/no-host-sync"
+DTYPE_RULE, SYNC_RULE = "bad_inputs/dtype", "runtime_options/no-host-sync"
 KNOWN_REASON = f"the checked mode still lets float16 through {HOSTILE}"
 
 WRONG_DTYPE = case("bad_inputs", "test_wrong_dtype_is_rejected", {"dtype": "float16"}, "passed")
@@ -105,8 +105,8 @@ def test_rows_where_the_runs_disagree_come_first_by_rule_then_chapter() -> None:
     page = page_of(four_runs())
     assert page.total == 6
     assert [r.id for r in page.differ] == [
-        WRONG_DTYPE.id,  # names bad-inputs/dtype
-        HOST_SYNC.id,  # names runtime/no-host-sync
+        WRONG_DTYPE.id,  # names bad_inputs/dtype
+        HOST_SYNC.id,  # names runtime_options/no-host-sync
         HOSTILE_CASE.id,  # no rule named: by chapter (bad_inputs, multi_method, runtime)
         KV_CACHE.id,
         TWO_GPUS.id,

@@ -28,15 +28,18 @@ def test_rows_keep_each_field_and_name_what_the_self_test_fails_on_missing(tmp_p
         "tests.broken.basic:WRONG_VALUES",
         "tests.broken.chapter:TRANSPOSES_THE_SECOND_OPERAND_FOR_COLUMN_MAJOR_LAYOUTS",
     )
-    assert rules["bad-inputs/corrupt-program"].status == "gap"
-    assert rules["bad-inputs/corrupt-program"].reason.startswith("format/* broken loaders")
-    assert rules["meter/calibration"].status == "not-checkable"
+    assert rules["bad_inputs/corrupt-program"].status == "gap"
+    assert rules["bad_inputs/corrupt-program"].reason.startswith("program_format/* broken loaders")
+    assert rules["traffic_meter/calibration"].status == "not-checkable"
     # The table's own NO BROKEN BACKEND / NO CASE are "missing", with the reason spelled out.
-    assert (rules["runtime/no-host-sync"].status, rules["runtime/no-host-sync"].raw_status) == (
+    assert (
+        rules["runtime_options/no-host-sync"].status,
+        rules["runtime_options/no-host-sync"].raw_status,
+    ) == (
         "missing",
         "NO BROKEN BACKEND",
     )
-    assert rules["runtime/no-host-sync"].reason == "no broken backend proves it, and it is not exempt"
+    assert rules["runtime_options/no-host-sync"].reason == "no broken backend proves it, and it is not exempt"
     assert rules["lowering/spec-only"].reason == "no case checks this rule"
 
 
@@ -45,9 +48,9 @@ def test_page_orders_most_urgent_first_and_counts_every_status(tmp_path: Path) -
     assert page.counts == [("missing", 2), ("gap", 1), ("not-checkable", 1), ("proven-gpu", 0), ("proven", 1)]
     assert [(row.status, row.rule) for row in page.rows] == [
         ("missing", "lowering/spec-only"),
-        ("missing", "runtime/no-host-sync"),
-        ("gap", "bad-inputs/corrupt-program"),
-        ("not-checkable", "meter/calibration"),
+        ("missing", "runtime_options/no-host-sync"),
+        ("gap", "bad_inputs/corrupt-program"),
+        ("not-checkable", "traffic_meter/calibration"),
         ("proven", "mm_out/values"),
     ]
     assert [row.anchor for row in page.rows] == [
