@@ -22,8 +22,8 @@ names its rule, ``device_placement/<rule>``:
 * **PCIe** (CUDA, NVML; runs with the GPU to itself): both mechanisms, ``asr`` and ``llm`` float32, each
   method executed K times per NVML window with its tensors on the host and kept on the device: the bytes
   NVML saw cross PCIe drop by at least 90 % of what the kept tensors hold, less 3 x the noise
-  (``device_placement/skip-copy-pcie``, ``device_placement/pcie``; ``conformance.common.pcie_checks``), or the case says the saving is
-  below the meter's resolution, with that resolution.
+  (``device_placement/skip-copy-pcie``, ``device_placement/pcie``; ``conformance.common.pcie_checks``), or
+  the case says the saving is below the meter's resolution, with that resolution.
 * **zoo** (CUDA): every other zoo model lowered with every input and output on the device.
 * **bad inputs** (CUDA): a host tensor, a tensor on another GPU, a wrong dtype for a device-input method
   are ``ValueError``s naming the input, and nothing changes (the inputs, the byte counters, later results).

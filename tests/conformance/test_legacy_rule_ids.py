@@ -18,7 +18,7 @@ from conformance.catalogue import (
     pattern_names_rule,
 )
 from conformance.catalogue.legacy import MERGED_LEAVES
-from conformance.known_failures import first_match, load_file, parse_entries
+from conformance.suite.known_failures import first_match, load_file, parse_entries
 
 #: Today's ids with the spelling older releases gave them.
 OLD = {rule: old for rule in RULES_BY_ID if (old := legacy_rule_id(rule))}

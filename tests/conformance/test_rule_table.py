@@ -101,7 +101,7 @@ def test_one_grammar_and_one_owner() -> None:
 
 
 #: Rows whose family's chapter does not check them: the lowering chapter's rule for a model a runtime
-#: chapter's case lowers (conformance/programs.py), checked by those chapters' cases.
+#: chapter's case lowers (conformance/common/programs.py), checked by those chapters' cases.
 CHECKED_ELSEWHERE = {"lowering/lower": ("runtime_options", "device_placement", "multi_method")}
 
 
