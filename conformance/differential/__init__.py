@@ -1,1 +1,1 @@
-"""differential"""
+"""The differential chapter: test_differential.py and the helpers only it imports."""

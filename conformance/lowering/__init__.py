@@ -1,1 +1,1 @@
-"""lowering"""
+"""The lowering chapter: test_lowering.py and the helpers only it imports."""

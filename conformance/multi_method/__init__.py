@@ -1,1 +1,1 @@
-"""multi_method"""
+"""The multi_method chapter: test_multi_method.py and the helpers only it imports."""

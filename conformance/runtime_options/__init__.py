@@ -1,1 +1,1 @@
-"""runtime_options"""
+"""The runtime_options chapter: test_runtime_options.py and the helpers only it imports."""

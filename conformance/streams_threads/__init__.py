@@ -1,1 +1,1 @@
-"""streams_threads"""
+"""The streams_threads chapter: test_streams_threads.py and the helpers only it imports."""
