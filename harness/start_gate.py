@@ -10,8 +10,8 @@ nobody will open must not wait forever.
 
 While it waits, a held process imports what any case's first lowering imports (``WARM_IMPORTS``): in the
 GPU-alone phase that import was most of its first case's 6-10 s, paid while the GPU was the phase's.
-A test module may register setup that measures nothing (``while_held``: the meter's pinned buffers, 3-4 s
-of its first case) to run there too, where the phase selected its cases.
+A test module may register setup that measures nothing (``while_held``: the traffic meter pins its buffers
+there; ``examples/runs/2026-11-29-fresh-runner-H200/``) to run there too, where the phase selected its cases.
 
 It waits on one thread for torch's ops (``held_threads``): with torch's default, a thread per core, each
 of the GPU-alone phase's processes made bursts of 32 runnable tasks beside the shared phase's workers on
