@@ -44,9 +44,20 @@ _SITE_DIRS = ("site-packages", "dist-packages")
 # Module state that is not the module's meaning: children and tensors are fingerprinted on their own.
 _SKIPPED_ATTRIBUTES = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
 # Variables that may change what inductor generates. Not: where caches live, or how many processes
-# compile (the suite runs its pre-lowering and its case phases with different pool sizes).
+# compile (the suite runs its pre-lowering and its case phases with different pool sizes), or where
+# Triton's tools are: torch sets TRITON_PTXAS_PATH and TRITON_LIBDEVICE_PATH itself on a process's first
+# Triton compile, so counting them keyed a method by the process's history (a warm run's case workers,
+# which compile nothing, missed every memo a cold run's compiling workers stored). None of these changes
+# the trace the memo stands for, and the artifact key, which decides the compile, reads no variable.
 _ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCH_COMPILE", "TORCHDYNAMO_", "INDUCTOR_", "TRITON_")
 _ENV_IGNORED = frozenset({"TORCHINDUCTOR_COMPILE_THREADS"})
+
+
+def _env_counts(name: str) -> bool:
+    """Whether environment variable ``name`` enters the source key (see ``_ENV_PREFIXES``)."""
+    if not name.startswith(_ENV_PREFIXES) or name in _ENV_IGNORED or name.endswith("CACHE_DIR"):
+        return False
+    return not (name.startswith("TRITON_") and name.endswith("_PATH"))
 
 
 class Unfingerprintable(Exception):
@@ -193,11 +204,7 @@ def _module_state(walker: _Walker, module: nn.Module) -> dict[str, Any]:
 
 
 def _global_switches() -> dict[str, Any]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k.startswith(_ENV_PREFIXES) and not k.endswith("CACHE_DIR") and k not in _ENV_IGNORED
-    }
+    env = {k: v for k, v in os.environ.items() if _env_counts(k)}
     return {
         "default_dtype": str(torch.get_default_dtype()),
         "grad_enabled": torch.is_grad_enabled(),

@@ -89,6 +89,44 @@ def test_inductor_variables_count_but_pool_size_and_cache_places_do_not(asr_deco
     assert _key(module, inputs) != before
 
 
+def test_triton_tool_paths_torch_sets_itself_do_not_count(asr_decoder, monkeypatch) -> None:
+    """torch sets these on a process's first Triton compile: counting them made a warm run's workers, which
+    compile nothing, miss every memo that a cold run's compiling workers had stored."""
+    module, inputs = asr_decoder
+    before = _key(module, inputs)
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/somewhere/torch/bin/ptxas")
+    monkeypatch.setenv("TRITON_LIBDEVICE_PATH", "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
+    assert _key(module, inputs) == before
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")  # a Triton choice, not a place
+    assert _key(module, inputs) != before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a Triton compile needs a CUDA device")
+def test_a_triton_compile_in_the_process_leaves_the_key_as_it_was() -> None:
+    """The hazard itself, on the GPU, in a fresh process: whatever torch's first Triton compile changes in
+    the process (its environment included) must not change the key of a source it did not touch."""
+    script = textwrap.dedent(
+        """
+        import torch
+        from conformance.models import get_model
+        from reference_impl.artifact_cache import make_key
+        from reference_impl.lowering.source_key import source_fingerprint
+        module, inputs = get_model("asr").build(torch.float32, "cpu")["decoder"]
+        def key():
+            return make_key(source_fingerprint(module, inputs, extra_packages=("reference_impl",)))
+        before = key()
+        torch.compile(lambda x: torch.sin(x) * 2 + 1)(torch.randn(64, device="cuda"))
+        torch.cuda.synchronize()
+        print(before, key())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    before, after = done.stdout.split()[-2:]
+    assert after == before
+
+
 def test_tied_weights_are_aliases_not_copies() -> None:
     tied, untied = (
         nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)),
