@@ -26,7 +26,7 @@ from harness.nvml_counters import (
     unwrap,
 )
 from harness.nvml_poller import CounterPoller
-from harness.nvml_traffic import TrafficMeter
+from harness.nvml_traffic import DRIFT_ATTEMPTS, TrafficMeter
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -400,6 +400,50 @@ def test_meter_reports_a_stalled_poller_as_invalid(lock_dir: Path) -> None:
     record = m.to_record("traffic", "x", {}).to_dict()
     assert record["metrics"]["h2d_bytes"]["value"] is None
     assert "missed polls" in record["metrics"]["h2d_bytes"]["note"]
+
+
+def _stalling_read(link: SimulatedLink, stalls: int) -> Callable[[], tuple[int, int]]:
+    """The link's counters, with the first ``stalls`` idle windows each stalled once for 300 ms."""
+    left = {"stalls": stalls, "reads": 0}
+
+    def read() -> tuple[int, int]:
+        left["reads"] += 1
+        if left["stalls"] and left["reads"] % 20 == 0:
+            left["stalls"] -= 1
+            time.sleep(0.3)
+        return link.read()
+
+    return read
+
+
+def test_a_stalled_drift_window_is_measured_again(lock_dir: Path) -> None:
+    """One stall (a poll gap past the safe gap) spoils a window, not the meter: the next window is used."""
+    link = SimulatedLink()
+    with TrafficMeter(
+        "GPU-simulated-3",
+        counter_source=_stalling_read(link, 1),
+        drift_s=0.1,
+        calibrate=False,
+        safe_gap_s=SIM_SAFE_GAP_S,
+    ) as meter:
+        assert meter.drift is not None
+        assert meter.drift.duration_s > 0
+        assert meter.calibration_reason is None
+
+
+def test_drift_is_given_up_after_every_window_stalled(lock_dir: Path) -> None:
+    link = SimulatedLink()
+    with TrafficMeter(
+        "GPU-simulated-4",
+        counter_source=_stalling_read(link, 99),
+        drift_s=0.1,
+        calibrate=False,
+        safe_gap_s=SIM_SAFE_GAP_S,
+    ) as meter:
+        assert meter.drift is not None
+        assert meter.drift.duration_s == 0
+        assert f"in {DRIFT_ATTEMPTS} windows" in (meter.calibration_reason or "")
+        assert "missed polls" in (meter.calibration_reason or "")
 
 
 def test_drift_noise_is_the_rate_variation_not_the_rate() -> None:
