@@ -39,6 +39,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -359,17 +360,19 @@ def program_fingerprint(exported: torch.export.ExportedProgram) -> dict[str, Any
 
 
 def resolve_cxx(cxx: str | None = None) -> str:
-    """The C++ compiler inductor will use: ``cxx``, else ``torch._inductor.config.cpp.cxx`` (which reads
-    ``$CXX`` when inductor is first imported), else ``$CXX``, else ``g++``; as an absolute path if on PATH."""
+    """The C++ compiler inductor will use: ``cxx``, else ``torch._inductor.config.cpp.cxx`` where inductor
+    is imported (it reads ``$CXX`` when first imported), else ``$CXX``, else ``g++``; as an absolute path
+    if on PATH."""
     candidate = cxx
-    if candidate is None:
+    # Only an imported inductor config can differ from $CXX (a process may set it); importing it just to
+    # read it cost every warm case worker most of a second that no memo-hit lowering needed.
+    config = sys.modules.get("torch._inductor.config") if candidate is None else None
+    if config is not None:
         try:
-            from torch._inductor import config
-
             configured = config.cpp.cxx
             names = configured if isinstance(configured, (list, tuple)) else (configured,)
             candidate = next((c for c in reversed(names) if c), None)
-        except Exception:  # pragma: no cover - inductor missing or config layout changed
+        except Exception:  # pragma: no cover - config layout changed
             candidate = None
     candidate = candidate or os.environ.get("CXX") or "g++"
     return shutil.which(candidate) or candidate

@@ -11,7 +11,7 @@ eager PyTorch, so a backend that rounds differently from the reference still pas
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,7 +225,14 @@ def describe_args(args: Sequence[object]) -> str:
     return ", ".join(_short(a) for a in args)
 
 
-def _short(value: object) -> str:
+#: Containers nested deeper than this are shown by their length.
+_SHORT_DEPTH = 3
+
+
+def _short(value: object, depth: int = 0) -> str:
+    """A short description of an argument: a call's text is built for every monitored call, so it never
+    formats a tensor's values or a module's tree (``repr`` of a ``lower`` call's ``methods`` did both, and
+    was a fifth of a warm GPU run's case time)."""
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -234,9 +241,17 @@ def _short(value: object) -> str:
         else:
             layout = "" if value.is_contiguous() else f" strides {tuple(value.stride())}"
         return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}@{value.device}{layout}"
+    if isinstance(value, torch.nn.Module):
+        return f"<{type(value).__name__}>"
+    if isinstance(value, (list, tuple, Mapping)) and depth >= _SHORT_DEPTH:
+        return f"<{type(value).__name__} of {len(value)}>"
     if isinstance(value, (list, tuple)):
-        inner = ", ".join(_short(v) for v in value)
+        inner = ", ".join(_short(v, depth + 1) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, Mapping):
+        return (
+            "{" + ", ".join(f"{_short(k, depth + 1)}: {_short(v, depth + 1)}" for k, v in value.items()) + "}"
+        )
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes>"
     text = repr(value)

@@ -279,3 +279,21 @@ def test_cache_root_env_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tm
 
     monkeypatch.setenv(CACHE_ENV_VAR, os.fspath(tmp_path))
     assert default_cache().root == tmp_path
+
+
+def test_the_compiler_is_resolved_without_importing_inductor_and_as_inductor_resolves_it() -> None:
+    """A warm lowering (a memo hit) never needs inductor: resolving the compiler must not import it, and
+    must name the compiler inductor names once it is imported."""
+    script = (
+        "import sys, json\n"
+        "from reference_impl.artifact_cache import compiler_identity\n"
+        "before = compiler_identity()\n"
+        "imported = 'torch._inductor.config' in sys.modules\n"
+        "import torch._inductor.config\n"
+        "print(json.dumps([imported, before == compiler_identity()]))\n"
+    )
+    env = {**os.environ, "CXX": "g++"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == [False, True]
