@@ -165,6 +165,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     case_order.check_option(config)
+    if hasattr(config, "workerinput"):
+        worker_exit.skip_final_collection(config)
     path = config.getoption("--results-json")
     run_end.configure(config, Path(path) if path and not hasattr(config, "workerinput") else None)
     if not path or hasattr(config, "workerinput"):

@@ -14,6 +14,12 @@ ended (``session_over``, from the worker's last ``pytest_unconfigure``) it flush
 streams and ends the process with ``os._exit(0)``. A worker that died or whose session did not end, the
 controller and a run without xdist end as Python ends them; so does any process under coverage, whose data
 is saved by a handler that may come after this one.
+
+Before that, pytest's unconfigure collects garbage twice to report unraisable exceptions (``__del__``
+errors) as warnings: 0.7 s per worker of a warm GPU run, which holds torch's and the zoo's heaps, at the
+end of each phase. ``skip_final_collection`` turns that off for a worker: a ``__del__`` error is still
+reported when a case's garbage is freed or collected during the run; only garbage in reference cycles
+still alive at the very end goes unexamined, as the process then leaves without collecting it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import logging
 import os
 import sys
+from typing import Any
 
 #: Exit status of a worker that leaves this way (xdist reads a worker's outcome from its channel, not this).
 EXIT_STATUS = 0
@@ -56,3 +63,13 @@ def _leave() -> None:
         with contextlib.suppress(OSError, ValueError, AttributeError):  # closed or replaced: nothing to flush
             stream.flush()
     os._exit(EXIT_STATUS)
+
+
+def skip_final_collection(config: Any) -> None:
+    """No garbage collection in pytest's unconfigure of this worker (the module doc); a pytest without
+    that setting is left as it is."""
+    try:
+        from _pytest.unraisableexception import gc_collect_iterations_key
+    except ImportError:
+        return
+    config.stash[gc_collect_iterations_key] = 0

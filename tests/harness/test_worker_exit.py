@@ -86,3 +86,29 @@ def test_a_session_not_over_is_not_cut_short(monkeypatch):
     monkeypatch.setitem(worker_exit._state, "over", False)
     worker_exit._leave()
     assert exits == []
+
+
+STASHED = """
+import os
+from _pytest.unraisableexception import gc_collect_iterations_key
+
+def test_records_the_final_collections(request):
+    value = request.config.stash.get(gc_collect_iterations_key, "pytest's default")
+    with open(os.environ["TORN_DOWN_MARKER"], "w") as marker:
+        marker.write(str(value))
+"""
+
+
+@pytest.mark.parametrize(("workers", "collections"), [("1", "0"), ("0", "pytest's default")])
+def test_only_a_worker_skips_the_final_garbage_collections(pytester, monkeypatch, workers, collections):
+    """A worker's unconfigure collects no garbage (0.7 s of a warm GPU worker's end); one process keeps
+    pytest's own."""
+    marker = pytester.path / "collections"
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.setenv("TORN_DOWN_MARKER", str(marker))
+    pytester.makepyfile(test_mod=STASHED)
+    outcome = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "harness.pytest_plugin", "-n", workers
+    )
+    outcome.assert_outcomes(passed=1)
+    assert marker.read_text() == collections
