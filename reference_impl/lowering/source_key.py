@@ -70,6 +70,23 @@ def _distribution_of() -> dict[str, list[str]]:
 
 
 @functools.cache
+def _distributions(top: str, location: Path) -> tuple[str, ...]:
+    """The distributions that install top-level package ``top`` (found at ``location``). A regular
+    package whose distribution has its name and records its ``__init__.py`` is that distribution's, read
+    from its own record: mapping every installed distribution (``packages_distributions``) cost each
+    process half a second on a first lowering. Anything else (a namespace package, another name) is mapped."""
+    if location.name == "__init__.py":
+        try:
+            dist = importlib.metadata.distribution(top)
+            files = {str(f).replace("\\", "/") for f in dist.files or ()}
+        except importlib.metadata.PackageNotFoundError:
+            files = set()
+        if f"{top}/__init__.py" in files:
+            return (dist.metadata["Name"],)
+    return tuple(_distribution_of().get(top, ()))
+
+
+@functools.cache
 def _tree_digest(root: str) -> str:
     """SHA-256 over the relative paths and bytes of every ``.py`` file under ``root`` (a file or folder)."""
     path = Path(root)
@@ -94,7 +111,7 @@ def package_identity(top: str) -> str | None:
         raise Unfingerprintable(f"package {top!r} has no source file")
     location = Path(file).resolve()
     if any(part in _SITE_DIRS for part in location.parts):
-        dists = _distribution_of().get(top)
+        dists = _distributions(top, location)
         if not dists:
             raise Unfingerprintable(f"installed package {top!r} belongs to no distribution")
         return ",".join(f"{d}=={importlib.metadata.version(d)}" for d in sorted(set(dists)))

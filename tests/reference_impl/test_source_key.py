@@ -189,3 +189,17 @@ def test_every_zoo_model_has_a_key() -> None:
             found = source_fingerprint(module, inputs, dynamic_shapes=entry.dynamic_shapes_for(method))
             assert found is not None, f"{name}.{method}: no source key"
             json.dumps(found)
+
+
+@pytest.mark.parametrize(
+    "top", ["transformers", "numpy", "hypothesis", "sympy", "jinja2", "typing_extensions"]
+)
+def test_an_installed_package_is_named_as_mapping_every_distribution_names_it(top: str) -> None:
+    """The shortcut (a regular package read from its own distribution's record) names what mapping every
+    installed distribution names; a module that is no package takes the mapping."""
+    import importlib
+    import importlib.metadata
+
+    importlib.import_module(top)
+    dists = sorted(set(importlib.metadata.packages_distributions()[top]))
+    assert package_identity(top) == ",".join(f"{d}=={importlib.metadata.version(d)}" for d in dists)
