@@ -26,6 +26,7 @@ directory. Everything else keeps its bytes (including miniz's alignment padding)
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import struct
@@ -263,6 +264,14 @@ NATIVE = "native"
 LIBTORCH = "libtorch"
 
 
+@functools.lru_cache(maxsize=8)
+def _routed(artifact: bytes) -> RoutingResult:
+    """``route_package`` of an artifact this process routed before, again: a process lowers one program
+    under many placements (the differential chapter's calls), each a memo hit of the same artifact, and
+    scanning its code for call sites cost a warm GPU run 10 case-seconds."""
+    return route_package(artifact)
+
+
 def apply_route(artifact: bytes, device_type: str, requested: bool | None) -> tuple[bytes, dict[str, object]]:
     """Route ``artifact`` (a compiled package) as ``requested``; returns it and the blob's record of it.
 
@@ -285,7 +294,7 @@ def apply_route(artifact: bytes, device_type: str, requested: bool | None) -> tu
                 f"native_mm_out=True but the native mm_out shim is unavailable: {status.reason}"
             )
         return artifact, {"provider": LIBTORCH, "reason": status.reason}
-    result = route_package(artifact)
+    result = _routed(artifact)
     return result.package, {
         "provider": NATIVE,
         "symbol": ROUTED_SYMBOL,
