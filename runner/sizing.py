@@ -134,7 +134,8 @@ def size_gpu_run(
     whatever ``prelower`` says, and the reasons say why.
 
     The case workers: ``WORKER_SHARE`` of the cores, spread evenly over the GPUs (at least one each), within
-    the budget (the cores but ``RESERVED_CORES``, at most one process per ``PROCESS_GIB`` of memory);
+    the budget (the cores but ``RESERVED_CORES``, at most one process per ``PROCESS_GIB`` of memory); the
+    whole budget where an earlier run lowered everything (nothing compiles beside them);
     ``$CONFORMANCE_WORKERS_PER_GPU`` sets them instead. The compile processes beside them: the whole budget
     (less what the memory cap leaves), at a lower CPU priority (``prelowering.NICENESS``). A case worker is
     busy only part of a cold run (it sleeps while the program it needs compiles), and the compiles are the
@@ -165,6 +166,11 @@ def size_gpu_run(
     if override is not None:
         per_gpu = override
         said = f"${WORKERS_PER_GPU_ENV}={override}: {per_gpu * gpus} case workers"
+    elif prelowered is not None:
+        # Nothing compiles beside them: the workers are the budget (a warm shared phase is bound by its
+        # cases' CPU work; examples/runs/2026-11-29-warm-profile-H200/).
+        per_gpu = max(1, budget // gpus)
+        said = f"case workers: the whole budget, {per_gpu * gpus} ({per_gpu} per GPU)"
     else:
         per_gpu = max(1, min(budget, int(cpus * WORKER_SHARE)) // gpus)
         said = f"case workers: {WORKER_SHARE:.0%} of the cores, {per_gpu * gpus} ({per_gpu} per GPU)"

@@ -251,16 +251,16 @@ def test_a_warm_cache_starts_no_prelowering(tmp_path: Path, monkeypatch: pytest.
     console = FakeConsole(gpus=1)
     run.run_suite(console, _suite(tmp_path))
     assert background.events == ["is-done", "preflight"]  # the preflight as ever, no pre-lowering
-    assert console.pytest_args()[0][4:6] == ["-n", "12"]
+    assert console.pytest_args()[0][4:6] == ["-n", "15"]  # nothing compiles beside: the whole budget
     assert [p.name for p in _table(console)][:2] == ["preflight (overlapped)", "cases (shared GPU)"]
-    assert _table(console)[1].detail == "12 workers, 12 per GPU; GPU waits asleep"
-    header = "16 cores, 1 CUDA device(s), 125 GiB available: 12 case worker(s) (12 per GPU, 1 thread(s) each)"
+    assert _table(console)[1].detail == "15 workers, 15 per GPU; GPU waits asleep"
+    header = "16 cores, 1 CUDA device(s), 125 GiB available: 15 case worker(s) (15 per GPU, 1 thread(s) each)"
     header += " and no compile process; then 'traffic or timing' alone, one worker"
     assert ("log", header) in console.calls
     (why,) = [m for k, m in console.calls if k == "log" and str(m).startswith("sized so: ")]
     assert str(why).endswith(
         f"; pre-lowering: done by an earlier run (stamp {STAMP}); "
-        "case workers: 75% of the cores, 12 (12 per GPU)"
+        "case workers: the whole budget, 15 (15 per GPU)"
     )
 
 

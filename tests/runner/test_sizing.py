@@ -134,12 +134,16 @@ def test_the_readmes_example_header_is_what_the_sizing_says() -> None:
 def test_an_earlier_run_that_lowered_everything_starts_no_compile_process() -> None:
     warm = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelowered="/s.done")
     cold = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env={}, prelower=False)
-    assert (warm.workers, warm.prelower_jobs, warm.threads_per_worker) == (12, 0, 1)
-    assert warm.workers == cold.workers  # as without the pre-lowering
+    assert (warm.workers, warm.prelower_jobs, warm.threads_per_worker) == (15, 0, 1)
+    assert (cold.workers, cold.prelower_jobs) == (12, 0)  # a cold cache: the cases compile what they need
     assert warm.reasons[-2:] == (
         "pre-lowering: done by an earlier run (stamp /s.done)",
-        "case workers: 75% of the cores, 12 (12 per GPU)",
+        "case workers: the whole budget, 15 (15 per GPU)",
     )
+    two = sizing.size_gpu_run(2, cpus=32, memory_gib=250.0, env={}, prelowered="/s.done")
+    assert (two.workers_per_gpu, two.workers) == (15, 30)  # the budget of 31, evenly over the GPUs
+    small = sizing.size_gpu_run(1, cpus=16, memory_gib=24.0, env={}, prelowered="/s.done")
+    assert small.workers == 8  # the memory cap still binds
     env = {"CONFORMANCE_WORKERS_PER_GPU": "5"}
     pinned = sizing.size_gpu_run(1, cpus=16, memory_gib=125.0, env=env, prelowered="/s.done")
     assert (pinned.workers, pinned.prelower_jobs) == (5, 0)
