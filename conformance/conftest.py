@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from conformance.common import declared_rules, generation
 from conformance.common.contract_monitor import ContractMonitor, MonitorFailure
 from conformance.common.oracle import DEFAULT_ORACLE, ORACLE_KEY, ORACLE_SPEC_KEY
 from conformance.common.parts import part_fixture
+from conformance.common.session import BACKEND_KEY, SPEC_KEY, cuda_device_count
 from conformance.protocol import Backend
 from conformance.suite import known_failures
 from conformance.suite import outcomes as case_outcomes
@@ -41,8 +41,6 @@ from harness.stacks import dump_stacks_on_signal
 CASE_TIMEOUTS = ("default=600", "marker:slow=1200")
 #: Set by ``nox -s conformance`` on multi-GPU machines: the GPU ids the xdist workers share out, one each.
 WORKER_GPUS_ENV = settings.WORKER_GPUS.name
-BACKEND_KEY = pytest.StashKey[Backend]()
-SPEC_KEY = pytest.StashKey[str]()
 DTYPE_PARAM = "dtype"
 
 
@@ -88,11 +86,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "what the contract states for every call (inputs untouched, results owned, result signature, error "
         "classes); for measuring its cost",
     )
-
-
-@functools.cache
-def cuda_device_count() -> int:
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def worker_gpu(worker: str, gpu_ids: list[str]) -> str:

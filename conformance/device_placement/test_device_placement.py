@@ -89,9 +89,9 @@ from conformance.common.programs import (
     require_lowering_device,
 )
 from conformance.common.rules import rule_id
+from conformance.common.session import cuda_device_count
 from conformance.common.token_oracle import STEPS, TOKENS, check_tokens, eager_tokens
 from conformance.common.tolerances import DTYPES_BY_NAME
-from conformance.conftest import cuda_device_count
 from conformance.models import HF_MODELS, HF_UNAVAILABLE, ZOO
 from conformance.protocol import (
     SKIP_D2H,

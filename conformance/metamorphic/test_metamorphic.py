@@ -26,7 +26,7 @@ from conformance.common.checks import assert_model_output_close, fail
 from conformance.common.parts import LoweringRuntimeBackend
 from conformance.common.programs import handles, require_lowering_device
 from conformance.common.rules import rule_id
-from conformance.conftest import SPEC_KEY
+from conformance.common.session import SPEC_KEY
 from conformance.models.opaque import CallsOpaqueOp, opaque_inputs
 from conformance.models.variants import BASE_MAX_ROWS, VARIANTS, build_variant, variant_inputs
 from conformance.protocol import SKIP_D2H, LoweringBackend, RuntimeBackend, lower_options

@@ -144,7 +144,7 @@ class PartProbe:
 
     def _backend(self) -> MinimalBackend:
         from conformance.common.contract_monitor import unwrapped
-        from conformance.conftest import BACKEND_KEY
+        from conformance.common.session import BACKEND_KEY
 
         backend = unwrapped(self.config.stash[BACKEND_KEY])
         if not isinstance(backend, MinimalBackend):
