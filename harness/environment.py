@@ -1,4 +1,5 @@
-"""What the run ran on, as a JSON-serialisable dict: host, Python, torch, CUDA, GPUs, driver.
+"""What the run ran on, as a JSON-serialisable dict: host, Python, torch, CUDA, GPUs, driver, and the suite's
+own commit (a result file then says which suite judged it, not only an evidence README written by hand).
 
 Every probe is guarded: a machine without a GPU, a driver or NVML still gets a complete dict, with the
 reason in place of the missing value. Nothing here allocates GPU memory.
@@ -10,6 +11,7 @@ import contextlib
 import os
 import platform
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ import settings
 from harness.machine_limits import usable_cores
 
 _ENV_VARS = ("CUDA_VISIBLE_DEVICES", "CXX")
+#: The checkout the suite runs from (harness/'s parent).
+SUITE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def capture_environment() -> dict[str, Any]:
@@ -36,7 +40,25 @@ def capture_environment() -> dict[str, Any]:
     env["driver_version"] = nvidia_driver_version()
     env["env"] = {name: os.environ.get(name) for name in _ENV_VARS}
     env["settings"] = settings.set_in()  # the project's settings this run had set (settings/)
+    env["suite_commit"] = suite_commit()
     return env
+
+
+def suite_commit(root: Path = SUITE_ROOT) -> str | None:
+    """The suite's git commit, ``+changes`` where tracked files differ from it; else ``$GITHUB_SHA`` (a CI
+    job's checkout without its history); None where neither says (an installed suite, a copied tree)."""
+    try:
+        head = _git(root, "rev-parse", "HEAD").strip()
+        changed = bool(_git(root, "status", "--porcelain", "--untracked-files=no").strip())
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("GITHUB_SHA") or None
+    return f"{head}+changes" if changed else head
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=10
+    ).stdout
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

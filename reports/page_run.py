@@ -272,6 +272,7 @@ def machine_facts(env: Mapping[str, Any]) -> list[tuple[str, str]]:
         if value is not None and value != "":
             rows.append((label, str(value)))
 
+    add("Suite commit", env.get("suite_commit"))
     add("Driver", env.get("driver_version"))
     add("torch", env.get("torch"))
     if "torch" in env:

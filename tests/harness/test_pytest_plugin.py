@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.environment import capture_environment, cpu_model, nvidia_driver_version
+from harness.environment import capture_environment, cpu_model, nvidia_driver_version, suite_commit
 from harness.finalize import main as finalize_main
 from harness.pytest_plugin import chapter_of, repro_command, stringify_param
 from harness.results import load_results
@@ -333,6 +334,31 @@ def test_capture_environment_without_gpu_is_json() -> None:
     if not torch.cuda.is_available():
         assert env["gpus"] == []
         assert env["cuda_available"] is False
+
+
+def test_the_suite_commit_is_its_checkouts_head_and_says_when_it_was_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "f.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "f.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    done = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    head = done.stdout.strip()
+    assert suite_commit(tmp_path) == head
+    (tmp_path / "untracked.txt").write_text("results of a run")  # results/ and the like: not a change
+    assert suite_commit(tmp_path) == head
+    (tmp_path / "f.py").write_text("x = 2\n")
+    assert suite_commit(tmp_path) == f"{head}+changes"
+    copied = tmp_path / "copied"  # a tree copied without its history (a GPU machine's copy, an install)
+    copied.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git must not find tmp_path's repository
+    monkeypatch.delenv("GITHUB_SHA", raising=False)
+    assert suite_commit(copied) is None
+    monkeypatch.setenv("GITHUB_SHA", "abc123")
+    assert suite_commit(copied) == "abc123"
+    assert "suite_commit" in capture_environment()
 
 
 def test_driver_version_never_raises() -> None:
