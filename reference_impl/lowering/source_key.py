@@ -70,20 +70,21 @@ def _distribution_of() -> dict[str, list[str]]:
 
 
 @functools.cache
-def _distributions(top: str, location: Path) -> tuple[str, ...]:
-    """The distributions that install top-level package ``top`` (found at ``location``). A regular
+def _installed_identity(top: str, location: Path) -> str | None:
+    """``dist==version`` of the distributions that install top-level package ``top`` (found at
+    ``location``), once per process as ``_tree_digest`` is; None where no distribution does. A regular
     package whose distribution has its name and records its ``__init__.py`` is that distribution's, read
     from its own record: mapping every installed distribution (``packages_distributions``) cost each
     process half a second on a first lowering. Anything else (a namespace package, another name) is mapped."""
     if location.name == "__init__.py":
         try:
             dist = importlib.metadata.distribution(top)
-            files = {str(f).replace("\\", "/") for f in dist.files or ()}
         except importlib.metadata.PackageNotFoundError:
-            files = set()
-        if f"{top}/__init__.py" in files:
-            return (dist.metadata["Name"],)
-    return tuple(_distribution_of().get(top, ()))
+            dist = None
+        if dist is not None and f"{top}/__init__.py" in {str(f) for f in dist.files or ()}:
+            return f"{dist.metadata['Name']}=={dist.version}"
+    dists = sorted(set(_distribution_of().get(top, ())))
+    return ",".join(f"{d}=={importlib.metadata.version(d)}" for d in dists) or None
 
 
 @functools.cache
@@ -111,10 +112,10 @@ def package_identity(top: str) -> str | None:
         raise Unfingerprintable(f"package {top!r} has no source file")
     location = Path(file).resolve()
     if any(part in _SITE_DIRS for part in location.parts):
-        dists = _distributions(top, location)
-        if not dists:
+        identity = _installed_identity(top, location)
+        if identity is None:
             raise Unfingerprintable(f"installed package {top!r} belongs to no distribution")
-        return ",".join(f"{d}=={importlib.metadata.version(d)}" for d in sorted(set(dists)))
+        return identity
     root = location.parent if location.name == "__init__.py" else location
     return f"sha256:{_tree_digest(str(root))}"
 
