@@ -16,6 +16,7 @@ Only the standard library and ``harness.results``: nox runs this with whatever i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from harness.results import ResultFileError, load_results, write_results
 
 __all__ = [
     "Phase",
+    "Timeline",
+    "case_window_words",
     "chapter_seconds",
     "format_table",
     "parse_phase",
@@ -34,6 +37,9 @@ __all__ = [
 ]
 
 METADATA_KEY = "phases"
+#: A shard's ``metadata[TIMELINE_KEY]``: epoch seconds of its pytest session's start, first case's start,
+#: last case's end, last xdist worker's end and final write (``harness/pytest_plugin.py``).
+TIMELINE_KEY = "timeline"
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,50 @@ def phases_from_metadata(metadata: dict[str, object]) -> list[Phase]:
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (wall, start)):
                 phases.append(Phase(entry["name"], float(wall), str(entry.get("detail", "")), float(start)))
     return phases
+
+
+@dataclass
+class Timeline:
+    """When a pytest session's cases ran (epoch seconds), noted by its recorder as reports come: stored in
+    its result file (``TIMELINE_KEY``) as the session ends, with the time of that final write."""
+
+    session_start: float
+    first_case: float | None = None
+    last_case_end: float | None = None
+    #: When the last xdist worker said it was done (None: no xdist, or none yet).
+    workers_done: float | None = None
+
+    def case_ran(self, start: object, stop: object) -> None:
+        """A report's ``start`` and ``stop`` (floats; anything else is ignored)."""
+        if isinstance(start, float) and (self.first_case is None or start < self.first_case):
+            self.first_case = start
+        if isinstance(stop, float) and (self.last_case_end is None or stop > self.last_case_end):
+            self.last_case_end = stop
+
+    def to_json(self, final_write: float) -> dict[str, float | None]:
+        stamps = {**dataclasses.asdict(self), "final_write": final_write}
+        return {name: None if value is None else round(value, 3) for name, value in stamps.items()}
+
+
+def case_window_words(path: Path, start: float, end: float) -> str | None:
+    """Where a pytest phase's wall went, from its shard's timeline: its cases ran from ``A`` s after the
+    phase began (``start``, epoch seconds: the process's start-up, or its gate's latency) to ``B`` s before
+    it ended (``end``: the workers' exit, the final files); None where the shard has no case times."""
+    try:
+        run = load_results(path)
+    except (OSError, ResultFileError):
+        return None
+    line = run.metadata.get(TIMELINE_KEY)
+    if not isinstance(line, dict):
+        return None
+    first, last = line.get("first_case"), line.get("last_case_end")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (first, last)):
+        return None
+    words = f"cases from +{max(0.0, first - start):.1f} s to -{max(0.0, end - last):.1f} s"
+    done = line.get("workers_done")
+    if isinstance(done, (int, float)) and not isinstance(done, bool) and done >= last:
+        words += f" (workers done -{max(0.0, end - done):.1f} s)"
+    return words
 
 
 def chapter_seconds(paths: Sequence[Path]) -> dict[str, float]:

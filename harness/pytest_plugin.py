@@ -38,6 +38,7 @@ from harness.device_probe import sanitizer_repro
 from harness.environment import capture_environment
 from harness.failure_surfaces import CausesInJunit, ReproOnFailures
 from harness.outcomes import FAILING, FINAL, Outcome, count_words, is_suite_check
+from harness.phases import TIMELINE_KEY, Timeline
 from harness.results import (
     LEVELS,
     OUTCOMES,
@@ -214,6 +215,7 @@ class ResultRecorder:
         self._recorded_ids: set[str] = set()
         self._summary_line: str | None = None
         self._session_start = time.time()
+        self._timeline = Timeline(self._session_start)  # where the session's wall went
         self._collected_journaled = False
         self._written = False
 
@@ -233,6 +235,7 @@ class ResultRecorder:
         self.path.unlink(missing_ok=True)
         self.run.metadata = dict(self.metadata)
         self._session_start = time.time()
+        self._timeline = Timeline(self._session_start)
         self.journal.start(self.run)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -263,6 +266,10 @@ class ResultRecorder:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self._journal_collected(list(ids))
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        self._timeline.workers_done = time.time()
+
     def _journal_collected(self, ids: list[str]) -> None:
         # What the run will run, once: a journal rebuilt after a hard death lists the rest as not-run.
         if not self._collected_journaled and self.journal.is_open:
@@ -277,6 +284,7 @@ class ResultRecorder:
         start = getattr(report, "start", None)
         if isinstance(start, float) and (pending.start is None or start < pending.start):
             pending.start = start
+        self._timeline.case_ran(start, getattr(report, "stop", None))
         if _is_crash_report(report, self._crashed):
             # What explained the crash (its outcome's properties) adds to what the case's reports carried.
             pending.user_properties += [p for p in report.user_properties if p not in pending.user_properties]
@@ -323,6 +331,7 @@ class ResultRecorder:
             self.run.metadata["case_watchdog"] = cost
         if reason:
             self.run.metadata["incomplete_reason"] = reason
+        self.run.metadata[TIMELINE_KEY] = self._timeline.to_json(final_write=time.time())
         self.run.complete = reason is None
         self.run.finished_at = utc_now()
         write_results(self.path, self.run)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from harness.phases import Phase
+from harness.phases import Phase, case_window_words
 from harness.run_control import EXIT_PREFLIGHT
 from runner.busy_sampler import BusySampler
 from runner.prelowering import Prelowering
@@ -20,6 +21,8 @@ class RunRecord:
 
     #: ``time.perf_counter()`` when the run began: the phases' start times count from here.
     origin: float = field(default_factory=time.perf_counter)
+    #: Epoch seconds less ``time.perf_counter()``: a shard's timeline (epoch) against the phases' clock.
+    epoch_offset: float = field(default_factory=lambda: time.time() - time.perf_counter())
     phases: list[Phase] = field(default_factory=list)
     #: Each pytest phase's exit code, in order (0: it passed).
     exit_codes: list[int] = field(default_factory=list)
@@ -34,19 +37,25 @@ class RunRecord:
     #: Runnable tasks sampled through the run (a GPU run's): each step's row says how busy the cores were.
     busy: BusySampler | None = None
 
-    def add(self, name: str, start: float, detail: str, end: float | None = None) -> None:
+    def add(
+        self, name: str, start: float, detail: str, end: float | None = None, shard: Path | None = None
+    ) -> None:
         """A step that began at ``start`` (``time.perf_counter()``) and ended at ``end`` (default: now);
-        with ``busy``, its detail says how many tasks were runnable meanwhile."""
+        with ``busy``, its detail says how many tasks were runnable meanwhile; with ``shard`` (a pytest
+        phase's result file), when its cases ran within it."""
         end = time.perf_counter() if end is None else end
+        words = [detail] if detail else []
+        if shard is not None:
+            window = case_window_words(shard, start + self.epoch_offset, end + self.epoch_offset)
+            words += [window] if window else []
         busy = self.busy.summary(start, end) if self.busy is not None else None
-        if busy is not None:
-            detail = f"{detail}; {busy.detail}" if detail else busy.detail
-        self.phases.append(Phase(name, end - start, detail, start - self.origin))
+        words += [busy.detail] if busy is not None else []
+        self.phases.append(Phase(name, end - start, "; ".join(words), start - self.origin))
 
-    def timed(self, name: str, step: Callable[[], str]) -> None:
+    def timed(self, name: str, step: Callable[[], str], shard: Path | None = None) -> None:
         """Run ``step`` (it returns the table's detail) and note it."""
         start = time.perf_counter()
-        self.add(name, start, step())
+        self.add(name, start, step(), shard=shard)
 
     @property
     def toolchain_ok(self) -> bool | None:

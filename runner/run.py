@@ -270,7 +270,8 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
             if started is None:
                 _timed(context, phase)
             else:
-                record.timed(phase.title, functools.partial(_released, context, started))
+                step = functools.partial(_released, context, started)
+                record.timed(phase.title, step, _shard_file(context, phase))
     finally:
         for left in early.values():  # the run stopped before their turn
             cancel(left)
@@ -386,7 +387,7 @@ def _beside_turn(context: _Context, beside: _Beside) -> None:
         stop_keeping(beside.early, TERMINATE_WAIT_S)
         context.console.echo(beside.early.output.read_text(errors="replace"))
         detail = f"stopped with the run: {door.stop[0] if door.stop else 'stopped'}"
-    record.add(phase.title, beside.started, detail, end=beside.end())
+    record.add(phase.title, beside.started, detail, end=beside.end(), shard=_shard_file(context, phase))
 
 
 def _released(context: _Context, early: EarlyPhase) -> str:
@@ -405,7 +406,11 @@ def _releasing(context: _Context, early: EarlyPhase) -> Callable[[], int]:
 
 
 def _timed(context: _Context, phase: PytestPhase) -> None:
-    context.record.timed(phase.title, lambda: _pytest_phase(context, phase))
+    context.record.timed(phase.title, lambda: _pytest_phase(context, phase), _shard_file(context, phase))
+
+
+def _shard_file(context: _Context, phase: PytestPhase) -> Path:
+    return context.run.results / f"{phase.shard}.json"
 
 
 def _pytest_phase(context: _Context, phase: PytestPhase) -> str:

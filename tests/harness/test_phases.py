@@ -66,3 +66,39 @@ def test_shards_of_one_run_share_the_front_doors_run_id(monkeypatch: pytest.Monk
     assert new_run_id() == "20261123T120000Z-1-conformance"
     monkeypatch.delenv("CONFORMANCE_RUN_ID")
     assert new_run_id() != new_run_id()
+
+
+def test_a_shards_timeline_says_when_its_cases_ran_within_its_phase(tmp_path: Path) -> None:
+    run = sample_run()
+    path = tmp_path / "shard.json"
+    run.metadata[phases.TIMELINE_KEY] = {
+        "session_start": 1000.5,
+        "first_case": 1004.0,
+        "last_case_end": 1030.0,
+        "workers_done": 1031.0,
+        "final_write": 1032.0,
+    }
+    write_run(path, run)
+    words = phases.case_window_words(path, 1000.0, 1033.5)
+    assert words == "cases from +4.0 s to -3.5 s (workers done -2.5 s)"
+    run.metadata[phases.TIMELINE_KEY]["workers_done"] = None  # no xdist
+    write_run(path, run)
+    assert phases.case_window_words(path, 1000.0, 1033.5) == "cases from +4.0 s to -3.5 s"
+    run.metadata[phases.TIMELINE_KEY]["first_case"] = None  # no case ran
+    write_run(path, run)
+    assert phases.case_window_words(path, 1000.0, 1033.5) is None
+    assert phases.case_window_words(tmp_path / "missing.json", 1000.0, 1033.5) is None
+
+
+def test_a_timeline_keeps_the_earliest_start_and_the_latest_stop() -> None:
+    line = phases.Timeline(session_start=10.0)
+    line.case_ran(12.0, 13.0)
+    line.case_ran(11.5, 12.5)
+    line.case_ran(None, "not a time")  # a report without times changes nothing
+    assert line.to_json(final_write=14.0) == {
+        "session_start": 10.0,
+        "first_case": 11.5,
+        "last_case_end": 13.0,
+        "workers_done": None,
+        "final_write": 14.0,
+    }

@@ -130,6 +130,12 @@ def test_records_every_outcome_with_params_and_repro(inner: pytest.Pytester) -> 
     starts = [cases[name]["started_s"] for name in ("test_param[fast-shape0]", "test_skip", "test_xpass")]
     assert all(isinstance(s, float) and s >= 0 for s in starts)
     assert starts == sorted(starts)
+    # Where the session's wall went: its start, its cases' window and its final write (no xdist workers).
+    line = data["metadata"]["timeline"]
+    assert line["workers_done"] is None
+    stamps = [line[k] for k in ("session_start", "first_case", "last_case_end", "final_write")]
+    assert stamps == sorted(stamps), line
+    assert line["first_case"] - line["session_start"] <= starts[0] + 0.01
 
     outcome.stdout.fnmatch_lines([f"results: {results} (1 passed, 1 failed, 2 skipped, 0 crashed, *"])
     assert not Path(str(results) + ".journal.jsonl").exists()
