@@ -153,7 +153,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     try:
         modules = {item.module.__name__ for item in session.items if getattr(item, "module", None)}
-        start_gate.wait_for_gate(setup=start_gate.held_setup(modules))
+        start_gate.wait_for_gate(setup=start_gate.held_setup(modules), config=session.config)
     except start_gate.FrontDoorGone as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
 

@@ -11,7 +11,8 @@ nobody will open must not wait forever.
 While it waits, a held process imports what any case's first lowering imports (``WARM_IMPORTS``): in the
 GPU-alone phase that import was most of its first case's 6-10 s, paid while the GPU was the phase's.
 A test module may register setup that measures nothing (``while_held``: the traffic meter pins its buffers
-there; ``examples/runs/2026-11-29-fresh-runner-H200/``) to run there too, where the phase selected its cases.
+there, ``examples/runs/2026-11-29-fresh-runner-H200/``; the PCIe placement cases lower and load their
+programs) to run there too, where the phase selected its cases. It is given the pytest config.
 
 It waits on one thread for torch's ops (``held_threads``): with torch's default, a thread per core, each
 of the GPU-alone phase's processes made bursts of 32 runnable tasks beside the shared phase's workers on
@@ -22,13 +23,13 @@ Standard library only: the front door (nox's interpreter) opens the gate, the py
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import settings
 
@@ -46,16 +47,17 @@ WARM_ENV = settings.WARM_IMPORTS.name
 THREADS_ENV = settings.THREADS_AT_GATE.name
 
 
-#: Test module -> its setup to run while a phase that selected its cases waits (``while_held``).
-_HELD_SETUP: dict[str, list[Callable[[], object]]] = {}
+#: Setup run while a phase waits: given the waiting process's pytest config (opaque here).
+SetUp = Callable[[Any], object]
 
-SetUp = Callable[[], object]
+#: Test module -> its setup to run while a phase that selected its cases waits (``while_held``).
+_HELD_SETUP: dict[str, list[SetUp]] = {}
 
 
 def while_held(setup: SetUp) -> SetUp:
-    """Register ``setup`` (no arguments; cache its result, the case's fixture calls it again) to run while
-    a phase that selected its module's cases waits at its gate: allocations and loads that move nothing a
-    later phase measures. Without a gate it runs when the fixture asks, as any setup."""
+    """Register ``setup`` (one argument, the pytest config; what it makes, its module caches for the cases)
+    to run while a phase that selected its module's cases waits at its gate: allocations and loads that
+    move nothing a later phase measures. Without a gate it never runs: the cases make what they need."""
     _HELD_SETUP.setdefault(setup.__module__, []).append(setup)
     return setup
 
@@ -124,10 +126,12 @@ def wait_for_gate(
     alive: Callable[[int], bool] = _alive,
     warm: Iterable[str] | None = None,
     setup: Iterable[SetUp] = (),
+    config: Any = None,
 ) -> float | None:
     """Wait until the gate in ``env`` is open, importing ``warm`` first (default: the modules
-    ``$CONFORMANCE_WARM_IMPORTS`` lists where set, else ``WARM_IMPORTS``) and running ``setup`` (a failure
-    is left for the fixture that calls it again, in its case's time); the seconds waited, or None
+    ``$CONFORMANCE_WARM_IMPORTS`` lists where set, else ``WARM_IMPORTS``) and running each ``setup`` with
+    ``config`` (any failure, a pytest skip included, is left for the case that meets it again, in its own
+    time); the seconds waited, or None
     without a gate (or one that cannot be read: such a phase starts at once, as before gates, and imports
     nothing ahead). Raises ``FrontDoorGone`` when the process that would open it ended first."""
     pid, sep, path = env.get(GATE_ENV, "").partition(":")
@@ -139,8 +143,12 @@ def wait_for_gate(
         warm = WARM_IMPORTS if listed is None else [m.strip() for m in listed.split(",") if m.strip()]
     warm_imports(warm)
     for prepare in setup:
-        with contextlib.suppress(Exception):  # its fixture calls it again: the failure is its case's
-            prepare()
+        try:
+            prepare(config)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # pytest's skip and fail too: the case meets it again, in its own time
+            continue
     gate = Path(path)
     while not gate.exists():
         if not alive(int(pid)):

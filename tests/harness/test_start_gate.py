@@ -134,24 +134,28 @@ def test_a_held_phase_runs_its_selected_modules_setup_and_a_failing_one_is_left_
 ) -> None:
     ran: list[str] = []
 
-    def setup(name: str, fails: bool = False) -> Callable[[], None]:
-        def prepare() -> None:
-            ran.append(name)
-            if fails:
-                raise RuntimeError("no pinned memory")
+    def setup(name: str, fails: BaseException | None = None) -> Callable[[object], None]:
+        def prepare(config: object) -> None:
+            ran.append(f"{name} {config}")
+            if fails is not None:
+                raise fails
 
         prepare.__module__ = f"gate_probe_{name}"
         return while_held(prepare)
 
-    setup("selected"), setup("failing", fails=True), setup("deselected")
-    chosen = held_setup(["gate_probe_failing", "gate_probe_selected", "gate_probe_failing"])
-    assert len(chosen) == 2  # each module once, the deselected one not at all
+    setup("selected"), setup("failing", RuntimeError("no pinned memory")), setup("deselected")
+    setup("skipping", pytest.skip.Exception("no GPU"))  # pytest's outcomes are BaseExceptions
+    chosen = held_setup(
+        ["gate_probe_failing", "gate_probe_selected", "gate_probe_failing", "gate_probe_skipping"]
+    )
+    assert len(chosen) == 3  # each module once, the deselected one not at all
     assert wait_for_gate({}, setup=chosen) is None
     assert ran == []  # no gate: the fixtures ask for it in their own time
     gate = tmp_path / "gate"
     open_gate(gate)
-    assert wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=[], setup=chosen) is not None
-    assert ran == ["failing", "selected"]  # the failure did not hold the phase
+    waited = wait_for_gate({GATE_ENV: gate_value(gate)}, poll_s=0.01, warm=[], setup=chosen, config="cfg")
+    assert waited is not None
+    assert ran == ["failing cfg", "selected cfg", "skipping cfg"]  # given the config; failures held nothing
 
 
 def test_the_warm_modules_import_with_this_torch() -> None:
@@ -180,7 +184,7 @@ def _phase(tmp_path: Path) -> tuple[PytestPhase, list[str], Path]:
     collected = tmp_path / "collected"
     chapter.write_text(
         f"import time\nfrom harness import start_gate\nopen({str(collected)!r}, 'w').close()\n\n"
-        f"@start_gate.while_held\ndef prepare():\n    open({str(prepared)!r}, 'w').close()\n\n"
+        f"@start_gate.while_held\ndef prepare(config):\n    open({str(prepared)!r}, 'w').close()\n\n"
         f"def test_notes_when_it_ran():\n    open({str(ran)!r}, 'w').write(str(time.time()))\n"
     )
     results = tmp_path / "results"
