@@ -158,10 +158,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
 
 
+_SESSION_KEY = pytest.StashKey[pytest.Session]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SESSION_KEY] = session  # its final exit status, read at unconfigure
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker's session is over: no teardown at its exit
         worker_exit.session_over()
+    elif config.pluginmanager.has_plugin("dsession") and worker_exit.is_the_process_session(config):
+        # An xdist controller: its files are written and its output shown; it leaves with its status.
+        session = config.stash.get(_SESSION_KEY, None)
+        if session is not None:
+            worker_exit.session_over(int(session.exitstatus))
 
 
 def pytest_configure(config: pytest.Config) -> None:

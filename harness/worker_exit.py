@@ -1,4 +1,4 @@
-"""An xdist worker whose session is over leaves without the interpreter's teardown.
+"""An xdist worker, or controller, whose session is over leaves without the interpreter's teardown.
 
 Once a worker has sent its last report and pytest has unconfigured it, the controller waits for the
 worker's process to end (execnet's ``Group.terminate`` joins every one) before it writes the result file,
@@ -11,9 +11,16 @@ channel, result files are the controller's, and the kernel releases memory, lock
 So the first ``atexit`` handler registered (``install``, at the import of ``harness.pytest_plugin``, before
 the conftest imports torch) runs last, after every handler registered after it; where the worker's session
 ended (``session_over``, from the worker's last ``pytest_unconfigure``) it flushes logging and the standard
-streams and ends the process with ``os._exit(0)``. A worker that died or whose session did not end, the
-controller and a run without xdist end as Python ends them; so does any process under coverage, whose data
-is saved by a handler that may come after this one.
+streams and ends the process with ``os._exit(0)``.
+
+The controller of an xdist run does the same once its session is over, with the session's exit status:
+its result files are written and its summary shown by then, and the next phase, or the report, waits for
+its exit (0.5-0.8 s of each warm phase's end on one H200, ``examples/runs/2026-11-29-warm-tails-H200/``). Only
+the process's own session (pytest started as ``python -m pytest`` with this process's arguments; never an
+in-process ``pytest.main`` of a longer-lived process, whose exit is not the session's), and not where the
+interpreter is ending on an uncaught exception (its status is Python's). A worker that died or whose
+session did not end, and a run without xdist, end as Python ends them; so does any process under
+coverage, whose data is saved by a handler that may come after this one.
 
 Before that, pytest's unconfigure collects garbage twice to report unraisable exceptions (``__del__``
 errors) as warnings: 0.7 s per worker of a warm GPU run, which holds torch's and the zoo's heaps, at the
@@ -34,7 +41,7 @@ from typing import Any
 #: Exit status of a worker that leaves this way (xdist reads a worker's outcome from its channel, not this).
 EXIT_STATUS = 0
 
-_state = {"installed": False, "over": False}
+_state: dict[str, Any] = {"installed": False, "over": False, "status": EXIT_STATUS}
 
 
 def install() -> None:
@@ -44,9 +51,18 @@ def install() -> None:
         atexit.register(_leave)
 
 
-def session_over() -> None:
-    """This xdist worker's session has ended: its process may leave without teardown."""
+def session_over(status: int = EXIT_STATUS) -> None:
+    """This xdist process's session has ended: its process may leave without teardown, with ``status``
+    (a worker's is never read: xdist reads a worker's outcome from its channel)."""
     _state["over"] = True
+    _state["status"] = status
+
+
+def is_the_process_session(config: Any) -> bool:
+    """Whether ``config``'s session is this process's own: started with this process's arguments (an
+    in-process ``pytest.main`` of another program is not, and that program's exit is its own)."""
+    args = getattr(getattr(config, "invocation_params", None), "args", None)
+    return args is not None and tuple(args) == tuple(sys.argv[1:])
 
 
 def _coverage_running() -> bool:
@@ -56,13 +72,18 @@ def _coverage_running() -> bool:
 
 
 def _leave() -> None:
-    if not _state["over"] or _coverage_running():
+    if not _state["over"] or _coverage_running() or _ending_on_an_exception():
         return
     logging.shutdown()  # its own handler was registered before this one: it would run after
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):  # closed or replaced: nothing to flush
             stream.flush()
-    os._exit(EXIT_STATUS)
+    os._exit(_state["status"])
+
+
+def _ending_on_an_exception() -> bool:
+    """Whether the interpreter printed an uncaught exception (it then exits with its own status)."""
+    return getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None) is not None
 
 
 def skip_final_collection(config: Any) -> None:

@@ -65,6 +65,49 @@ def test_a_failure_in_a_worker_still_fails_the_run(pytester, monkeypatch):
     assert not marker.exists()
 
 
+# A conftest's module-level object: the controller imports it too, so each process writes its own marker.
+TORN_DOWN_EVERYWHERE = """
+import os
+
+class _Teardown:
+    def __del__(self, _open=open, _path=os.environ["TORN_DOWN_MARKER"] + "." + str(os.getpid())):
+        with _open(_path, "w") as marker:
+            marker.write("torn down")
+
+_kept = _Teardown()
+"""
+
+
+@pytest.mark.parametrize(("fail", "status"), [(False, 0), (True, 1)])
+def test_an_xdist_controller_leaves_with_its_sessions_status(pytester, monkeypatch, fail, status):
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.setenv("TORN_DOWN_MARKER", str(pytester.path / "torn-down"))
+    pytester.makeconftest(TORN_DOWN_EVERYWHERE)
+    pytester.makepyfile(test_mod=f"def test_one():\n    assert {not fail}\n")
+    plugin = ("-p", "no:cacheprovider", "-p", "harness.pytest_plugin")
+    outcome = pytester.runpytest_subprocess(*plugin, "-n", "1")
+    assert outcome.ret == status
+    assert sorted(pytester.path.glob("torn-down.*")) == [], "a process ran the interpreter's teardown"
+
+
+def test_only_the_processs_own_session_leaves_early(monkeypatch):
+    """An in-process ``pytest.main`` (a longer-lived program's) must not end that program at its exit."""
+    monkeypatch.setattr(sys, "argv", ["pytest", "-n", "2", "tests"])
+    own = types.SimpleNamespace(invocation_params=types.SimpleNamespace(args=("-n", "2", "tests")))
+    inner = types.SimpleNamespace(invocation_params=types.SimpleNamespace(args=("-n", "1", "other")))
+    assert worker_exit.is_the_process_session(own)
+    assert not worker_exit.is_the_process_session(inner)
+
+
+def test_an_uncaught_exception_keeps_pythons_status(monkeypatch):
+    exits: list[int] = []
+    monkeypatch.setattr(worker_exit.os, "_exit", exits.append)
+    monkeypatch.setitem(worker_exit._state, "over", True)
+    monkeypatch.setattr(sys, "last_value", RuntimeError("unconfigure broke"), raising=False)
+    worker_exit._leave()
+    assert exits == []
+
+
 def test_under_coverage_the_process_ends_as_python_ends_it(monkeypatch):
     """Coverage saves its data from a handler that may run after this one: no early exit then."""
     exits: list[int] = []
