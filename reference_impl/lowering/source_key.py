@@ -21,6 +21,7 @@ preprocess of an identical source (see ``preprocess``).
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import enum
 import functools
@@ -81,10 +82,21 @@ def _installed_identity(top: str, location: Path) -> str | None:
             dist = importlib.metadata.distribution(top)
         except importlib.metadata.PackageNotFoundError:
             dist = None
-        if dist is not None and f"{top}/__init__.py" in {str(f) for f in dist.files or ()}:
+        if dist is not None and _records(dist, f"{top}/__init__.py"):
             return f"{dist.metadata['Name']}=={dist.version}"
     dists = sorted(set(_distribution_of().get(top, ())))
     return ",".join(f"{d}=={importlib.metadata.version(d)}" for d in dists) or None
+
+
+def _records(dist: importlib.metadata.Distribution, path: str) -> bool:
+    """Whether ``dist``'s ``RECORD`` lists ``path``, read as text: ``dist.files`` makes a path of every
+    file it lists and, since Python 3.12, looks each up on disk (thousands for transformers: about 1 s of
+    each case worker of a warm run on an H200, ``examples/runs/2026-11-29-warm-tails-H200/``). A
+    distribution without a ``RECORD`` (an egg's metadata) is read through ``dist.files``."""
+    record = dist.read_text("RECORD")
+    if record is None:
+        return path in {str(f) for f in dist.files or ()}
+    return any(row and row[0] == path for row in csv.reader(record.splitlines()))
 
 
 @functools.cache

@@ -203,3 +203,25 @@ def test_an_installed_package_is_named_as_mapping_every_distribution_names_it(to
     importlib.import_module(top)
     dists = sorted(set(importlib.metadata.packages_distributions()[top]))
     assert package_identity(top) == ",".join(f"{d}=={importlib.metadata.version(d)}" for d in dists)
+
+
+def test_a_record_is_read_as_its_text_and_an_eggs_files_as_listed(tmp_path: Path) -> None:
+    """``_records`` reads a wheel's ``RECORD`` (a CSV: a path may be quoted) without a path object or a disk
+    lookup per file; metadata without one (an egg's ``installed-files.txt``) is read through ``files``."""
+    import importlib.metadata
+
+    wheel = tmp_path / "probe-1.0.dist-info"
+    wheel.mkdir()
+    (wheel / "METADATA").write_text("Name: probe\nVersion: 1.0\n")
+    (wheel / "RECORD").write_text(
+        'probe/__init__.py,sha256=x,1\n"probe/a,b.py",sha256=y,2\nprobe-1.0.dist-info/RECORD,,\n'
+    )
+    found = importlib.metadata.PathDistribution(wheel)
+    assert source_key._records(found, "probe/__init__.py")
+    assert source_key._records(found, "probe/a,b.py")
+    assert not source_key._records(found, "other/__init__.py")
+    egg = tmp_path / "probe.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Name: probe\nVersion: 1.0\n")
+    (egg / "installed-files.txt").write_text("../probe/__init__.py\n")
+    assert not source_key._records(importlib.metadata.PathDistribution(egg), "other/__init__.py")
