@@ -10,7 +10,7 @@ cache=/tmp/ci-cache
 archive=/tmp/ci-cache.tar
 secs() { local ms=$(( ($(date +%s%N) - $1) / 1000000 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
 rm -rf "$cache" "$archive"* /tmp/torchinductor_* && mkdir -p "$cache"
-export TORCHINDUCTOR_CACHE_DIR="$cache/inductor" TRITON_CACHE_DIR="$cache/triton"
+use_cache_folder "$cache"
 # RUNS: which of the cold and warm runs to make first (both by default; the restore needs the cold one).
 SUITE_CACHE_DIR="$cache" RUNS="${RUNS:-cold warm}" bash .ci/gpu/suite.sh | tail -n 30
 if command -v zstd >/dev/null; then pack=(zstd -q -T0); unpack=(zstd -dc); archive+=.zst

@@ -7,7 +7,7 @@
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
 cache="${SUITE_CACHE_DIR:-/tmp/ci-cache}"
-export CONFORMANCE_CACHE_DIR="$cache" TORCHINDUCTOR_CACHE_DIR="$cache/inductor" TRITON_CACHE_DIR="$cache/triton"
+use_cache_folder "$cache"
 mkdir -p "$OUT/warm"
 start=$(date +%s)
 timeout "${WARM_LIMIT:-200}" .whl/py-spy record --subprocesses --idle --nonblocking --rate "${RATE:-50}" \

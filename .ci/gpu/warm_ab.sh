@@ -7,7 +7,7 @@
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
 cache="${SUITE_CACHE_DIR:-/tmp/ci-cache}"
-export CONFORMANCE_CACHE_DIR="$cache" TORCHINDUCTOR_CACHE_DIR="$cache/inductor" TRITON_CACHE_DIR="$cache/triton"
+use_cache_folder "$cache"
 python3 - > "$OUT/micro.txt" 2>&1 <<'PY'
 import os, subprocess, sys, time
 import torch
