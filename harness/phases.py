@@ -86,6 +86,11 @@ def parse_phase(text: str) -> Phase:
     return Phase(name, wall, detail, start)
 
 
+def _is_number(value: object) -> bool:
+    """A JSON number (``bool`` is an ``int`` to Python, not to a result file)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def phases_from_metadata(metadata: dict[str, object]) -> list[Phase]:
     """The phases a result file stores (none for a file from a plain pytest run)."""
     raw = metadata.get(METADATA_KEY)
@@ -95,7 +100,7 @@ def phases_from_metadata(metadata: dict[str, object]) -> list[Phase]:
     for entry in raw:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
             wall, start = entry.get("wall_s"), entry.get("start_s", 0.0)
-            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (wall, start)):
+            if all(_is_number(v) for v in (wall, start)):
                 phases.append(Phase(entry["name"], float(wall), str(entry.get("detail", "")), float(start)))
     return phases
 
@@ -135,11 +140,11 @@ def case_window_words(path: Path, start: float, end: float) -> str | None:
     if not isinstance(line, dict):
         return None
     first, last = line.get("first_case"), line.get("last_case_end")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (first, last)):
+    if not all(_is_number(v) for v in (first, last)):
         return None
     words = f"cases from +{max(0.0, first - start):.1f} s to -{max(0.0, end - last):.1f} s"
     done = line.get("workers_done")
-    if isinstance(done, (int, float)) and not isinstance(done, bool) and done >= last:
+    if _is_number(done) and done >= last:
         words += f" (workers done -{max(0.0, end - done):.1f} s)"
     return words
 

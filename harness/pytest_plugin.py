@@ -226,8 +226,8 @@ class ResultRecorder:
         self._recorded_tests = 0
         self._recorded_ids: set[str] = set()
         self._summary_line: str | None = None
-        self._session_start = time.time()
-        self._timeline = Timeline(self._session_start)  # where the session's wall went
+        #: The session's start, its cases' window and its end: where its wall went (and cases' ``started_s``).
+        self._timeline = Timeline(time.time())
         self._collected_journaled = False
         self._written = False
 
@@ -246,8 +246,7 @@ class ResultRecorder:
         # A stale final file from an earlier run would hide this run's journal if this run is killed.
         self.path.unlink(missing_ok=True)
         self.run.metadata = dict(self.metadata)
-        self._session_start = time.time()
-        self._timeline = Timeline(self._session_start)
+        self._timeline = Timeline(time.time())
         self.journal.start(self.run)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -414,6 +413,7 @@ class ResultRecorder:
             for name, value in pending.user_properties
             if str(name).startswith(PARAM_PREFIX)
         }
+        started = None if pending.start is None else round(pending.start - self._timeline.session_start, 3)
         self._recorded_tests += 1
         self._record(
             CaseResult(
@@ -425,7 +425,7 @@ class ResultRecorder:
                 repro=repro,
                 duration_s=round(duration, 6),
                 worker=pending.worker,
-                started_s=None if pending.start is None else round(pending.start - self._session_start, 3),
+                started_s=started,
                 suite_check=pending.suite_check,
                 **details,
             )
