@@ -406,7 +406,7 @@ class RunEnd:
         10 s for each before killing it, time a CI system's kill grace does not give."""
         for case_file in self.directory.glob("*.case.json"):
             pid = WatchdogFiles(self.directory, case_file.name.removesuffix(".case.json")).pid()
-            if pid is not None and _is_our_child(pid):
+            if pid is not None and _is_our_worker(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -494,13 +494,19 @@ def _report(
     return report
 
 
-def _is_our_child(pid: int) -> bool:
-    """Whether ``pid`` is a child of this process (a pid file may outlive its process and be reused)."""
+def _is_our_worker(pid: int) -> bool:
+    """Whether ``pid`` is a child of this process, or of its child the fork server (harness/forkserver.py),
+    as its workers are: a pid file may outlive its process and be reused."""
+    parent = _parent(pid)
+    return parent == os.getpid() or (parent is not None and _parent(parent) == os.getpid())
+
+
+def _parent(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid()
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def _write_junit_now(config: pytest.Config) -> None:

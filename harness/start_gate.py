@@ -37,10 +37,20 @@ import settings
 GATE_ENV = settings.START_GATE.name
 #: Seconds between looks at the gate: a phase's cases start within this of its opening.
 POLL_S = 0.05
-#: Imported by a held process before it waits: ``torch.export`` and dynamo (with sympy and the symbolic
-#: shapes) are what every backend's lowering and the zoo's dynamic shapes import first, whatever the
-#: backend (2-5 s of a first case on the GPU image). Torch's own modules, never a backend's.
-WARM_IMPORTS = ("torch._dynamo", "torch.export")
+#: Imported by a held process before it waits, and by the fork server before it forks the case workers
+#: (``harness/forkserver.py``): ``torch.export`` and dynamo (with sympy and the symbolic shapes) are what
+#: every backend's lowering and the zoo's dynamic shapes import first, whatever the backend (2-5 s of a
+#: first case on the GPU image); inductor's cache is what loading a compiled program imports; the zoo's
+#: two Hugging Face architectures (``conformance/models/hf_*.py``) bring ``transformers`` (1.7 s, and
+#: scikit-learn through it, 1.4 s, per process on the GPU image). Never a backend's modules; never one
+#: pytest rewrites (a plugin's, such as hypothesis or xdist: imported ahead, pytest warns it cannot).
+WARM_IMPORTS = (
+    "torch._dynamo",
+    "torch.export",
+    "torch._inductor.codecache",
+    "transformers.models.whisper.modeling_whisper",
+    "transformers.models.qwen3.modeling_qwen3",
+)
 #: Comma-separated modules to import instead of ``WARM_IMPORTS`` (empty: none).
 WARM_ENV = settings.WARM_IMPORTS.name
 #: The threads for torch's ops a held process takes once its gate opens (``held_threads``).
@@ -120,6 +130,13 @@ def warm_imports(modules: Iterable[str] = WARM_IMPORTS) -> list[str]:
     return failed
 
 
+def warm_list(env: Mapping[str, str] = os.environ) -> list[str]:
+    """The modules to import ahead: those ``$CONFORMANCE_WARM_IMPORTS`` lists (comma-separated; empty:
+    none) where set, else ``WARM_IMPORTS``."""
+    listed = env.get(WARM_ENV)
+    return list(WARM_IMPORTS) if listed is None else [m.strip() for m in listed.split(",") if m.strip()]
+
+
 def wait_for_gate(
     env: Mapping[str, str] = os.environ,
     poll_s: float = POLL_S,
@@ -138,10 +155,7 @@ def wait_for_gate(
     if not sep or not pid.isdigit() or not path:
         return None
     started = time.monotonic()
-    if warm is None:
-        listed = env.get(WARM_ENV)
-        warm = WARM_IMPORTS if listed is None else [m.strip() for m in listed.split(",") if m.strip()]
-    warm_imports(warm)
+    warm_imports(warm_list(env) if warm is None else warm)
     for prepare in setup:
         try:
             prepare(config)

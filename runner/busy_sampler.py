@@ -99,6 +99,8 @@ _RESULTS_FLAG = "--results-json="
 #: Ancestors looked through for one with a role of its own (a compiler < a case worker < its controller).
 _ANCESTORS = 4
 _CONTROLLER = " controller"
+#: ``harness/forkserver.py``'s server, and every worker it forks: they keep its command line.
+FORK_SERVER = "fork server"
 #: The thread names a trace shows per name where processes had several runnable threads.
 THREADS_SHOWN = 4
 
@@ -119,6 +121,8 @@ def own_role(args: list[str]) -> str | None:
     for arg in args:
         if arg.startswith(_RESULTS_FLAG):
             return f"{Path(arg[len(_RESULTS_FLAG) :]).stem}{_CONTROLLER}"
+    if "harness.forkserver" in args and "--serve" in args:
+        return FORK_SERVER
     if args and Path(args[0]).name.startswith("python") and "-m" in args[:-1]:
         return f"-m {args[args.index('-m') + 1]}"
     return None
@@ -141,6 +145,8 @@ class Roles:
 
     def of(self, process: ProcessState, table: dict[int, ProcessState], depth: int = 0) -> str:
         own = self._own_role(process.pid)
+        if own == FORK_SERVER:
+            return self._forked(process, table, depth)
         if own is not None:
             return own
         comm, parent = process.comm or "?", table.get(process.parent)
@@ -152,6 +158,17 @@ class Roles:
         if above.endswith(_CONTROLLER) and comm.startswith("python"):
             return above.removesuffix(_CONTROLLER) + " worker"
         return f"{comm} of {above}"
+
+    def _forked(self, process: ProcessState, table: dict[int, ProcessState], depth: int) -> str:
+        """A fork server, by its controller (``conformance fork server``); a worker it forked (the same
+        command line, the server its parent) as that controller's worker (``conformance worker``)."""
+        parent = table.get(process.parent)
+        if parent is not None and depth < _ANCESTORS and self._own_role(parent.pid) == FORK_SERVER:
+            return self._forked(parent, table, depth + 1).removesuffix(FORK_SERVER) + "worker"
+        above = self.of(parent, table, depth + 1) if parent is not None and depth < _ANCESTORS else ""
+        return (
+            f"{above.removesuffix(_CONTROLLER)} {FORK_SERVER}" if above.endswith(_CONTROLLER) else FORK_SERVER
+        )
 
     def name(self, process: ProcessState, table: dict[int, ProcessState], groups: dict[int, str]) -> str:
         """``process``'s name in a busy count: its group's in ``groups`` (``pre-lowering``), else its role."""

@@ -107,12 +107,18 @@ class PytestPhase:
     #: The shard suffixes of the phases that run after it (``-exclusive``): its progress line's ETA counts
     #: their recorded seconds too (``--then-phases``).
     then: tuple[str, ...] = ()
+    #: Its workers forked from one interpreter that imported torch ahead (``harness/forkserver.py``;
+    #: ``$CONFORMANCE_FORK_WORKERS=0`` turns that off): a phase of many workers, each of which paid that
+    #: import at once on the same cores.
+    forked: bool = False
 
     def args(self, selection: Sequence[str], skip_preflight: bool) -> list[str]:
         """pytest's arguments before the plugin's and the user's: what to collect, workers, marks."""
         args = [*(self.paths or selection), "-n", str(self.workers), "--dist", self.dist, "-m", self.marks]
         if self.then:
             args.append(f"--then-phases={','.join(self.then)}")
+        if self.forked:
+            args += ["-p", "harness.forkserver"]
         return [*args, "--no-preflight"] if skip_preflight else args
 
 
@@ -169,7 +175,7 @@ def modules_marking(root: Path, selection: Sequence[str], marks: Sequence[str]) 
 
 def cpu_phase(name: str, workers: int) -> PytestPhase:
     """Without a CUDA device: every case but the multi-GPU ones, in one phase."""
-    return PytestPhase("cases", name, workers, "not multi_gpu", f"{workers} workers, CPU")
+    return PytestPhase("cases", name, workers, "not multi_gpu", f"{workers} workers, CPU", forked=True)
 
 
 def prelowers(run: SuiteRun, env: Mapping[str, str] = os.environ) -> bool:
@@ -202,7 +208,7 @@ def shared_phase(name: str, size: sizing.GpuSizing, env: Mapping[str, str]) -> P
     """Every case that may share its GPU, ``size.workers_per_gpu`` workers per GPU."""
     marks = f"not multi_gpu and not ({EXCLUSIVE})"
     detail = f"{size.detail}; GPU waits asleep" if cuda_sync.asks_blocking(env) else size.detail
-    return PytestPhase("cases (shared GPU)", name, size.workers, marks, detail, env)
+    return PytestPhase("cases (shared GPU)", name, size.workers, marks, detail, env, forked=True)
 
 
 def exclusive_phase(name: str, pinned: Mapping[str, str], paths: tuple[str, ...] | None) -> PytestPhase:

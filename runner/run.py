@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import settings
-from harness import caches
+from harness import caches, forkserver
 from harness.results import RUN_ID_ENV
 from harness.run_control import (
     EXIT_DEADLINE,
@@ -427,7 +427,9 @@ def _pytest_phase(context: _Context, phase: PytestPhase) -> str:
             cmd, env=env, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S
         )
 
-    return _phase_turn(context, phase.detail, run)
+    detail = _phase_turn(context, phase.detail, run)
+    words = forkserver.summary_words(context.run.results / f"{phase.shard}.forkserver.log")
+    return f"{detail}; {words}" if phase.forked and words else detail
 
 
 def _phase_turn(

@@ -149,6 +149,14 @@ WORKERS_PER_GPU: Setting[int | None] = Setting(
 CUDA_SYNC: Setting[str | None] = Setting(
     "CONFORMANCE_CUDA_SYNC", _none, text, "how a case worker waits for its GPU: blocking or default"
 )
+FORK_WORKERS: Setting[bool] = Setting(
+    "CONFORMANCE_FORK_WORKERS", lambda: True, switch,
+    "0: each case worker starts its own interpreter, not forked from one that imported torch ahead",
+)  # fmt: skip
+FORKSERVER: Setting[str | None] = Setting(
+    "CONFORMANCE_FORKSERVER", _none, text, "the socket of the server that forks the case workers",
+    internal=True,
+)  # fmt: skip
 CRASH_REPLAY_S: Setting[float] = Setting(
     "CONFORMANCE_CRASH_REPLAY_S", lambda: 180.0, seconds,
     "seconds to find a crashing generated call again and shrink it (0: no search)",
@@ -180,8 +188,8 @@ SETTINGS: dict[str, Setting[object]] = {
     s.name: s  # type: ignore[misc]
     for s in (
         CACHE_DIR, BACKEND, BACKEND_PATH, RUN_ID, TORCH, KEEP_RUNS, RUN_DEADLINE, PRELOWER, WORKERS_PER_GPU,
-        CUDA_SYNC, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS, STACKS_SIGNAL, START_GATE,
-        THREADS_AT_GATE, WORKER_GPUS,
+        CUDA_SYNC, FORK_WORKERS, FORKSERVER, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS, STACKS_SIGNAL,
+        START_GATE, THREADS_AT_GATE, WORKER_GPUS,
     )
 }  # fmt: skip
 

@@ -3,6 +3,7 @@ itself, then a real pytest run with an xdist worker, held until the gate opens, 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -159,7 +160,10 @@ def test_a_held_phase_runs_its_selected_modules_setup_and_a_failing_one_is_left_
 
 
 def test_the_warm_modules_import_with_this_torch() -> None:
-    assert warm_imports(WARM_IMPORTS) == []
+    failed = warm_imports(WARM_IMPORTS)
+    if importlib.util.find_spec("transformers") is None:  # the zoo's extra (pyproject ``hf``) is not here
+        failed = [f for f in failed if not f.startswith("transformers.")]
+    assert failed == []
 
 
 class _Console:

@@ -200,6 +200,8 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
     _cmdline(tmp_path, 5, "/usr/lib/gcc/cc1plus", "-quiet", "x.cpp")
     _cmdline(tmp_path, 6, "/venv/bin/python3", "-m", "conformance.suite.prelower", "--jobs=15")
     _cmdline(tmp_path, 11, "/usr/bin/ld", "-m", "elf_x86_64", "-o", "x.so")  # a linker's -m: no module
+    for pid in (12, 13):  # a fork server and a worker it forked: one command line
+        _cmdline(tmp_path, pid, "/venv/bin/python3", "-m", "harness.forkserver", "--serve", "/tmp/s")
     table = [
         ProcessState(2, 2, 1, "python3", parent=1),
         ProcessState(3, 2, 1, "python3", parent=2),
@@ -210,6 +212,8 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
         ProcessState(8, 8, 1, "kworker/0:1", parent=99),  # a kernel thread: no command line, no parent shown
         ProcessState(9, 8, 1, "sleep", parent=8),  # under a process of no role: its command name
         ProcessState(11, 2, 1, "ld", parent=4),
+        ProcessState(12, 2, 1, "python3", parent=2),
+        ProcessState(13, 2, 1, "python3", parent=12),
     ]
     by_pid = {p.pid: p for p in table}
     roles = Roles(tmp_path)
@@ -223,10 +227,12 @@ def test_roles_name_a_process_by_its_command_line_or_its_nearest_named_ancestor(
         "kworker/0:1",
         "sleep",
         "ld of g++ of conformance-exclusive worker",
+        "conformance-exclusive fork server",
+        "conformance-exclusive worker",
     ]
     # a trace's words: tasks per name, most first; a named group's processes under its name
     several = ProcessState(10, 2, 2, "python3", parent=2, threads=("cuda-EvtHandlr", "python3"))
-    assert busiest([*table[:-1], several], roles, {6: "pre-lowering"}) == (
+    assert busiest([*table[:-3], several], roles, {6: "pre-lowering"}) == (
         "3 conformance-exclusive worker (2 processes, up to 2 each; threads of those with several: "
         "1 cuda-EvtHandlr, 1 python3); 2 pre-lowering (2 processes); "
         "1 cc1plus of g++ of conformance-exclusive worker (1 process); 1 conformance-exclusive controller "
