@@ -22,6 +22,7 @@ for run in $RUNS; do
   # The journals too: a run cut short by its limit leaves only them (every finished case is in them).
   cp results/conformance*.json results/conformance*.jsonl results/conformance*.junit.xml \
     results/conformance.suite.prelower.log results/conformance.busy.tsv results/conformance*.console.log \
+    results/conformance*.forkserver.log \
     "$OUT/$run/" 2>/dev/null
 done
 for run in $RUNS; do
