@@ -197,9 +197,17 @@ class _NoxConsole:
     def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> subprocess.Popen[bytes]:
         self.session.log(f"{shlex.join(cmd)} > {_shown(str(output))}  (in the background)")
         with open(output, "wb") as out:
-            session_env = {k: v for k, v in (self.session.env or {}).items() if v is not None}
-            full_env = {**os.environ, **session_env, **env}
-            return subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+            return subprocess.Popen(cmd, env=self._environment(env), stdout=out, stderr=subprocess.STDOUT)
+
+    def _environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """What ``session.run(..., env=env)`` gives its command: the session's environment and, in a
+        venv, its bin folder first on ``PATH`` (the fork server's workers must match their controller's)."""
+        compute = getattr(self.session.virtualenv, "_get_env", None)  # nox's own, where this nox has it
+        if compute is not None:
+            full = compute(dict(env))
+        else:
+            full = {**os.environ, **(self.session.env or {}), **env}
+        return {k: v for k, v in full.items() if v is not None}
 
     def echo(self, text: str) -> None:
         sys.stdout.write(text)

@@ -48,9 +48,14 @@ from typing import Any, TextIO
 #: The Unix socket of the controller's fork server (``settings.FORKSERVER``'s name; not imported here: the
 #: client runs with ``-I -S``, the standard library only).
 SOCKET_ENV = "CONFORMANCE_FORKSERVER"
-#: Keys a client's environment may have beyond or unlike the server's: pytest's own (``PYTEST_VERSION``),
-#: which the controller sets after its start and nothing reads at import.
-RUNTIME_PREFIXES = ("PYTEST_",)
+#: Keys a client's environment may have beyond or unlike the server's, which its child then takes: read
+#: after the imports, never by them. pytest's own (``PYTEST_VERSION``, set by the controller); the
+#: project's settings (read through ``settings`` when used: the run id, the GPU pinning, how a worker
+#: waits for its GPU, which the front door decides after it started the server); and the threads for
+#: torch's ops, which torch reads at a thread's first parallel op (``at::init_num_threads``), not at import;
+#: and the terminal's size, which curses puts in a controller's environment once something asks it.
+RUNTIME_PREFIXES = ("PYTEST_", "CONFORMANCE_")
+RUNTIME_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "COLUMNS", "LINES")
 #: Seconds a client tries to reach a server whose socket is not bound yet (it binds before importing).
 CONNECT_S = 2.0
 #: The summary line's prefix in the server's output (``read_summary``).
@@ -91,6 +96,9 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list[str
     namespace = early_config.known_args_namespace
     if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(namespace, "numprocesses", None):
         return
+    if os.environ.get(SOCKET_ENV):  # the front door started one before the run's checks (runner/forking.py)
+        _started["given"] = True
+        return
     if not settings.FORK_WORKERS.get():
         return
     import subprocess
@@ -107,8 +115,8 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list[str
 
 
 def pytest_xdist_setupnodes(config: Any, specs: list[Any]) -> None:
-    """Every local worker xdist starts goes through the client, where this controller started a server."""
-    if "server" not in _started:
+    """Every local worker xdist starts goes through the client, where there is a server."""
+    if not _started:
         return
     for spec in specs:
         if getattr(spec, "popen", False) and not getattr(spec, "python", None):
@@ -117,6 +125,7 @@ def pytest_xdist_setupnodes(config: Any, specs: list[Any]) -> None:
 
 def pytest_unconfigure(config: Any) -> None:
     """The server stopped (its workers have ended) and its socket's folder removed."""
+    _started.pop("given", None)
     server = _started.pop("server", None)
     if server is None:
         return
@@ -154,9 +163,7 @@ def refusal(server_env: Mapping[str, str], server_cwd: str, request: Request) ->
     environment differs from the one the server imported under (pytest's own keys aside) might behave
     unlike a fresh interpreter, so it is refused, naming the keys."""
     keys = set(server_env) | set(request.env)
-    differ = sorted(
-        k for k in keys if not k.startswith(RUNTIME_PREFIXES) and server_env.get(k) != request.env.get(k)
-    )
+    differ = sorted(k for k in keys if not _read_later(k) and server_env.get(k) != request.env.get(k))
     if differ:
         return f"environment differs in {', '.join(differ[:8])}{' …' if len(differ) > 8 else ''}"
     if request.cwd != server_cwd:
@@ -164,6 +171,10 @@ def refusal(server_env: Mapping[str, str], server_cwd: str, request: Request) ->
     if request.argv[:1] not in (["-u"], ["-c"]) or "-c" not in request.argv:
         return f"arguments {request.argv[:3]} are not xdist's '-u -c <bootstrap>'"
     return None
+
+
+def _read_later(key: str) -> bool:
+    return key.startswith(RUNTIME_PREFIXES) or key in RUNTIME_KEYS
 
 
 def fork_hazard(maps: Path = Path("/proc/self/maps")) -> str | None:
@@ -399,9 +410,9 @@ def become(request: Request) -> None:
     )
     watch.start()
     # The rest of its environment is the client's already (``refusal``), with what the imports added.
-    for key in [k for k in os.environ if k.startswith(RUNTIME_PREFIXES)]:
+    for key in [k for k in os.environ if _read_later(k)]:
         del os.environ[key]
-    os.environ.update({k: v for k, v in request.env.items() if k.startswith(RUNTIME_PREFIXES)})
+    os.environ.update({k: v for k, v in request.env.items() if _read_later(k)})
     argv = request.argv
     code = argv[argv.index("-c") + 1]
     if "-u" in argv[: argv.index("-c")]:

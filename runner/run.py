@@ -59,6 +59,7 @@ from runner import plan, sizing
 from runner.busy_sampler import BusySampler
 from runner.console import Console
 from runner.early import EarlyPhase, cancel, release, start_early, stop_keeping
+from runner.forking import ForkServer, start_server, stop_server
 from runner.plan import EXCLUSIVE, PytestPhase, SuiteRun
 from runner.prelowering import (
     check_toolchain,
@@ -81,6 +82,8 @@ class _Context:
     record: RunRecord
     #: The environment every process of the run gets: its run id.
     env: dict[str, str]
+    #: The fork server the shared phase's workers come from (``runner/forking.py``); None: none.
+    forks: ForkServer | None = None
 
 
 def run_suite(console: Console, run: SuiteRun) -> None:
@@ -95,21 +98,27 @@ def run_suite(console: Console, run: SuiteRun) -> None:
     # interpreter each (torch's import, seconds): asked beside the arguments' check, they cost no wait.
     # The coverage table collects every case (seconds): written beside the run, it costs no wait.
     coverage = RuleCoverage(run.results).start(console, run.coverage) if run.coverage else None
+    # The shared phase's fork server imports for seconds: started first, it is ready when the workers start.
+    forks = start_server(console, run.python) if driver_lists_gpus() else None
     machine = MachineQuestions(console, run, door).start()
     try:
         check_arguments(console, run.python, [*run.selection, *door.args])
     except BaseException:
         if coverage is not None:
             coverage.stop()
+        if forks is not None:
+            stop_server(forks, keep_as=None)
         raise
     # Only now, with a run that can start: the last run's files move to results/runs/<its run id>/.
     keep_previous_run(console, run)
     record = RunRecord()
     door.install()
     try:
-        run_phases(console, run, door, record, machine)
+        run_phases(console, run, door, record, machine, forks)
     except KeyboardInterrupt:  # a signal or the deadline's backstop outside a pytest phase
         console.warn(f"stopped: {door.stop[0] if door.stop else 'interrupted'}")
+    if forks is not None:  # unused (no CUDA device after all, or stopped before the shared phase)
+        stop_server(forks, keep_as=None)
     door.finishing()
     if record.prelowering is not None:
         stop_prelowering(console, record.prelowering)
@@ -203,7 +212,12 @@ class MachineQuestions:
 
 
 def run_phases(
-    console: Console, run: SuiteRun, door: FrontDoor, record: RunRecord, machine: MachineQuestions
+    console: Console,
+    run: SuiteRun,
+    door: FrontDoor,
+    record: RunRecord,
+    machine: MachineQuestions,
+    forks: ForkServer | None = None,
 ) -> None:
     """The phases of a run, noted in ``record`` as they go (shards started, the pre-lowering while it
     runs), so that the report after them finds what they left whatever stopped them."""
@@ -215,7 +229,7 @@ def run_phases(
     chosen = settings.set_in()
     shown = ", ".join(f"{name}={value!r}" for name, value in chosen.items())
     console.log(f"settings: {shown}" if chosen else "settings: none set (`python -m settings` lists them)")
-    context = _Context(console, run, door, record, {RUN_ID_ENV: run_id})
+    context = _Context(console, run, door, record, {RUN_ID_ENV: run_id}, forks)
     record.shards.append(run.name)
     if gpus == 0:
         workers = sizing.cpu_workers()
@@ -419,17 +433,29 @@ def _pytest_phase(context: _Context, phase: PytestPhase) -> str:
     A SIGTERM or SIGINT to the front door reaches the pytest it runs (harness/run_control.py's FrontDoor):
     the front door then sends it SIGTERM, and gives it time to write its files."""
     env = {**context.env, **phase.env}
+    # A forked phase's workers come from the front door's server where it started one, else from the
+    # one its controller starts (harness/forkserver.py); either writes its counts here.
+    server = context.forks if phase.forked else None
+    log = context.run.results / f"{phase.shard}.forkserver.log"
+    log.unlink(missing_ok=True)  # an earlier run's
 
     def run() -> int:
         args = phase.args(context.run.selection, skip_preflight=context.record.toolchain_known)
         cmd = plan.pytest_command(context.run, phase.shard, args, context.door.phase_args())
         return context.console.exit_code(
-            cmd, env=env, interrupt_s=INTERRUPT_WAIT_S, terminate_s=TERMINATE_WAIT_S
+            cmd,
+            env={**env, **(server.env if server else {})},
+            interrupt_s=INTERRUPT_WAIT_S,
+            terminate_s=TERMINATE_WAIT_S,
         )
 
-    detail = _phase_turn(context, phase.detail, run)
-    words = forkserver.summary_words(context.run.results / f"{phase.shard}.forkserver.log")
-    return f"{detail}; {words}" if phase.forked and words else detail
+    try:
+        detail = _phase_turn(context, phase.detail, run)
+    finally:
+        if server is not None:
+            stop_server(server, keep_as=log)
+    words = forkserver.summary_words(log) if phase.forked else None
+    return f"{detail}; {words}" if words else detail
 
 
 def _phase_turn(

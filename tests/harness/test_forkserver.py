@@ -7,12 +7,12 @@ each session costs what any small xdist session costs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +21,7 @@ import pytest
 
 import settings
 from harness import forkserver
-from harness.forkserver import Request, fork_hazard, refusal, summary_words
+from harness.forkserver import Request, refusal, summary_words
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A module nothing here imports: a worker that has it at collection was forked from the server.
@@ -37,11 +37,12 @@ def _request(env: dict[str, str], cwd: str = "/w", argv: list[str] | None = None
 
 
 def test_a_client_unlike_the_server_is_refused_naming_what_differs() -> None:
-    server = {"PATH": "/bin", "OMP_NUM_THREADS": "2"}
-    assert refusal(server, "/w", _request({**server, "PYTEST_VERSION": "9", "PYTEST_ADDOPTS": "-x"})) is None
-    why = refusal(server, "/w", _request({"PATH": "/bin", "OMP_NUM_THREADS": "1", "TORCH_X": "1"}))
-    assert why == "environment differs in OMP_NUM_THREADS, TORCH_X"
-    assert refusal(server, "/w", _request({"PATH": "/bin"})) == "environment differs in OMP_NUM_THREADS"
+    server = {"PATH": "/bin", "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "2"}
+    # what is read after the imports may differ: pytest's keys, the project's settings, torch's threads
+    later = {"PYTEST_VERSION": "9", "CONFORMANCE_RUN_ID": "r", "OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
+    assert refusal(server, "/w", _request({**server, **later})) is None
+    why = refusal(server, "/w", _request({"PATH": "/usr/bin", "OMP_NUM_THREADS": "1", "TORCH_X": "1"}))
+    assert why == "environment differs in PATH, TORCHINDUCTOR_COMPILE_THREADS, TORCH_X"
     assert (
         refusal(server, "/w", _request(server, cwd="/elsewhere"))
         == "directory /elsewhere is not the server's /w"
@@ -49,19 +50,26 @@ def test_a_client_unlike_the_server_is_refused_naming_what_differs() -> None:
     assert "not xdist's" in str(refusal(server, "/w", _request(server, argv=["script.py"])))
 
 
-def test_a_thread_or_the_cuda_driver_makes_forking_unsafe(tmp_path: Path) -> None:
-    maps = tmp_path / "maps"
-    maps.write_text("7f00-7f01 r-xp 0 0:0 1 /usr/lib/libc.so.6\n")
-    assert fork_hazard(maps) is None  # no CUDA driver loaded: nothing can have initialised it
-    started, stop = threading.Event(), threading.Event()
-    thread = threading.Thread(target=lambda: (started.set(), stop.wait()))
-    thread.start()
-    try:
-        started.wait()
-        assert fork_hazard(maps) == "2 Python threads"
-    finally:
-        stop.set()
-        thread.join()
+_HAZARDS = """
+import sys, threading
+from pathlib import Path
+from harness.forkserver import fork_hazard
+maps = Path(sys.argv[1])
+maps.write_text("7f00-7f01 r-xp 0 0:0 1 /usr/lib/libc.so.6\\n")
+print(fork_hazard(maps))  # no CUDA driver loaded: nothing can have initialised it
+stop = threading.Event()
+threading.Thread(target=stop.wait).start()
+print(fork_hazard(maps))
+stop.set()
+"""
+
+
+def test_a_thread_makes_forking_unsafe(tmp_path: Path) -> None:
+    """In an interpreter of its own: a test worker has threads of its own. (CUDA's half needs a GPU:
+    examples/runs/2026-11-29-forked-workers-H200/probe.txt.)"""
+    cmd = [sys.executable, "-c", _HAZARDS, str(tmp_path / "maps")]
+    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.stdout.splitlines() == ["None", "2 Python threads"], done.stderr
 
 
 def test_the_phase_table_words(tmp_path: Path) -> None:
@@ -94,9 +102,7 @@ def test_where_it_came_from():
 """
 
 
-def _session(tmp_path: Path, *args: str, conftest: str = "", **env: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_probe.py").write_text(_PROBE)
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(conftest))
+def _session_env(tmp_path: Path, **env: str) -> dict[str, str]:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     full_env = {
@@ -107,6 +113,13 @@ def _session(tmp_path: Path, *args: str, conftest: str = "", **env: str) -> subp
         **env,
     }
     full_env.pop("PYTEST_XDIST_WORKER", None)
+    return full_env
+
+
+def _session(tmp_path: Path, *args: str, conftest: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_probe.py").write_text(_PROBE)
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(conftest))
+    full_env = _session_env(tmp_path, **env)
     cmd = [sys.executable, "-m", "pytest", "-p", "harness.forkserver", "-n", "2", "-p", "no:cacheprovider"]
     return subprocess.run(
         [*cmd, "-q", "-W", "error", *args, "test_probe.py"],
@@ -173,6 +186,19 @@ def test_turned_off_no_server_starts(tmp_path: Path) -> None:
     assert not _log(tmp_path).exists()
 
 
+def test_a_controller_given_a_server_forks_from_it_and_starts_none(tmp_path: Path) -> None:
+    """As the front door runs the shared phase (runner/forking.py): its server, started first."""
+    path = tmp_path / "given" / "socket"
+    path.parent.mkdir()
+    given = {forkserver.SOCKET_ENV: str(path), "PYTHONPATH": f"{ROOT}:{tmp_path}"}
+    with _serving(path, _session_env(tmp_path, **given), tmp_path / "given.log", cwd=tmp_path) as log:
+        done = _session(tmp_path, *_with_log(tmp_path), "--dist", "each", **given)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert all(p.startswith("True True") for p in _probes(tmp_path)), (_probes(tmp_path), log.read_text())
+    assert summary_words(log) == "2 workers forked from one warm interpreter"
+    assert not _log(tmp_path).exists()  # the controller started no server of its own
+
+
 @pytest.mark.proof
 @pytest.mark.parametrize("fork", ["1", "0"])
 def test_a_worker_that_dies_is_reported_as_a_cold_one_is(tmp_path: Path, fork: str) -> None:
@@ -194,25 +220,31 @@ def _client_env(path: Path) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def _serving(path: Path, env: dict[str, str], log: Path, cwd: Path | None = None) -> Iterator[Path]:
+    """A server at ``path`` with ``env`` in ``cwd`` (default: the socket's folder), ready (its imports
+    done); stopped afterwards. Yields its output."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "harness.forkserver", "--serve", str(path)],
+            env=env, cwd=cwd or path.parent, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "imported" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield log
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Path]:
     """A server (importing nothing) and the environment its clients need; stopped afterwards."""
     path = tmp_path / "socket"
-    env = _client_env(path)
-    log = tmp_path / "server.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "harness.forkserver", "--serve", str(path)],
-            env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while "imported" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
+    with _serving(path, _client_env(path), tmp_path / "server.log"):
         yield path
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _client(server: Path, code: str) -> subprocess.Popen[str]:

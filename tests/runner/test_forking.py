@@ -1,0 +1,62 @@
+"""runner/forking.py: the front door's fork server, started before the run's checks, with real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+import settings
+from harness import forkserver
+from runner.forking import server_env, start_server, stop_server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Console:
+    """The part of the run's console that the fork server uses: ``start``, as the noxfile's starts."""
+
+    def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> subprocess.Popen[bytes]:
+        with open(output, "wb") as out:
+            return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+
+
+@pytest.fixture(autouse=True)
+def _importing_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv(settings.WARM_IMPORTS.name, "")  # the server, not torch's import, is tested here
+    monkeypatch.delenv(settings.FORK_WORKERS.name, raising=False)
+
+
+def test_a_worker_takes_what_the_front_door_decided_later_and_the_counts_are_kept(tmp_path: Path) -> None:
+    server = start_server(_Console(), sys.executable)
+    assert server is not None
+    # the shared phase's controller's environment: the server's, and what the front door decided after
+    later = {settings.RUN_ID.name: "run-1", "OMP_NUM_THREADS": "3"}
+    env = {**os.environ, **server_env(), **server.env, **later}
+    code = "import os; print(os.environ['OMP_NUM_THREADS'], os.environ['CONFORMANCE_RUN_ID'], os.getppid())"
+    client = [*forkserver.client_command().split(), "-u", "-c", code]
+    done = subprocess.run(client, env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["3", "run-1", str(server.process.pid)], done.stderr
+    kept = tmp_path / "conformance.forkserver.log"
+    assert stop_server(server, keep_as=kept) == "1 worker forked from one warm interpreter"
+    assert kept.is_file()
+    assert not server.folder.exists()
+
+
+def test_a_run_that_never_reached_its_phase_leaves_nothing(tmp_path: Path) -> None:
+    server = start_server(_Console(), sys.executable)
+    assert server is not None
+    assert stop_server(server, keep_as=None) is None
+    assert server.process.poll() is not None
+    assert not server.folder.exists()
+    assert stop_server(server, keep_as=None) is None  # twice: nothing left to do
+
+
+def test_turned_off_none_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.FORK_WORKERS.name, "0")
+    assert start_server(_Console(), sys.executable) is None
