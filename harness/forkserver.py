@@ -52,8 +52,9 @@ SOCKET_ENV = "CONFORMANCE_FORKSERVER"
 #: after the imports, never by them. pytest's own (``PYTEST_VERSION``, set by the controller); the
 #: project's settings (read through ``settings`` when used: the run id, the GPU pinning, how a worker
 #: waits for its GPU, which the front door decides after it started the server); and the threads for
-#: torch's ops, which torch reads at a thread's first parallel op (``at::init_num_threads``), not at import;
-#: and the terminal's size, which curses puts in a controller's environment once something asks it.
+#: torch's ops, which torch reads once per thread, at its first parallel op or thread count: where an
+#: import did that in the server, the child sets its worker's count itself (``_take_threads``); and the
+#: terminal's size, which curses puts in a controller's environment once something asks it.
 RUNTIME_PREFIXES = ("PYTEST_", "CONFORMANCE_")
 RUNTIME_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "COLUMNS", "LINES")
 #: Seconds a client tries to reach a server whose socket is not bound yet (it binds before importing).
@@ -413,6 +414,7 @@ def become(request: Request) -> None:
     for key in [k for k in os.environ if _read_later(k)]:
         del os.environ[key]
     os.environ.update({k: v for k, v in request.env.items() if _read_later(k)})
+    _take_threads(os.environ)
     argv = request.argv
     code = argv[argv.index("-c") + 1]
     if "-u" in argv[: argv.index("-c")]:
@@ -427,6 +429,17 @@ def become(request: Request) -> None:
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     exec(compile(code, "<string>", "exec"), main.__dict__)
+
+
+def _take_threads(env: Mapping[str, str]) -> None:
+    """torch's thread count as a fresh worker's would be, where ``$OMP_NUM_THREADS`` sets it: the server's
+    imports may have fixed its main thread's count already, without the worker's setting (15 forked
+    workers on 16 cores then ran 16 threads each, and a warm run's cases took 3.4 times as long,
+    ``examples/runs/2026-11-29-forked-workers-H200/``)."""
+    torch = sys.modules.get("torch")
+    value = env.get("OMP_NUM_THREADS", "").strip()
+    if torch is not None and value.isdigit() and int(value) > 0 and torch.get_num_threads() != int(value):
+        torch.set_num_threads(int(value))
 
 
 def _die_with_client(lifeline: int) -> None:

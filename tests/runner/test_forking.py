@@ -60,3 +60,32 @@ def test_a_run_that_never_reached_its_phase_leaves_nothing(tmp_path: Path) -> No
 def test_turned_off_none_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.FORK_WORKERS.name, "0")
     assert start_server(_Console(), sys.executable) is None
+
+
+def test_a_worker_has_its_own_torch_threads_though_the_server_fixed_them(tmp_path: Path) -> None:
+    """The server's imports may ask torch its thread count (fixing it, before the front door sized the
+    workers' share): each child takes its worker's ``$OMP_NUM_THREADS`` all the same."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: torch's default is the worker's count, nothing to tell apart")
+    (tmp_path / "asks_threads.py").write_text("import torch\nTHREADS = torch.get_num_threads()\n")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{tmp_path}", settings.WARM_IMPORTS.name: "asks_threads"}
+    env.pop("OMP_NUM_THREADS", None)
+    server = start_server(_EnvConsole(env), sys.executable)
+    assert server is not None
+    worker = {**env, **server_env(), **server.env, "OMP_NUM_THREADS": "1"}
+    code = "import asks_threads, torch; print(asks_threads.THREADS, torch.get_num_threads())"
+    client = [*forkserver.client_command().split(), "-u", "-c", code]
+    done = subprocess.run(client, env=worker, capture_output=True, text=True, timeout=120)
+    stop_server(server, keep_as=None)
+    server_count, worker_count = map(int, done.stdout.split())
+    assert server_count > 1, done.stderr  # torch's default, one per core, fixed by the import
+    assert worker_count == 1
+
+
+class _EnvConsole(_Console):
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def start(self, cmd: Sequence[str], *, env: Mapping[str, str], output: Path) -> subprocess.Popen[bytes]:
+        with open(output, "wb") as out:
+            return subprocess.Popen(cmd, env={**self.env, **env}, stdout=out, stderr=subprocess.STDOUT)
