@@ -270,7 +270,13 @@ def _gpu_phases(context: _Context, gpus: int, prelowered: str | None) -> None:
             later.append(multi)
         shared = plan.shared_phase(run.name, size, plan.shared_env(pinned, size))
         then = tuple(phase.shard.removeprefix(run.name) for phase in later)  # its ETA counts them too
-        _timed(context, dataclasses.replace(shared, then=then))
+        # Beside the pre-lowering's compile processes the fork server's imports took 22-29 s on one H200,
+        # and the workers waited for them (their cases from +18 to +29 s, cold ones' from +6.2 s): cold
+        # workers then (examples/runs/2026-11-29-forked-workers-H200/).
+        forked = record.prelowering is None
+        if not forked and context.forks is not None:
+            stop_server(context.forks, keep_as=None)
+        _timed(context, dataclasses.replace(shared, then=then, forked=forked))
         if preflight is not None:  # the phases after the shared one need its verdict
             preflight.join()
         if record.prelowering is not None:  # its GPU work must end before the NVML measurements

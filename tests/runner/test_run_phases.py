@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from harness import forkserver
 from harness.machine_limits import Cores
 from harness.phases import Phase, parse_phase
 from harness.run_control import EXIT_PREFLIGHT, EXIT_SIGTERM
 from harness.start_gate import GATE_ENV
 from runner import plan, prelowering, report, run, sizing
 from runner.busy_sampler import TRACE_HEADER, BusySampler, ProcessState
+from runner.forking import ForkServer
 from runner.plan import PytestPhase, SuiteRun
 from runner.prelowering import Prelowering
 from runner.record import RunRecord
@@ -524,3 +526,56 @@ def test_the_run_imports_neither_nox_torch_pytest_nor_a_backend() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------------------------------- the fork server
+
+
+class _Forks:
+    """The front door's fork server, without its process: when it starts, and each stop and what it kept."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.stops: list[str | None] = []
+        self.server = ForkServer(process=None, folder=Path("/tmp/conformance-fork-x"))  # type: ignore[arg-type]
+        monkeypatch.setattr(run, "driver_lists_gpus", lambda: True)
+        monkeypatch.setattr(run, "start_server", lambda console, python: self.server)
+        monkeypatch.setattr(run, "stop_server", self._stop)
+
+    def _stop(self, server: ForkServer, keep_as: Path | None) -> None:
+        assert server is self.server
+        self.stops.append(None if keep_as is None else keep_as.name)
+
+
+def test_a_warm_run_forks_the_shared_phases_workers_from_the_front_doors_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeBackground(monkeypatch, is_done=0)
+    forks = _Forks(monkeypatch)
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    (shared, env), alone = console.of("pytest")[0], console.pytest_args()[1]  # type: ignore[misc]
+    assert "harness.forkserver" in shared
+    assert env[forkserver.SOCKET_ENV] == "/tmp/conformance-fork-x/socket"
+    assert "harness.forkserver" not in alone  # one worker, held at its gate: nothing to gain
+    # stopped after the shared phase, its output kept beside the shard; then, at the run's end, nothing
+    assert forks.stops == ["conformance.forkserver.log", None]
+
+
+def test_a_cold_run_starts_its_workers_cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeBackground(monkeypatch, is_done=1)
+    forks = _Forks(monkeypatch)
+    console = FakeConsole(gpus=1)
+    run.run_suite(console, _suite(tmp_path))
+    (shared, env) = console.of("pytest")[0]  # type: ignore[misc]
+    assert "harness.forkserver" not in shared
+    assert forkserver.SOCKET_ENV not in env
+    assert forks.stops[0] is None  # stopped before the phase, its output dropped
+
+
+def test_a_failed_check_stops_the_server_and_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forks = _Forks(monkeypatch)
+    with pytest.raises(Failed):
+        run.run_suite(FakeConsole(gpus=1, check_args=4), _suite(tmp_path))
+    assert forks.stops == [None]
