@@ -11,7 +11,7 @@ torch), with its own environment, and stops it at its end. xdist starts each wor
 <execnet's bootstrap>``; the plugin puts this file, run as a standard-library script (``client_command``),
 in front of those arguments. The client connects to the server (``$CONFORMANCE_FORKSERVER``, a Unix
 socket) and hands it its stdin, stdout and stderr, its environment and the read end of a pipe only it
-holds; the server forks; the child takes those descriptors and the client's process group, and runs the
+holds; the server forks; the child takes those descriptors, a process group of its own, and runs the
 bootstrap as ``python -c`` would (``become``). The client stays as the child's stand-in for xdist: a
 signal it gets is passed on, and it exits as the child exited (its code, or its signal). If the client is
 killed, the pipe's end tells the child, which kills itself. Where the server cannot be reached, refuses
@@ -148,12 +148,11 @@ def pytest_unconfigure(config: Any) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """What a client asked for: a child with its descriptors, directory, environment and process group."""
+    """What a client asked for: a child with its descriptors, directory and environment."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
-    group: int
     fds: list[int]
 
 
@@ -351,7 +350,7 @@ def _receive(conn: socket.socket) -> Request:
             raise ConnectionError("the client left mid-request")
         body += chunk
     fields = json.loads(body)
-    return Request(fields["argv"], fields["cwd"], fields["env"], fields["group"], list(fds))
+    return Request(fields["argv"], fields["cwd"], fields["env"], list(fds))
 
 
 def _reply(conn: socket.socket, message: dict[str, object]) -> None:
@@ -398,11 +397,13 @@ def summary_words(log: Path) -> str | None:
 
 
 def become(request: Request) -> None:
-    """In a fresh child: take the client's descriptors, group, directory and environment, then run its
+    """In a fresh child: take the client's descriptors and environment, then run its
     ``-c`` code as ``python [-u] [-B] -c CODE`` would, in a new ``__main__``."""
     stdin, stdout, stderr, lifeline = request.fds
-    with contextlib.suppress(OSError):  # its client's group: a signal to the run's group reaches it
-        os.setpgid(0, request.group)
+    # A group of its own: a signal to the run's group reaches the client, which passes it on, so the child
+    # gets it once, as a worker started cold does (in the client's group it got it twice).
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
@@ -458,9 +459,7 @@ def client(argv: list[str]) -> None:
     try:
         conn = _connect(os.environ.get(SOCKET_ENV, ""))
         lifeline, _held = os.pipe()  # its write end stays open for as long as this process lives
-        body = json.dumps(
-            {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "group": os.getpgrp()}
-        ).encode()
+        body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
         socket.send_fds(conn, [_HEADER.pack(len(body))], [0, 1, 2, lifeline])
         conn.sendall(body)
         os.close(lifeline)

@@ -33,7 +33,7 @@ def test_the_socket_variable_is_the_settings_one() -> None:
 
 
 def _request(env: dict[str, str], cwd: str = "/w", argv: list[str] | None = None) -> Request:
-    return Request(argv or ["-u", "-c", "pass"], cwd, env, 1, [])
+    return Request(argv or ["-u", "-c", "pass"], cwd, env, [])
 
 
 def test_a_client_unlike_the_server_is_refused_naming_what_differs() -> None:
@@ -97,7 +97,7 @@ def _parent_args(pid):
 def test_where_it_came_from():
     forked = b"--serve" in _parent_args(os.getppid())
     Path(os.environ["PROBE_OUT"], os.environ["PYTEST_XDIST_WORKER"]).write_text(
-        f"{{forked}} {{'{WARM}' in sys.modules}} {{sys.argv}} {{os.getpgrp()}}"
+        f"{{forked}} {{'{WARM}' in sys.modules}} {{sys.argv}} {{os.getpgrp() == os.getpid()}}"
     )
 """
 
@@ -150,8 +150,8 @@ def test_workers_are_forked_from_the_server_with_its_imports(tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
     probes = _probes(tmp_path)
     assert len(probes) == 2
-    for probe in probes:  # the server's child, with what it imported, as `python -c` has it, in our group
-        assert probe == f"True True ['-c'] {os.getpgrp()}"
+    for probe in probes:  # the server's child, with what it imported, as `python -c` has it, its own group
+        assert probe == "True True ['-c'] True"
     log = _log(tmp_path).read_text()
     assert log.count("imported") == 1  # one server, not one per worker
     assert summary_words(_log(tmp_path)) == "2 workers forked from one warm interpreter"
@@ -285,6 +285,32 @@ def test_a_signal_to_the_client_reaches_its_child(server: Path) -> None:
     client.send_signal(signal.SIGTERM)
     assert client.wait(timeout=30) == -signal.SIGTERM  # ended as its child did: by the signal
     _gone(child)
+
+
+_COUNTS_SIGTERM = """
+import os, signal, time
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append(1))
+print(os.getpid(), flush=True)
+deadline = time.monotonic() + 30
+while not got and time.monotonic() < deadline:
+    time.sleep(0.01)
+time.sleep(0.5)  # a second one would come now
+print(len(got), flush=True)
+"""
+
+
+def test_a_signal_to_the_whole_group_reaches_the_child_once(server: Path) -> None:
+    """As a CI system's cancel or a terminal's Ctrl-C, to the run's process group: a worker started cold
+    gets it once; a forked one gets it from its client, once too, not from the group as well."""
+    env = _client_env(server)
+    command = [*forkserver.client_command().split(), "-u", "-c", _COUNTS_SIGTERM]
+    client = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    _pid_line(client)
+    os.killpg(client.pid, signal.SIGTERM)  # the client's group: a session of its own, not this test's
+    assert client.stdout is not None
+    assert client.stdout.readline().strip() == "1"
+    assert client.wait(timeout=30) == 0
 
 
 def test_a_killed_client_takes_its_child_with_it(server: Path) -> None:
