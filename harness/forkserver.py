@@ -59,6 +59,8 @@ RUNTIME_PREFIXES = ("PYTEST_", "CONFORMANCE_")
 RUNTIME_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "COLUMNS", "LINES")
 #: Seconds a client tries to reach a server whose socket is not bound yet (it binds before importing).
 CONNECT_S = 2.0
+#: Seconds a server gets to write its counts after SIGTERM before it is killed.
+STOP_WAIT_S = 5.0
 #: The summary line's prefix in the server's output (``read_summary``).
 SUMMARY = "forkserver summary "
 _HEADER = struct.Struct("!I")
@@ -110,9 +112,28 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list[str
     log = log_path(getattr(namespace, "results_json", None), folder)
     os.environ[SOCKET_ENV] = str(path)
     with open(log, "wb") as out:
-        command = [sys.executable, "-m", "harness.forkserver", "--serve", str(path)]
+        command = server_command(sys.executable, path)
         server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     _started.update(server=server, folder=folder)
+
+
+def server_command(python: str, path: Path) -> list[str]:
+    """The server's command line: ``python`` (the run's interpreter), its socket at ``path``."""
+    return [python, "-m", "harness.forkserver", "--serve", str(path)]
+
+
+def stop_server_process(process: Any, wait_s: float = STOP_WAIT_S) -> None:
+    """SIGTERM (it writes its counts and leaves), then SIGKILL after ``wait_s``; nothing if it ended."""
+    import subprocess
+
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def pytest_xdist_setupnodes(config: Any, specs: list[Any]) -> None:
@@ -131,14 +152,8 @@ def pytest_unconfigure(config: Any) -> None:
     if server is None:
         return
     import shutil
-    import subprocess
 
-    server.terminate()
-    try:
-        server.wait(timeout=5.0)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+    stop_server_process(server)
     os.environ.pop(SOCKET_ENV, None)
     shutil.rmtree(_started.pop("folder"), ignore_errors=True)
 

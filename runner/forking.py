@@ -20,8 +20,6 @@ was), and to ``results/<shard>.forkserver.log`` once the phase ran.
 from __future__ import annotations
 
 import shutil
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +28,6 @@ import settings
 from harness import forkserver
 from runner import sizing
 from runner.console import Console, Started
-
-#: Seconds the server gets to write its counts after SIGTERM before it is killed.
-STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -69,20 +64,14 @@ def start_server(console: Console, python: str) -> ForkServer | None:
     folder = Path(tempfile.mkdtemp(prefix="conformance-fork-"))
     socket = folder / "socket"
     env = {**server_env(), forkserver.SOCKET_ENV: str(socket)}
-    cmd = [python, "-m", "harness.forkserver", "--serve", str(socket)]
+    cmd = forkserver.server_command(python, socket)
     return ForkServer(console.start(cmd, env=env, output=folder / "forkserver.log"), folder)
 
 
 def stop_server(server: ForkServer, keep_as: Path | None) -> str | None:
-    """Stop it (SIGTERM, then SIGKILL after ``STOP_WAIT_S``), move its output to ``keep_as`` (None: drop
-    it), remove its folder; the phase table's words for what it did (``forkserver.summary_words``)."""
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+    """Stop it (``forkserver.stop_server_process``), move its output to ``keep_as`` (None: drop it),
+    remove its folder; the phase table's words for what it did (``forkserver.summary_words``)."""
+    forkserver.stop_server_process(server.process)
     words = None
     if keep_as is not None and server.output.is_file():
         shutil.move(server.output, keep_as)
