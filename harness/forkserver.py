@@ -175,8 +175,9 @@ def refusal(server_env: Mapping[str, str], server_cwd: str, request: Request) ->
     """Why a child of this server would not be the process ``request``'s client would start, or None.
 
     Torch, inductor and OpenMP read parts of the environment when imported: a child whose client's
-    environment differs from the one the server imported under (pytest's own keys aside) might behave
-    unlike a fresh interpreter, so it is refused, naming the keys."""
+    environment differs from the one the server imported under (but in what is read later,
+    ``RUNTIME_PREFIXES`` and ``RUNTIME_KEYS``) might behave unlike a fresh interpreter, so it is refused,
+    naming the keys."""
     keys = set(server_env) | set(request.env)
     differ = sorted(k for k in keys if not _read_later(k) and server_env.get(k) != request.env.get(k))
     if differ:
