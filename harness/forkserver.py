@@ -2,8 +2,8 @@
 
 Each of a warm run's 15 case workers spent seconds importing torch's dynamo and inductor, sympy and the
 zoo's Hugging Face models, all at once on the same cores (126 of 435 case-seconds in a warm run's profile,
-``examples/runs/2026-11-29-warm-tails-H200/4-profile``). A fork server imports them once (``warm_modules``:
-a held phase's list), then forks a child per worker: each child has them already.
+``examples/runs/2026-11-29-warm-tails-H200/4-profile``). A fork server imports them once (a held phase's
+list, ``start_gate.warm_list``), then forks a child per worker: each child has them already.
 
 How a worker is made. With this plugin (``-p harness.forkserver``), an xdist controller that will start
 workers starts the server first (``pytest_load_initial_conftests``: before its own conftests import
@@ -53,7 +53,7 @@ SOCKET_ENV = "CONFORMANCE_FORKSERVER"
 #: project's settings (read through ``settings`` when used: the run id, the GPU pinning, how a worker
 #: waits for its GPU, which the front door decides after it started the server); and the threads for
 #: torch's ops, which torch reads once per thread, at its first parallel op or thread count: where an
-#: import did that in the server, the child sets its worker's count itself (``_take_threads``); and the
+#: import did that in the server, the child sets its worker's count itself (``become``); and the
 #: terminal's size, which curses puts in a controller's environment once something asks it.
 RUNTIME_PREFIXES = ("PYTEST_", "CONFORMANCE_")
 RUNTIME_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "COLUMNS", "LINES")
@@ -224,13 +224,6 @@ def _cuda_driver_initialised() -> bool:
 
 #: Set while the server imports: ``torch.cuda.is_available()`` then asks NVML, not ``cuInit``.
 _NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
-
-
-def warm_modules(env: Mapping[str, str] = os.environ) -> list[str]:
-    """What the server imports: what a held phase imports (``start_gate.warm_list``)."""
-    from harness.start_gate import warm_list
-
-    return warm_list(env)
 
 
 def serve(path: str, out: TextIO, modules: Iterable[str]) -> Request | None:
@@ -431,7 +424,13 @@ def become(request: Request) -> None:
     for key in [k for k in os.environ if _read_later(k)]:
         del os.environ[key]
     os.environ.update({k: v for k, v in request.env.items() if _read_later(k)})
-    _take_threads(os.environ)
+    # torch's thread count as a fresh worker's would be, where $OMP_NUM_THREADS sets it: the server's
+    # imports may have fixed its main thread's count already, without the worker's setting (15 forked
+    # workers on 16 cores then ran 16 threads each, and a warm run's cases took 3.4 times as long,
+    # examples/runs/2026-11-29-forked-workers-H200/).
+    from harness.start_gate import take_threads
+
+    take_threads(os.environ, key="OMP_NUM_THREADS")
     argv = request.argv
     code = argv[argv.index("-c") + 1]
     if "-u" in argv[: argv.index("-c")]:
@@ -446,17 +445,6 @@ def become(request: Request) -> None:
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     exec(compile(code, "<string>", "exec"), main.__dict__)
-
-
-def _take_threads(env: Mapping[str, str]) -> None:
-    """torch's thread count as a fresh worker's would be, where ``$OMP_NUM_THREADS`` sets it: the server's
-    imports may have fixed its main thread's count already, without the worker's setting (15 forked
-    workers on 16 cores then ran 16 threads each, and a warm run's cases took 3.4 times as long,
-    ``examples/runs/2026-11-29-forked-workers-H200/``)."""
-    torch = sys.modules.get("torch")
-    value = env.get("OMP_NUM_THREADS", "").strip()
-    if torch is not None and value.isdigit() and int(value) > 0 and torch.get_num_threads() != int(value):
-        torch.set_num_threads(int(value))
 
 
 def _die_with_client(lifeline: int) -> None:
@@ -526,6 +514,8 @@ def _pass_on(pid: int, signum: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """``start_gate._alive``'s twin: the client runs as a script of the standard library only, and
+    ``-p harness.forkserver`` must not be imported ahead of pytest by a module the server imports."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -544,7 +534,9 @@ def main(argv: list[str]) -> None:
     if argv[:1] != ["--serve"]:
         client(argv)
         return
-    request = serve(argv[1], sys.stdout, warm_modules())
+    from harness.start_gate import warm_list
+
+    request = serve(argv[1], sys.stdout, warm_list())
     if request is not None:
         become(request)
 

@@ -108,10 +108,11 @@ def held_threads(env: Mapping[str, str]) -> dict[str, str]:
     return {"OMP_NUM_THREADS": "1", THREADS_ENV: env.get("OMP_NUM_THREADS") or str(os.cpu_count() or 1)}
 
 
-def take_threads(env: Mapping[str, str] = os.environ) -> int | None:
-    """Set torch's threads to ``THREADS_ENV``'s count where set and torch is imported; the count set, or
-    None (not set, not a positive integer, or torch not imported: nothing to change)."""
-    value, torch = env.get(THREADS_ENV, "").strip(), sys.modules.get("torch")
+def take_threads(env: Mapping[str, str] = os.environ, key: str = THREADS_ENV) -> int | None:
+    """Set torch's threads to the count ``key`` (default ``THREADS_ENV``) gives in ``env`` where set and
+    torch is imported; the count set, or None (not set, not a positive integer, or torch not imported:
+    nothing to change)."""
+    value, torch = env.get(key, "").strip(), sys.modules.get("torch")
     if not value.isdigit() or int(value) < 1 or torch is None:
         return None
     torch.set_num_threads(int(value))
