@@ -223,17 +223,12 @@ class LaunchBlocker:
         self.uncovered = 0  # kept although no hold covered them (the calls wait for the GPU)
 
     def _calibrate(self) -> float:
-        """Spin-kernel cycles per second on the current device, measured once (SM clock under a spin load)."""
+        """Spin-kernel cycles per second on the current device (``harness/stream_hold.py`` measures once)."""
         import torch
 
-        cycles = 2_000_000
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(cycles)  # first launch loads the kernel
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        return cycles / max(start.elapsed_time(end) / 1e3, 1e-6)
+        from harness.stream_hold import spin_cycles_per_s
+
+        return spin_cycles_per_s(torch.cuda.current_device())
 
     def hold(self) -> None:
         import torch

@@ -22,9 +22,10 @@ from conformance.common.oracle import CallResult, call, judge
 from conformance.common.protocol_inputs import MethodSpec, eager_float64
 from conformance.common.protocol_plans import SKIP_COPY_OPTION
 from conformance.common.rules import rule_id
+from harness import stream_hold
 
 __all__ = [
-    "BUSY_CYCLES",
+    "BUSY_S",
     "RULES",
     "Held",
     "busy_caller_stream",
@@ -235,9 +236,9 @@ def check_results(
 
 # ============================================================================================== streams
 
-#: How long the caller's stream is kept busy before a CUDA call (``torch.cuda._sleep`` cycles, ~1 ms on an
-#: H100 or H200): work the backend enqueues behind it is not done when a call that only enqueues returns.
-BUSY_CYCLES = 2_000_000
+#: The caller's stream is held through a CUDA call (``harness/stream_hold.py``: until the call returns, this
+#: long at most): work the backend enqueues behind it is not done when a call that only enqueues returns.
+BUSY_S = 0.001
 _side_streams: dict[tuple[str, int], torch.cuda.Stream] = {}
 
 
@@ -251,16 +252,15 @@ def _side_stream(role: str) -> torch.cuda.Stream:
 
 @contextlib.contextmanager
 def busy_caller_stream(device: str, seed: int) -> Iterator[None]:
-    """On a CUDA target: the call is made with the caller's current stream busy (a sleep kernel enqueued
-    just before it), on a non-default stream for odd ``seed``s (that stream first waits for the work the
+    """On a CUDA target: the call is made with the caller's current stream busy (held until the block ends,
+    ``BUSY_S`` at most), on a non-default stream for odd ``seed``s (that stream first waits for the work the
     caller did on its default stream: a correct caller's order). On the host: nothing."""
     if device != "cuda" or not torch.cuda.is_available():
         yield
         return
     caller = _side_stream("caller") if seed % 2 else torch.cuda.current_stream()
     caller.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(caller):
-        torch.cuda._sleep(BUSY_CYCLES)
+    with stream_hold.held(caller, BUSY_S), torch.cuda.stream(caller):
         yield
     torch.cuda.current_stream().wait_stream(caller)
 

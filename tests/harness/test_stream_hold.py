@@ -1,0 +1,98 @@
+"""harness/stream_hold.py: the timer process keeps its deadlines (CPU), and on a GPU a held stream waits
+until its block ends, or until its time is up even while the waiting call holds the GIL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from harness import stream_hold
+from harness.stream_hold import _Page
+
+NEEDS_GPU = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the GPU machine)"
+)
+
+
+def _word_over_time(page: _Page, seconds: float) -> list[tuple[float, int]]:
+    """(seconds since the start, the word) at each change of the word, polled every millisecond."""
+    start, seen = time.monotonic(), [(0.0, page.word.value)]
+    while time.monotonic() - start < seconds:
+        if page.word.value != seen[-1][1]:
+            seen.append((time.monotonic() - start, page.word.value))
+        time.sleep(0.001)
+    return seen
+
+
+def test_the_timer_stores_each_target_at_its_time_and_never_goes_back() -> None:
+    page = _Page()
+    now = time.monotonic()
+    page.release_at(now + 0.30, 3)
+    page.release_at(now + 0.15, 1)
+    page.release_at(now + 0.20, 2)
+    page.release(4)  # released early by the host: the timer's later stores of 1-3 must not lower it
+    page.release_at(now + 0.25, 5)
+    seen = _word_over_time(page, 0.6)
+    assert [value for _, value in seen] == [4, 5], seen
+    assert 0.2 <= seen[1][0] <= 0.5, f"target 5 was due 0.25 s after the start: {seen}"
+
+
+def test_the_timer_ends_with_its_owner() -> None:
+    page = _Page()
+    assert page._timer.stdin is not None
+    page._timer.stdin.close()
+    assert page._timer.wait(timeout=10) == 0
+
+
+@NEEDS_GPU
+def test_a_held_stream_runs_its_work_once_the_block_ends() -> None:
+    stream = torch.cuda.Stream()
+    value = torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    with stream_hold.held(stream, at_most_s=30.0) as how:
+        with torch.cuda.stream(stream):
+            value.fill_(1.0)
+        time.sleep(0.2)
+        waited = not stream.query()
+    if how == stream_hold.SPIN:
+        pytest.skip("this driver cannot hold a stream in its front end: holds spin")
+    assert waited, "the work queued after the hold ran while the stream was held"
+    stream.synchronize()
+    assert value.item() == 1.0
+
+
+_HELD_WITH_THE_GIL = """
+import ctypes, sys, time, torch
+from harness import stream_hold
+stream = torch.cuda.Stream()
+with stream_hold.held(stream, at_most_s=0.5) as how:
+    with torch.cuda.stream(stream):
+        torch.ones(1, device="cuda").add_(1)
+    start = time.monotonic()
+    # A backend waiting inside C without releasing the GIL: ctypes.PyDLL keeps it for the call.
+    code = ctypes.PyDLL("libcuda.so.1").cuStreamSynchronize(ctypes.c_void_p(stream.cuda_stream))
+    print(f"{how}|{code}|{time.monotonic() - start:.3f}")
+"""
+
+
+@NEEDS_GPU
+def test_a_hold_ends_by_itself_while_the_waiting_call_keeps_the_gil() -> None:
+    """A thread of the held process could not end this hold: the timer is a process of its own."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_HELD_WITH_THE_GIL)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    how, code, seconds = done.stdout.strip().splitlines()[-1].split("|")
+    if how == stream_hold.SPIN:
+        pytest.skip("this driver cannot hold a stream in its front end: holds spin")
+    assert code == "0", done.stdout
+    assert 0.3 <= float(seconds) <= 10.0, f"the hold of 0.5 s at most ended after {seconds} s"
