@@ -15,7 +15,8 @@ kept by a small process of its own (``_TIMER``), not a thread: a backend may wai
 releasing the GIL, and a thread of this process could then never run. The hazard is also exposed better
 than by a spin: the stream stays held until the consumer's read is queued, however long the host took.
 
-Where the driver lacks what a hold needs (no stream memory operations, no registration of host memory), a
+Where the driver lacks what a hold needs (no stream memory operations, no registration of host memory), or
+``$CONFORMANCE_SPIN_HOLDS=1`` asks for it (to compare, or to step around a driver whose waits misbehave), a
 hold is the spin it replaced: ``at_most_s`` of ``torch.cuda._sleep``.
 """
 
@@ -34,6 +35,8 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+
+import settings
 
 #: How a hold was made, as ``held`` yields it.
 FRONT_END, SPIN = "front-end wait", "spin kernel"
@@ -156,7 +159,9 @@ class _Word:
 
 @functools.cache
 def _word() -> _Word | None:
-    """The process's word, or None where the driver cannot hold a stream so (a hold then spins)."""
+    """The process's word, or None where holds spin: asked to, or the driver cannot hold a stream so."""
+    if settings.SPIN_HOLDS.get():
+        return None
     try:
         return _Word(_Driver())
     except (OSError, AttributeError):

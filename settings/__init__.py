@@ -157,6 +157,10 @@ FORKSERVER: Setting[str | None] = Setting(
     "CONFORMANCE_FORKSERVER", _none, text, "the socket of the server that forks the case workers",
     internal=True,
 )  # fmt: skip
+SPIN_HOLDS: Setting[bool] = Setting(
+    "CONFORMANCE_SPIN_HOLDS", lambda: False, switch,
+    "1: cases hold a CUDA stream with a spin kernel, not a front-end wait (harness/stream_hold.py)",
+)  # fmt: skip
 CRASH_REPLAY_S: Setting[float] = Setting(
     "CONFORMANCE_CRASH_REPLAY_S", lambda: 180.0, seconds,
     "seconds to find a crashing generated call again and shrink it (0: no search)",
@@ -188,8 +192,8 @@ SETTINGS: dict[str, Setting[object]] = {
     s.name: s  # type: ignore[misc]
     for s in (
         CACHE_DIR, BACKEND, BACKEND_PATH, RUN_ID, TORCH, KEEP_RUNS, RUN_DEADLINE, PRELOWER, WORKERS_PER_GPU,
-        CUDA_SYNC, FORK_WORKERS, FORKSERVER, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS, STACKS_SIGNAL,
-        START_GATE, THREADS_AT_GATE, WORKER_GPUS,
+        CUDA_SYNC, FORK_WORKERS, FORKSERVER, SPIN_HOLDS, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS,
+        STACKS_SIGNAL, START_GATE, THREADS_AT_GATE, WORKER_GPUS,
     )
 }  # fmt: skip
 

@@ -49,6 +49,15 @@ def test_the_timer_ends_with_its_owner() -> None:
     assert page._timer.wait(timeout=10) == 0
 
 
+def test_holds_spin_where_the_setting_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONFORMANCE_SPIN_HOLDS", "1")
+    stream_hold._word.cache_clear()
+    try:
+        assert stream_hold._word() is None
+    finally:
+        stream_hold._word.cache_clear()
+
+
 @NEEDS_GPU
 def test_a_held_stream_runs_its_work_once_the_block_ends() -> None:
     stream = torch.cuda.Stream()
@@ -70,10 +79,13 @@ _HELD_WITH_THE_GIL = """
 import ctypes, sys, time, torch
 from harness import stream_hold
 stream = torch.cuda.Stream()
+with torch.cuda.stream(stream):  # the kernels loaded first: a first launch may take longer than the hold
+    torch.ones(1, device="cuda").add_(1)
+torch.cuda.synchronize()
+start = time.monotonic()
 with stream_hold.held(stream, at_most_s=0.5) as how:
     with torch.cuda.stream(stream):
         torch.ones(1, device="cuda").add_(1)
-    start = time.monotonic()
     # A backend waiting inside C without releasing the GIL: ctypes.PyDLL keeps it for the call.
     code = ctypes.PyDLL("libcuda.so.1").cuStreamSynchronize(ctypes.c_void_p(stream.cuda_stream))
     print(f"{how}|{code}|{time.monotonic() - start:.3f}")
@@ -95,4 +107,4 @@ def test_a_hold_ends_by_itself_while_the_waiting_call_keeps_the_gil() -> None:
     if how == stream_hold.SPIN:
         pytest.skip("this driver cannot hold a stream in its front end: holds spin")
     assert code == "0", done.stdout
-    assert 0.3 <= float(seconds) <= 10.0, f"the hold of 0.5 s at most ended after {seconds} s"
+    assert 0.45 <= float(seconds) <= 10.0, f"the hold of 0.5 s at most ended after {seconds} s"
