@@ -1,23 +1,24 @@
-"""Hold a CUDA stream without a spinning kernel, until the host lets it go.
+"""Hold a CUDA stream until the host lets it go: a spin kernel (the default), or a wait in the front end.
 
 A stream-ordering case delays the caller's stream before a call, so that a backend that returns before its
-work is done hands back outputs that a consumer on another stream reads unfinished. The delay was a spin
-kernel (``torch.cuda._sleep``). A spin occupies the GPU while it waits, and the case workers share one GPU
-by time slices: on one H200, 900 spins of 25 ms each kept the GPU busy for most of a warm run's case
-window, and every other worker's copies and syncs waited behind them
-(``examples/runs/2026-11-30-stream-holds-H200/``).
+work is done hands back outputs that a consumer on another stream reads unfinished. ``held(stream,
+at_most_s)`` does it one of two ways, as ``$CONFORMANCE_STREAM_HOLDS`` says:
 
-``held(stream, at_most_s)`` makes the stream wait in the GPU's front end instead (the driver's
-``cuStreamWaitValue32`` on a word of pinned host memory: no SM runs, no time slice is spent spinning). The
-stream is let go when the ``with`` block ends, or after ``at_most_s``: a backend that waits for the stream
-inside its call, as a correct one must before it hands back GPU outputs, is let go then. The timeout is
-kept by a small process of its own (``_TIMER``), not a thread: a backend may wait inside C without
-releasing the GIL, and a thread of this process could then never run. The hazard is also exposed better
-than by a spin: the stream stays held until the consumer's read is queued, however long the host took.
-
-Where the driver lacks what a hold needs (no stream memory operations, no registration of host memory), or
-``$CONFORMANCE_SPIN_HOLDS=1`` asks for it (to compare, or to step around a driver whose waits misbehave), a
-hold is the spin it replaced: ``at_most_s`` of ``torch.cuda._sleep``.
+* ``spin`` (the default): a spin kernel of ``at_most_s`` (``torch.cuda._sleep``), as the cases always did.
+  It occupies the GPU while it waits: fifteen case workers share one GPU by time slices, and on one H200
+  the cases' 900 spins of 25 ms kept the GPU busy for most of a warm run's case window, every other
+  worker's copies and syncs waiting behind them.
+* ``front-end``: the stream waits in the GPU's front end (the driver's ``cuStreamWaitValue32`` on a word of
+  pinned host memory; no SM runs, no time slice is spent spinning) until the ``with`` block ends, or
+  ``at_most_s`` passed: a backend that waits for the stream inside its call, as a correct one must before
+  it hands back GPU outputs, is let go then. The time limit is kept by a small process of its own
+  (``_TIMER``), not a thread: a backend may wait inside C without releasing the GIL, and a thread of this
+  process could then never run. The stream stays held until the consumer's read is queued, however long
+  the host took. On one H200 it took 2-4 s off a warm run's shared phase, but one of the two cold runs made
+  with it had a case whose profiler saw no device-to-host copy that the call made (never seen in 70
+  earlier runs), after a case that held streams on the same worker; until that is understood it is not
+  the default (``examples/runs/2026-11-29-stream-holds-H200/``). Where the driver lacks what it needs (no
+  stream memory operations, no registration of host memory), a hold spins.
 """
 
 from __future__ import annotations
@@ -159,8 +160,9 @@ class _Word:
 
 @functools.cache
 def _word() -> _Word | None:
-    """The process's word, or None where holds spin: asked to, or the driver cannot hold a stream so."""
-    if settings.SPIN_HOLDS.get():
+    """The process's word, or None where holds spin: the setting's default, or a driver that cannot hold a
+    stream so."""
+    if settings.STREAM_HOLDS.get() != "front-end":
         return None
     try:
         return _Word(_Driver())
@@ -186,9 +188,9 @@ def spin_cycles_per_s(device_index: int) -> float:
 
 @contextlib.contextmanager
 def held(stream: Any, at_most_s: float) -> Iterator[str]:
-    """Work queued on ``stream`` after this starts runs once the block ends, or ``at_most_s`` after it
-    started, whichever comes first; yields how the hold was made: ``FRONT_END``, or ``SPIN`` (a spin of
-    ``at_most_s`` that the block's end cannot cut short) where the driver cannot hold a stream so."""
+    """Work queued on ``stream`` after this starts runs ``at_most_s`` after it started, or, held in the front
+    end, once the block ends if that comes first; yields how: ``SPIN`` (a spin of ``at_most_s`` that the
+    block's end cannot cut short) or ``FRONT_END``."""
     import torch
 
     index = stream.device.index if stream.device.index is not None else torch.cuda.current_device()

@@ -107,6 +107,18 @@ def text(value: str) -> str:
     return value.strip()
 
 
+def one_of(*choices: str) -> Callable[[str], str]:
+    """A parser that takes one of ``choices`` (case and surrounding whitespace ignored)."""
+
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
 def _default_cache_dir() -> Path:
     return Path.home() / ".cache" / "aoti-conformance"
 
@@ -157,9 +169,9 @@ FORKSERVER: Setting[str | None] = Setting(
     "CONFORMANCE_FORKSERVER", _none, text, "the socket of the server that forks the case workers",
     internal=True,
 )  # fmt: skip
-SPIN_HOLDS: Setting[bool] = Setting(
-    "CONFORMANCE_SPIN_HOLDS", lambda: False, switch,
-    "1: cases hold a CUDA stream with a spin kernel, not a front-end wait (harness/stream_hold.py)",
+STREAM_HOLDS: Setting[str] = Setting(
+    "CONFORMANCE_STREAM_HOLDS", lambda: "spin", one_of("spin", "front-end"),
+    "how cases hold a CUDA stream: spin (a spin kernel) or front-end (a driver wait; harness/stream_hold.py)",
 )  # fmt: skip
 CRASH_REPLAY_S: Setting[float] = Setting(
     "CONFORMANCE_CRASH_REPLAY_S", lambda: 180.0, seconds,
@@ -192,7 +204,7 @@ SETTINGS: dict[str, Setting[object]] = {
     s.name: s  # type: ignore[misc]
     for s in (
         CACHE_DIR, BACKEND, BACKEND_PATH, RUN_ID, TORCH, KEEP_RUNS, RUN_DEADLINE, PRELOWER, WORKERS_PER_GPU,
-        CUDA_SYNC, FORK_WORKERS, FORKSERVER, SPIN_HOLDS, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS,
+        CUDA_SYNC, FORK_WORKERS, FORKSERVER, STREAM_HOLDS, CRASH_REPLAY_S, LOCK_DIR, WARM_IMPORTS,
         STACKS_SIGNAL, START_GATE, THREADS_AT_GATE, WORKER_GPUS,
     )
 }  # fmt: skip

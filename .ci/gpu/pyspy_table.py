@@ -19,7 +19,10 @@ _PROCESS = re.compile(r'process (\d+):"(.*?)";')
 #: An xdist worker's command line (execnet's bootstrap).
 WORKER = "-c import sys;exec(eval(sys.stdin.readline()))"
 #: Frames that say nothing about where a case's time goes.
-PLUMBING = ("pluggy/", "_pytest/", "contextlib.py", "threading.py", "execnet/", "xdist/", "<module> (")
+#: (A forked worker runs execnet from a string: its frames read ``(<string>:N)``.)
+PLUMBING = (
+    "pluggy/", "_pytest/", "contextlib.py", "threading.py", "execnet/", "xdist/", "<module> (", "(<string>:",
+)  # fmt: skip
 
 
 def stacks(path: Path) -> Iterator[tuple[str, list[str], int]]:
@@ -35,6 +38,19 @@ def stacks(path: Path) -> Iterator[tuple[str, list[str], int]]:
             yield command, body[at:].split(";") if at < len(body) else [], int(count)
 
 
+def worker_frames(command: str, frames: list[str]) -> list[str] | None:
+    """A case worker's frames from execnet's bootstrap on, or None for another process: a worker started
+    by xdist, or one forked by the fork server (``harness/forkserver.py``: the server's command line, its
+    frames below ``become``, where the child runs the bootstrap)."""
+    if command.endswith(WORKER):
+        return frames
+    if "harness.forkserver" in command:
+        for at, frame in enumerate(frames):
+            if frame.startswith("become (harness/forkserver.py"):
+                return frames[at + 1 :]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile", type=Path)
@@ -46,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     leaves: collections.Counter[str] = collections.Counter()
     outside: collections.Counter[str] = collections.Counter()
     for command, frames, count in stacks(args.profile):
+        frames = worker_frames(command, frames)
         # A worker's main thread: its stacks start at the module execnet runs (threads start at _bootstrap).
-        if not command.endswith(WORKER) or not frames or not frames[0].startswith("<module>"):
+        if frames is None or not frames or not frames[0].startswith("<module>"):
             continue
         if not any("runtestprotocol" in f for f in frames):
             names = [f.split(" (")[0] for f in frames]

@@ -236,8 +236,9 @@ def check_results(
 
 # ============================================================================================== streams
 
-#: The caller's stream is held through a CUDA call (``harness/stream_hold.py``: until the call returns, this
-#: long at most): work the backend enqueues behind it is not done when a call that only enqueues returns.
+#: How long the caller's stream is held as a CUDA call is made (``harness/stream_hold.py``; a front-end hold
+#: ends sooner, when the call returns): work the backend enqueues behind it is not done when a call that
+#: only enqueues returns.
 BUSY_S = 0.001
 _side_streams: dict[tuple[str, int], torch.cuda.Stream] = {}
 
@@ -252,9 +253,10 @@ def _side_stream(role: str) -> torch.cuda.Stream:
 
 @contextlib.contextmanager
 def busy_caller_stream(device: str, seed: int) -> Iterator[None]:
-    """On a CUDA target: the call is made with the caller's current stream busy (held until the block ends,
-    ``BUSY_S`` at most), on a non-default stream for odd ``seed``s (that stream first waits for the work the
-    caller did on its default stream: a correct caller's order). On the host: nothing."""
+    """On a CUDA target: the call is made with the caller's current stream busy (held for ``BUSY_S``, a
+    front-end hold until the block ends), on a non-default stream for odd ``seed``s (that stream first
+    waits for the work the caller did on its default stream: a correct caller's order). On the host:
+    nothing."""
     if device != "cuda" or not torch.cuda.is_available():
         yield
         return

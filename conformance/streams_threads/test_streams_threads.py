@@ -4,10 +4,10 @@ Upstream shipped two ordering bugs this chapter exists to catch:
 
 * **#21727** — a delegate returned before its stream finished: a consumer that read the outputs on another
   stream right away read unfinished data. ``streams_threads/other-consumer``: 100 runs in a row, each with the
-  caller's current stream held first (``harness/stream_hold.py``: a wait in the GPU's front end, no spinning
-  kernel) until the consumer has read, so the method's work is still queued when a lazy backend returns; a
-  consumer on a fresh stream sums the output immediately; every sum must be exact. A backend that waits for
-  the caller's stream inside ``execute``, as a correct one must, is let go after ``HOLD_S``.
+  caller's current stream held first for ``HOLD_S`` (``harness/stream_hold.py``: a spin kernel, or with
+  ``$CONFORMANCE_STREAM_HOLDS=front-end`` a wait in the GPU's front end that also ends once the consumer
+  has read), so the method's work is still queued when a lazy backend returns; a consumer on a fresh stream
+  sums the output immediately; every sum must be exact.
 * **#22318** — per-handle streams gave no ordering between delegates (9 different sums in 40 runs).
   ``streams_threads/chained-delegates``: one handle's output fed into another on the GPU (two programs, or two
   methods of one program), 50 runs, every sum identical and exact.
@@ -68,9 +68,9 @@ THREADS = rule_id("streams_threads/threads")
 CONSUMER_RUNS = 100
 CHAIN_RUNS = 50
 HOLD_S = 0.025
-"""The caller's stream is held before each run until the consumer has read, or this long at most (a backend
-that waits for the stream inside ``execute`` is let go then): what a 25 ms busy kernel held it for before,
-far longer than the method itself or a lazy backend's return."""
+"""How long the caller's stream is held before each run (a front-end hold ends sooner, once the consumer has
+read): far longer than the method itself or a lazy backend's return; a backend that waits for the stream
+inside ``execute``, as a correct one must, waits this long."""
 POISON_BLOCKS = 8
 THREAD_TIMEOUT_S = {"cpu": 120.0, "cuda": 300.0}
 CHAIN_METHODS = {"mul_add": "add_mul", "plus": "add"}
@@ -199,9 +199,9 @@ def test_consumer_on_another_stream_reads_finished_outputs(
     runtime: LoweringRuntimeBackend, skip_copy: str, inputs_on: str, caller_stream: str
 ) -> None:
     """streams_threads/other-consumer (#21727): with the caller's current stream held before each execute
-    (until the consumer has read, ``HOLD_S`` at most), a consumer on a fresh stream summing the output as
-    soon as execute returns reads the exact sum, 100 runs in a row — outputs on the GPU (skip-copy on) or
-    copied to the CPU (off)."""
+    (``HOLD_S``; a front-end hold until the consumer has read), a consumer on a fresh stream summing the
+    output as soon as execute returns reads the exact sum, 100 runs in a row — outputs on the GPU (skip-copy
+    on) or copied to the CPU (off)."""
     rule = OTHER_CONSUMER
     if skip_copy == "on":
         require_part(runtime, "runtime_options")  # outputs stay on the GPU through the runtime option
@@ -215,8 +215,8 @@ def test_consumer_on_another_stream_reads_finished_outputs(
         torch.cuda.Stream(device) if caller_stream == "side-stream" else torch.cuda.default_stream(device)
     )
     call = (
-        f"execute(add_mul handle, {describe(inputs)}) on the caller's {caller_stream}, held until the sum "
-        f"is read ({HOLD_S * 1e3:.0f} ms at most), skip-copy {skip_copy}; sum on a fresh stream"
+        f"execute(add_mul handle, {describe(inputs)}) on the caller's {caller_stream}, held "
+        f"{HOLD_S * 1e3:.0f} ms first, skip-copy {skip_copy}; sum on a fresh stream"
     )
     kept: list[torch.Tensor] = [*inputs]
     sums: list[float] = []
@@ -262,8 +262,8 @@ def test_chained_delegates_see_each_others_results(
 ) -> None:
     """streams_threads/chained-delegates (#22318): ``mid = x*y+z`` from one handle, kept on the GPU by the
     skip-copy option, fed with ``w`` into a second handle (another program, or another method of the same
-    program) right away; 50 runs, each with the caller's stream held until the sum is read (``HOLD_S`` at
-    most), give one and the same exact sum.
+    program) right away; 50 runs, each with the caller's stream held first (``HOLD_S``; a front-end hold
+    until the sum is read), give one and the same exact sum.
     two-programs: both methods are ``forward``, so both outputs stay on the GPU and the sum is read on a fresh
     stream; two-methods: only ``mul_add`` is named, so the final output is copied to the CPU. On a CPU target
     the same chain checks the data path only (no streams)."""

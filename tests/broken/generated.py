@@ -453,10 +453,13 @@ STORES_THE_OPTION_TRIMMED = StoresTheOptionTrimmed(
 )
 KEEPS_OUTPUTS_ON_DEVICE_WHEN_LISTED = KeepsOutputsOnDeviceWhenListed(
     "keeps-outputs-on-device-when-listed",
+    # A spaced list that names the decoder, then its execute: not among the CUDA machine's CI examples since
+    # the machine changed (it passed them with and without stream holds on one H200); three times the
+    # budget found it (examples/runs/2026-11-29-stream-holds-H200/).
     Breaks(
         ("differential/output-device",),
         DIFFERENTIAL,
-        PROTOCOL_CUDA,
+        (*PROTOCOL_CUDA, "--generated-examples=3"),
         cuda=True,
     ),
 )
