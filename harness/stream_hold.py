@@ -195,11 +195,11 @@ def held(stream: Any, at_most_s: float) -> Iterator[str]:
 
     index = stream.device.index if stream.device.index is not None else torch.cuda.current_device()
     with torch.cuda.device(index):  # the stream's context current for the driver's calls
-        word, target = _word(), None
+        word, target = _word(), None  # target None: the hold spins
         if word is not None:
             with contextlib.suppress(OSError):
                 target = word.hold(stream, at_most_s)
-        if word is None or target is None:
+        if target is None:
             with torch.cuda.stream(stream):
                 torch.cuda._sleep(int(at_most_s * spin_cycles_per_s(index)))
     if word is None or target is None:

@@ -216,19 +216,15 @@ class LaunchBlocker:
     MAX_ATTEMPTS = 8  # per batch; 1 ms doubled 8 times passes MAX_HOLD_S
 
     def __init__(self) -> None:
-        self.cycles_per_s = self._calibrate()
-        self.hold_s = self.MIN_HOLD_S
-        self.batches = 0  # batches queued behind a hold
-        self.early = 0  # of those, discarded: the GPU reached them before they were fully queued
-        self.uncovered = 0  # kept although no hold covered them (the calls wait for the GPU)
-
-    def _calibrate(self) -> float:
-        """Spin-kernel cycles per second on the current device (``harness/stream_hold.py`` measures once)."""
         import torch
 
         from harness.stream_hold import spin_cycles_per_s
 
-        return spin_cycles_per_s(torch.cuda.current_device())
+        self.cycles_per_s = spin_cycles_per_s(torch.cuda.current_device())  # measured once per device
+        self.hold_s = self.MIN_HOLD_S
+        self.batches = 0  # batches queued behind a hold
+        self.early = 0  # of those, discarded: the GPU reached them before they were fully queued
+        self.uncovered = 0  # kept although no hold covered them (the calls wait for the GPU)
 
     def hold(self) -> None:
         import torch

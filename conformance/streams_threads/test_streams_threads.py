@@ -308,10 +308,10 @@ def test_chained_delegates_see_each_others_results(
             torch.cuda.synchronize(device)
         assert_exact(rule, f"serial {call}", mid.cpu(), mid_expected)
         assert_exact(rule, f"serial {call}", final.cpu(), expected)
+        caller = torch.cuda.current_stream(device) if on_gpu else None
         for _ in range(CHAIN_RUNS):
             if on_gpu:
                 poison_allocators(mid_expected, device)
-            caller = torch.cuda.current_stream(device) if on_gpu else None
             with stream_hold.held(caller, HOLD_S) if caller else contextlib.nullcontext():
                 mid = runtime.execute(h1, xyz)[0]
                 final = runtime.execute(h2, [mid, w])[0]

@@ -89,6 +89,20 @@ def test_a_held_stream_runs_its_work_once_the_block_ends() -> None:
     assert value.item() == 1.0
 
 
+def _run_with_front_end_holds(script: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter whose holds wait in the front end; it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env={**os.environ, "CONFORMANCE_STREAM_HOLDS": "front-end"},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 _HELD_WITH_THE_GIL = """
 import ctypes, sys, time, torch
 from harness import stream_hold
@@ -109,15 +123,7 @@ with stream_hold.held(stream, at_most_s=0.5) as how:
 @NEEDS_GPU
 def test_a_hold_ends_by_itself_while_the_waiting_call_keeps_the_gil() -> None:
     """A thread of the held process could not end this hold: the timer is a process of its own."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_HELD_WITH_THE_GIL)],
-        env={**os.environ, "CONFORMANCE_STREAM_HOLDS": "front-end"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _run_with_front_end_holds(_HELD_WITH_THE_GIL, timeout_s=60)
     how, code, seconds = done.stdout.strip().splitlines()[-1].split("|")
     if how == stream_hold.SPIN:
         pytest.skip("this driver cannot hold a stream in its front end: holds spin")
@@ -156,13 +162,5 @@ def test_the_profiler_sees_every_copy_after_front_end_holds() -> None:
     made, right after a case that held streams on the same worker
     (``examples/runs/2026-11-29-stream-holds-H200/``): the same sequence in one process, twenty profiled
     copies after fifty holds. Not yet run on a GPU."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_PROFILED_AFTER_HOLDS)],
-        env={**os.environ, "CONFORMANCE_STREAM_HOLDS": "front-end"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _run_with_front_end_holds(_PROFILED_AFTER_HOLDS, timeout_s=120)
     assert done.stdout.strip().splitlines()[-1] == "missed 0 of 20", done.stdout
