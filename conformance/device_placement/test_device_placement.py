@@ -252,7 +252,7 @@ def check_profiled(
 ) -> None:
     """The execute again under the profiler: output copies as placed, no host→device copy of device
     inputs, and every copy through pinned memory."""
-    copies = profiled_copies(backend, run)
+    copies = profiled_copies(backend, run, outputs_copied=not keep)
     check_output_copies(rules, call, copies, keep)
     if device_in:
         check_device_inputs_not_copied(call, copies)
