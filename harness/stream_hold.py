@@ -1,24 +1,22 @@
-"""Hold a CUDA stream until the host lets it go: a spin kernel (the default), or a wait in the front end.
+"""Hold a CUDA stream until the host lets it go: a wait in the GPU's front end (the default), or a spin.
 
 A stream-ordering case delays the caller's stream before a call, so that a backend that returns before its
 work is done hands back outputs that a consumer on another stream reads unfinished. ``held(stream,
 at_most_s)`` does it one of two ways, as ``$CONFORMANCE_STREAM_HOLDS`` says:
 
-* ``spin`` (the default): a spin kernel of ``at_most_s`` (``torch.cuda._sleep``), as the cases always did.
-  It occupies the GPU while it waits: fifteen case workers share one GPU by time slices, and on one H200
-  the cases' 900 spins of 25 ms kept the GPU busy for most of a warm run's case window, every other
-  worker's copies and syncs waiting behind them.
-* ``front-end``: the stream waits in the GPU's front end (the driver's ``cuStreamWaitValue32`` on a word of
-  pinned host memory; no SM runs, no time slice is spent spinning) until the ``with`` block ends, or
-  ``at_most_s`` passed: a backend that waits for the stream inside its call, as a correct one must before
-  it hands back GPU outputs, is let go then. The time limit is kept by a small process of its own
-  (``_TIMER``), not a thread: a backend may wait inside C without releasing the GIL, and a thread of this
-  process could then never run. The stream stays held until the consumer's read is queued, however long
-  the host took. On one H200 it took 2-4 s off a warm run's shared phase, but one of the two cold runs made
-  with it had a case whose profiler saw no device-to-host copy that the call made (never seen in 70
-  earlier runs), after a case that held streams on the same worker; until that is understood it is not
-  the default (``examples/runs/2026-11-29-stream-holds-H200/``). Where the driver lacks what it needs (no
-  stream memory operations, no registration of host memory), a hold spins.
+* ``front-end`` (the default): the stream waits in the GPU's front end (the driver's
+  ``cuStreamWaitValue32`` on a word of pinned host memory; no SM runs, no time slice is spent spinning)
+  until the ``with`` block ends, or ``at_most_s`` passed: a backend that waits for the stream inside its
+  call, as a correct one must before it hands back GPU outputs, is let go then. The time limit is kept by
+  a small process of its own (``_TIMER``), not a thread: a backend may wait inside C without releasing the
+  GIL, and a thread of this process could then never run. The stream stays held until the consumer's read
+  is queued, however long the host took. Where the driver lacks what it needs (no stream memory
+  operations, no registration of host memory), a hold spins.
+* ``spin``: a spin kernel of ``at_most_s`` (``torch.cuda._sleep``), as the cases did before. It occupies
+  the GPU while it waits: fifteen case workers share one GPU by time slices, and on one H200 the cases'
+  900 spins of 25 ms kept the GPU busy for most of a warm run's case window, every other worker's copies
+  and syncs waiting behind them; front-end holds took 2-4 s off that phase
+  (``examples/runs/2026-11-29-stream-holds-H200/``, ``examples/runs/2026-11-30-front-end-default-H200/``).
 """
 
 from __future__ import annotations
@@ -160,8 +158,8 @@ class _Word:
 
 @functools.cache
 def _word() -> _Word | None:
-    """The process's word, or None where holds spin: the setting's default, or a driver that cannot hold a
-    stream so."""
+    """The process's word, or None where holds spin: the setting says so, or the driver cannot hold a
+    stream in its front end."""
     if settings.STREAM_HOLDS.get() != "front-end":
         return None
     try:

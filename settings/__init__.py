@@ -170,8 +170,8 @@ FORKSERVER: Setting[str | None] = Setting(
     internal=True,
 )  # fmt: skip
 STREAM_HOLDS: Setting[str] = Setting(
-    "CONFORMANCE_STREAM_HOLDS", lambda: "spin", one_of("spin", "front-end"),
-    "how cases hold a CUDA stream: spin (a spin kernel) or front-end (a driver wait; harness/stream_hold.py)",
+    "CONFORMANCE_STREAM_HOLDS", lambda: "front-end", one_of("front-end", "spin"),
+    "how cases hold a CUDA stream: front-end (a driver wait; harness/stream_hold.py) or spin (a spin kernel)",
 )  # fmt: skip
 CRASH_REPLAY_S: Setting[float] = Setting(
     "CONFORMANCE_CRASH_REPLAY_S", lambda: 180.0, seconds,

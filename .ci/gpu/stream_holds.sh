@@ -6,8 +6,6 @@
 # caches. $OUT: hold.txt, cold.tgz, warm.tgz, warm2.tgz, broken.txt, summary.txt.
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
-# Front-end holds unless the caller asks otherwise (the suite's default spins; these scripts measure holds).
-export CONFORMANCE_STREAM_HOLDS="${CONFORMANCE_STREAM_HOLDS:-front-end}"
 cache="${SUITE_CACHE_DIR:-/tmp/ci-cache}"
 rm -rf "$cache" && mkdir -p "$cache" && use_cache_folder "$cache"
 python3 -m pytest tests/harness/test_stream_hold.py -v -p no:cacheprovider 2>&1 | tail -n 8 | tee "$OUT/hold.txt"

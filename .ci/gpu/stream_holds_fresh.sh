@@ -7,8 +7,6 @@
 # hold.txt, broken.txt.
 cd "$(dirname "$0")/../.." && source .ci/gpu/common.sh
 export CXX=/usr/bin/g++
-# Front-end holds unless the caller asks otherwise (the suite's default spins; these scripts measure holds).
-export CONFORMANCE_STREAM_HOLDS="${CONFORMANCE_STREAM_HOLDS:-front-end}"
 bash .ci/gpu/fresh_runner.sh > /dev/null 2>&1
 rm -f "$OUT/restored/summary.txt" "$OUT/host.json"
 use_cache_folder /tmp/ci-cache

@@ -4,9 +4,9 @@ Upstream shipped two ordering bugs this chapter exists to catch:
 
 * **#21727** — a delegate returned before its stream finished: a consumer that read the outputs on another
   stream right away read unfinished data. ``streams_threads/other-consumer``: 100 runs in a row, each with the
-  caller's current stream held first for ``HOLD_S`` (``harness/stream_hold.py``: a spin kernel, or with
-  ``$CONFORMANCE_STREAM_HOLDS=front-end`` a wait in the GPU's front end that also ends once the consumer
-  has read), so the method's work is still queued when a lazy backend returns; a consumer on a fresh stream
+  caller's current stream held first for ``HOLD_S`` (``harness/stream_hold.py``: a wait in the GPU's
+  front end that also ends once the consumer has read, or with ``$CONFORMANCE_STREAM_HOLDS=spin`` a spin
+  kernel), so the method's work is still queued when a lazy backend returns; a consumer on a fresh stream
   sums the output immediately; every sum must be exact.
 * **#22318** — per-handle streams gave no ordering between delegates (9 different sums in 40 runs).
   ``streams_threads/chained-delegates``: one handle's output fed into another on the GPU (two programs, or two

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import settings
 from harness import stream_hold
 from harness.stream_hold import _Page
 
@@ -55,15 +56,17 @@ def test_the_timer_ends_with_its_owner() -> None:
 
 @pytest.fixture
 def front_end(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Holds in the GPU's front end (``$CONFORMANCE_STREAM_HOLDS=front-end``; the default spins)."""
+    """Holds in the GPU's front end (``$CONFORMANCE_STREAM_HOLDS=front-end``, the default, set explicitly)."""
     monkeypatch.setenv("CONFORMANCE_STREAM_HOLDS", "front-end")
     stream_hold._word.cache_clear()
     yield
     stream_hold._word.cache_clear()
 
 
-def test_holds_spin_unless_the_setting_asks_for_the_front_end(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_holds_wait_in_the_front_end_unless_the_setting_says_spin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONFORMANCE_STREAM_HOLDS", raising=False)
+    assert settings.STREAM_HOLDS.get() == "front-end"
+    monkeypatch.setenv("CONFORMANCE_STREAM_HOLDS", "spin")
     stream_hold._word.cache_clear()
     try:
         assert stream_hold._word() is None
@@ -105,6 +108,7 @@ def _run_with_front_end_holds(script: str, timeout_s: float) -> subprocess.Compl
 
 _HELD_WITH_THE_GIL = """
 import ctypes, sys, time, torch
+import settings
 from harness import stream_hold
 stream = torch.cuda.Stream()
 with torch.cuda.stream(stream):  # the kernels loaded first: a first launch may take longer than the hold
@@ -134,6 +138,7 @@ def test_a_hold_ends_by_itself_while_the_waiting_call_keeps_the_gil() -> None:
 _PROFILED_AFTER_HOLDS = """
 import torch
 from torch.profiler import ProfilerActivity, profile
+import settings
 from harness import stream_hold
 stream = torch.cuda.Stream()
 for _ in range(50):  # as a streams_threads case leaves a worker: many holds, the last released just now
