@@ -232,7 +232,7 @@ def serve(path: str, out: TextIO, modules: Iterable[str]) -> Request | None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(128)  # clients that come while it imports wait in the backlog
-    started, server, parent = time.monotonic(), os.getpid(), os.getppid()
+    started, began, server, parent = time.monotonic(), time.time(), os.getpid(), os.getppid()
     # The environment before the imports, which a client's must be; the imports may add to it (inductor
     # sets its cache directory): a child keeps that, as a worker that imported them itself would.
     env, cwd = dict(os.environ), os.getcwd()
@@ -248,7 +248,10 @@ def serve(path: str, out: TextIO, modules: Iterable[str]) -> Request | None:
     gc.collect()
     gc.freeze()  # children share the imported objects' pages instead of copying them as gc touches them
     hazard = fork_hazard()
-    _log(out, f"imported {len(sys.modules)} modules in {time.monotonic() - started:.2f} s", failed=failed)
+    took = time.monotonic() - started
+    # Epoch seconds too: a run's start-up is read against its shards' timelines (harness/phases.py).
+    span = f"epoch {began:.3f} to {began + took:.3f}"
+    _log(out, f"imported {len(sys.modules)} modules in {took:.2f} s ({span})", failed=failed)
     if hazard:
         _log(out, f"not forking: {hazard}")
     counts = {"forked": 0, "refused": 0}
@@ -290,6 +293,8 @@ def serve(path: str, out: TextIO, modules: Iterable[str]) -> Request | None:
                 _close(request.fds)
                 children[pid] = conn
                 counts["forked"] += 1
+                if counts["forked"] == 1:
+                    _log(out, f"first worker forked at epoch {time.time():.3f}")
                 _reply(conn, {"pid": pid})
             _reap(children)
             if os.getppid() != parent:  # the controller is gone: nobody will ask again

@@ -38,7 +38,8 @@ __all__ = [
 
 METADATA_KEY = "phases"
 #: A shard's ``metadata[TIMELINE_KEY]``: epoch seconds of its pytest session's start, first case's start,
-#: last case's end, last xdist worker's end and final write (``harness/pytest_plugin.py``).
+#: first and last xdist worker's collection, last case's end, last xdist worker's end and final write
+#: (``harness/pytest_plugin.py``).
 TIMELINE_KEY = "timeline"
 
 
@@ -111,6 +112,9 @@ class Timeline:
     its result file (``TIMELINE_KEY``) as the session ends, with the time of that final write."""
 
     session_start: float
+    #: When the first and the last xdist worker's collection reached the controller (None: no xdist).
+    first_collected: float | None = None
+    last_collected: float | None = None
     first_case: float | None = None
     last_case_end: float | None = None
     #: When the last xdist worker said it was done (None: no xdist, or none yet).
@@ -122,6 +126,11 @@ class Timeline:
             self.first_case = start
         if isinstance(stop, float) and (self.last_case_end is None or stop > self.last_case_end):
             self.last_case_end = stop
+
+    def collected(self, at: float) -> None:
+        """An xdist worker's collection reached the controller at ``at``."""
+        self.first_collected = at if self.first_collected is None else min(self.first_collected, at)
+        self.last_collected = at if self.last_collected is None else max(self.last_collected, at)
 
     def to_json(self, final_write: float) -> dict[str, float | None]:
         stamps = {**dataclasses.asdict(self), "final_write": final_write}

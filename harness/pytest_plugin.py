@@ -275,6 +275,7 @@ class ResultRecorder:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._timeline.collected(time.time())
         self._journal_collected(list(ids))
 
     @pytest.hookimpl(optionalhook=True)

@@ -90,13 +90,17 @@ def test_a_shards_timeline_says_when_its_cases_ran_within_its_phase(tmp_path: Pa
     assert phases.case_window_words(tmp_path / "missing.json", 1000.0, 1033.5) is None
 
 
-def test_a_timeline_keeps_the_earliest_start_and_the_latest_stop() -> None:
+def test_a_timeline_keeps_the_earliest_start_and_the_latest_stop_and_the_collections_span() -> None:
     line = phases.Timeline(session_start=10.0)
     line.case_ran(12.0, 13.0)
     line.case_ran(11.5, 12.5)
     line.case_ran(None, "not a time")  # a report without times changes nothing
+    line.collected(11.2)
+    line.collected(10.9)
     assert line.to_json(final_write=14.0) == {
         "session_start": 10.0,
+        "first_collected": 10.9,
+        "last_collected": 11.2,
         "first_case": 11.5,
         "last_case_end": 13.0,
         "workers_done": None,
