@@ -21,7 +21,7 @@ for run in cold warm warm2; do
   {
     echo "== $run"
     grep -E "^(cases|total)" "$folder/conformance.log" | cut -c1-170
-    echo "profiles that missed a copy: $(grep -c "ProfilerMissedACopy" "$folder"/conformance*.log | paste -sd' ')"
+    echo "profiles that missed a copy: $(cat "$folder"/conformance*.log | grep -c "ProfilerMissedACopy")"
     grep -h -B1 "ProfilerMissedACopy" "$folder"/conformance*.log | cut -c1-200 | head -n 8
     grep -hE "^FAILED|\] FAILED" "$folder"/conformance*.log | cut -c1-240 | head -n 6
     [ "$run" = cold ] || python3 .ci/gpu/startup.py "$folder"

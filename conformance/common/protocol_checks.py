@@ -30,7 +30,9 @@ __all__ = [
     "Held",
     "busy_caller_stream",
     "check_aliasing",
+    "check_execute_results",
     "check_held",
+    "check_output_devices",
     "check_read_at_once",
     "check_results",
     "check_structure",
@@ -198,6 +200,35 @@ def check_held(held: Sequence[Held], text: str) -> None:
             )
 
 
+def check_execute_results(
+    text: str, spec: MethodSpec, inputs: object, got: object, want: object, given: object
+) -> None:
+    """A successful execute's results against the oracle's (``want``): the outputs' devices first (the
+    structure holds them too; this rule names that slip), then the structure, the aliasing, the values and
+    the provided outputs (``given``)."""
+    check_output_devices(text, got, want)
+    check_structure(text, got, want)
+    check_aliasing(text, got, want)
+    check_results(text, spec, inputs, got, want, given)
+
+
+def check_output_devices(text: str, got: object, want: object) -> None:
+    """A successful execute's outputs lie on the devices the oracle puts them (placement and options).
+    Checked before the result's structure, which holds each tensor's device too: where only devices
+    differ, this rule names the slip."""
+    if not isinstance(got, (list, tuple)) or not isinstance(want, (list, tuple)) or len(got) != len(want):
+        return  # the structure's to name
+    if not all(isinstance(t, torch.Tensor) for t in (*got, *want)):
+        return
+    devices, oracle_devices = [t.device.type for t in got], [t.device.type for t in want]
+    if devices != oracle_devices:
+        fail(
+            OUTPUT_DEVICE,
+            text,
+            f"outputs on {devices}; the oracle puts them on {oracle_devices} (placement and options)",
+        )
+
+
 def check_results(
     text: str,
     spec: MethodSpec,
@@ -207,7 +238,7 @@ def check_results(
     given: object,
 ) -> None:
     """A successful execute's results (``got``; the oracle's: ``want``): a list of tensors with eager's
-    values, on the devices the oracle puts them, and provided outputs (``given``) holding the same."""
+    values, and provided outputs (``given``) holding the same (their devices: ``check_output_devices``)."""
     results = list(got) if isinstance(got, (list, tuple)) else None  # type: ignore[call-overload]
     if results is None or not all(isinstance(t, torch.Tensor) for t in results):
         fail(VALUES, text, f"must return a list of tensors, got {type(got).__name__}")
@@ -216,14 +247,6 @@ def check_results(
         fail(VALUES, text, f"returned {len(results)} outputs; eager returns {len(expected)}")
     for index, (out, ref) in enumerate(zip(results, expected, strict=True)):
         assert_model_output_close(VALUES, f"{text}: output {index}", out, _reference_for(ref, out))
-    devices = [t.device.type for t in results]
-    oracle_devices = [t.device.type for t in want]  # type: ignore[attr-defined]
-    if devices != oracle_devices:
-        fail(
-            OUTPUT_DEVICE,
-            text,
-            f"outputs on {devices}; the oracle puts them on {oracle_devices} (placement and options)",
-        )
     if given is not None:
         for index, (dst, ref) in enumerate(zip(flat_tensors(given), expected, strict=False)):
             assert_model_output_close(

@@ -37,10 +37,9 @@ from conformance.common.protocol_checks import RULES as CHECKED
 from conformance.common.protocol_checks import (
     Held,
     busy_caller_stream,
-    check_aliasing,
+    check_execute_results,
     check_held,
     check_read_at_once,
-    check_results,
     check_structure,
     check_thread_results,
     compare_option_call,
@@ -393,9 +392,7 @@ class ProtocolMachine(CallerSteps, RuleBasedStateMachine):
         check_held(self.held, full)
         if not want.ok:
             return
-        check_structure(full, got.value, want.value)
-        check_aliasing(full, got.value, want.value)
-        check_results(full, spec, args_b, got.value, want.value, given_b)
+        check_execute_results(full, spec, args_b, got.value, want.value, given_b)
         if given_b is None:
             self.held = [*self.held[-3:], Held.of(full, got.value)]
         host_strided = any(

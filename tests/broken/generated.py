@@ -202,7 +202,8 @@ class KeepsOutputsOnDeviceWhenListed(Forwarding):
     def execute(self, handle: Any, inputs: Any, outputs: Any = None) -> list[torch.Tensor]:
         from reference_impl.runtime.options import STORE
 
-        if handle.device.type != "cuda" or handle.placement.outputs_on_device is not None:
+        device = getattr(handle, "device", None)  # not a handle: the reference's error, as it is
+        if device is None or device.type != "cuda" or handle.placement.outputs_on_device is not None:
             return REFERENCE.execute(handle, inputs, outputs)
         listed = STORE.get_option(SKIP_COPY_OPTION).split(",")
         if handle.method_name in STORE.skip_copy_methods() and handle.method_name not in listed:
