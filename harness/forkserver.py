@@ -31,6 +31,7 @@ import gc
 import io
 import json
 import os
+import re
 import select
 import shlex
 import signal
@@ -397,13 +398,17 @@ def read_summary(log: Path) -> dict[str, int] | None:
 
 
 def summary_words(log: Path) -> str | None:
-    """The phase table's words for a server's counts: ``15 workers forked from one warm interpreter``,
-    with the refused ones and where to read why; None where it wrote no counts."""
+    """The phase table's words for a server's counts: ``15 workers forked from one warm interpreter``, how
+    long its imports took (the longest step of a warm run's start-up), the refused ones and where to read
+    why; None where it wrote no counts."""
     counts = read_summary(log)
     if counts is None:
         return None
     forked, refused = counts.get("forked", 0), counts.get("refused", 0)
     words = f"{forked} worker{'' if forked == 1 else 's'} forked from one warm interpreter"
+    took = re.search(r"imported \d+ modules in ([\d.]+) s", log.read_text(errors="replace"))
+    if took:
+        words += f" (its imports {float(took[1]):.1f} s)"
     return f"{words}, {refused} started cold ({log.name} says why)" if refused else words
 
 
