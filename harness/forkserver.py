@@ -64,6 +64,11 @@ CONNECT_S = 2.0
 STOP_WAIT_S = 5.0
 #: The summary line's prefix in the server's output (``read_summary``).
 SUMMARY = "forkserver summary "
+#: The server's line on its imports (``serve`` writes it, ``import_span`` reads it): how many, how long,
+#: and from when to when in epoch seconds (absent from a log written before they were kept).
+_IMPORTED = re.compile(r"imported (\d+) modules in ([\d.]+) s(?: \(epoch ([\d.]+) to ([\d.]+)\))?")
+#: The server's line on its first fork (epoch seconds).
+_FIRST_FORK = re.compile(r"first worker forked at epoch ([\d.]+)")
 _HEADER = struct.Struct("!I")
 #: The signals a client passes on to its child (SIGKILL cannot be: the lifeline does that).
 _PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -385,30 +390,62 @@ def _log(out: TextIO, line: str, failed: list[str] | None = None) -> None:
     out.flush()
 
 
-def read_summary(log: Path) -> dict[str, int] | None:
-    """The server's counts (``forked``, ``refused``) from its output, or None where it wrote none."""
+def _read(log: Path) -> str | None:
     try:
-        lines = log.read_text(errors="replace").splitlines()
+        return log.read_text(errors="replace")
     except OSError:
         return None
-    for line in reversed(lines):
+
+
+def read_summary(log: Path, text: str | None = None) -> dict[str, int] | None:
+    """The server's counts (``forked``, ``refused``) from its output (``text``, where read already), or None
+    where it wrote none."""
+    text = _read(log) if text is None else text
+    for line in reversed((text or "").splitlines()):
         if line.startswith(SUMMARY):
             return json.loads(line[len(SUMMARY) :])
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportSpan:
+    """The server's imports, from its output: how many modules, in how many seconds, and when (epoch
+    seconds; None in a log written before they were kept)."""
+
+    modules: int
+    seconds: float
+    began: float | None
+    ended: float | None
+
+
+def import_span(text: str) -> ImportSpan | None:
+    """The imports a server's output (``text``) reports, or None where it reports none."""
+    found = _IMPORTED.search(text)
+    if found is None:
+        return None
+    began, ended = (None if v is None else float(v) for v in found.group(3, 4))
+    return ImportSpan(int(found[1]), float(found[2]), began, ended)
+
+
+def first_fork_at(text: str) -> float | None:
+    """When a server's output says it forked its first worker (epoch seconds), or None."""
+    found = _FIRST_FORK.search(text)
+    return None if found is None else float(found[1])
 
 
 def summary_words(log: Path) -> str | None:
     """The phase table's words for a server's counts: ``15 workers forked from one warm interpreter``, how
     long its imports took (the longest step of a warm run's start-up), the refused ones and where to read
     why; None where it wrote no counts."""
-    counts = read_summary(log)
-    if counts is None:
+    text = _read(log)
+    counts = read_summary(log, text)
+    if text is None or counts is None:
         return None
     forked, refused = counts.get("forked", 0), counts.get("refused", 0)
     words = f"{forked} worker{'' if forked == 1 else 's'} forked from one warm interpreter"
-    took = re.search(r"imported \d+ modules in ([\d.]+) s", log.read_text(errors="replace"))
-    if took:
-        words += f" (its imports {float(took[1]):.1f} s)"
+    span = import_span(text)
+    if span is not None:
+        words += f" (its imports {span.seconds:.1f} s)"
     return f"{words}, {refused} started cold ({log.name} says why)" if refused else words
 
 

@@ -46,12 +46,13 @@ _REGISTER_PORTABLE_DEVICEMAP = 0x01 | 0x02
 #: A request to the timer: at this ``time.monotonic()`` (the system's clock, shared by processes), store
 #: this target unless a later one is stored.
 _REQUEST = struct.Struct("<dq")
-#: The timer process (standard library only): reads requests on stdin, stores each target into the shared
-#: word at its time unless a later one is there; ends when stdin closes (this process ended).
+#: The timer process (standard library only; its arguments: the page's descriptor, ``_REQUEST``'s format):
+#: reads requests on stdin, stores each target into the shared word at its time unless a later one is
+#: there; ends when stdin closes (this process ended).
 _TIMER = r"""
 import heapq, mmap, os, select, struct, sys, time
 word = memoryview(mmap.mmap(int(sys.argv[1]), mmap.PAGESIZE)).cast("i")
-request, pending, buffered = struct.Struct("<dq"), [], b""
+request, pending, buffered = struct.Struct(sys.argv[2]), [], b""
 while True:
     wait = max(0.0, pending[0][0] - time.monotonic()) if pending else None
     if select.select([0], [], [], wait)[0]:
@@ -82,7 +83,9 @@ class _Page:
             os.ftruncate(fd, mmap.PAGESIZE)
             self._page = mmap.mmap(fd, mmap.PAGESIZE)
             self._timer = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _TIMER, str(fd)], stdin=subprocess.PIPE, pass_fds=(fd,)
+                [sys.executable, "-I", "-S", "-c", _TIMER, str(fd), _REQUEST.format],
+                stdin=subprocess.PIPE,
+                pass_fds=(fd,),
             )
         finally:
             os.close(fd)
@@ -97,7 +100,11 @@ class _Page:
         self._timer.stdin.flush()
 
     def release(self, target: int) -> None:
-        """Store ``target`` now, unless a later one is there."""
+        """Store ``target`` now, unless a later one is there. The timer process stores too, and no lock
+        spans both processes: a timer store that read the word just before this one may lower it again to
+        an earlier target. A wait for a target between the two then lasts until the timer stores that
+        target at its deadline (its ``at_most_s``; every target's request is sent before its wait is
+        queued): a hold that lasts its whole limit, never one that does not end."""
         with self._lock:
             if self.word.value < target:
                 self.word.value = target

@@ -5,9 +5,12 @@ controller's session began (``python3 .ci/gpu/startup.py RUN_FOLDER``; the folde
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: its fork server's log reader
+
+from harness.forkserver import first_fork_at, import_span
 
 
 def main(folder: Path) -> None:
@@ -16,14 +19,14 @@ def main(folder: Path) -> None:
     stamps = {}
     log = folder / "conformance.forkserver.log"
     if log.exists():
-        text = log.read_text()
-        span = re.search(r"imported (\d+) modules in [\d.]+ s \(epoch ([\d.]+) to ([\d.]+)\)", text)
-        if span:
-            stamps[f"fork server: import of {span[1]} modules began"] = float(span[2])
-            stamps["fork server: import done"] = float(span[3])
-        fork = re.search(r"first worker forked at epoch ([\d.]+)", text)
-        if fork:
-            stamps["fork server: first worker forked"] = float(fork[1])
+        text = log.read_text(errors="replace")
+        span = import_span(text)
+        if span is not None and span.began is not None and span.ended is not None:
+            stamps[f"fork server: import of {span.modules} modules began"] = span.began
+            stamps["fork server: import done"] = span.ended
+        fork = first_fork_at(text)
+        if fork is not None:
+            stamps["fork server: first worker forked"] = fork
     for key, words in (
         ("first_collected", "first worker's collection in"),
         ("last_collected", "last worker's collection in"),

@@ -81,6 +81,12 @@ def test_the_phase_table_words(tmp_path: Path) -> None:
         'forkserver summary {"forked": 15, "refused": 0}\n'
     )
     assert summary_words(log) == "15 workers forked from one warm interpreter (its imports 1.0 s)"
+    text = log.read_text() + "forkserver: first worker forked at epoch 2.050\n"
+    assert forkserver.import_span(text) == forkserver.ImportSpan(9, 1.04, 1.0, 2.04)
+    assert forkserver.first_fork_at(text) == 2.05
+    older = "forkserver: imported 9 modules in 1.04 s\n"  # a log from before the epochs were kept
+    assert forkserver.import_span(older) == forkserver.ImportSpan(9, 1.04, None, None)
+    assert forkserver.first_fork_at(older) is None
     log.write_text('forkserver summary {"forked": 1, "refused": 2}\n')
     assert summary_words(log) == (
         "1 worker forked from one warm interpreter, 2 started cold (conformance.forkserver.log says why)"
